@@ -1,0 +1,46 @@
+"""One root for every error the harness raises on purpose.
+
+A ``HarnessError`` is a user-facing failure: the CLI prints its message on one line and exits
+with ``exit_code`` (2 for bad input), never a traceback. Each layer has its own subclass so
+callers can catch what they can handle.
+"""
+
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    """Root of all deliberate harness errors; the message is shown to the user as is."""
+
+    exit_code = 2
+
+
+class ConfigError(HarnessError):
+    """A matrix, profile, manifest or other input file is malformed."""
+
+
+class DeviceError(HarnessError):
+    """A device could not be reached or a command on it failed."""
+
+    def __init__(self, message: str, serial: str | None = None) -> None:
+        super().__init__(f"{serial}: {message}" if serial else message)
+        self.serial = serial
+
+
+class DeviceLostError(DeviceError):
+    """The connection to a device is gone (unplugged, adb transport offline)."""
+
+
+class EngineError(HarnessError):
+    """An engine adapter could not build a command line or parse the output."""
+
+
+class BuildError(HarnessError):
+    """An engine build could not be made, imported or read."""
+
+
+class ModelError(HarnessError):
+    """A model file is unreadable or not a valid GGUF."""
+
+
+class StoreError(HarnessError):
+    """The results store could not be read or written."""

@@ -1,0 +1,1 @@
+"""Test and demo support that ships with the package (private adb server, ports)."""

@@ -1,0 +1,109 @@
+"""A private adb server: its own port, HOME and no mDNS/emulator scanning.
+
+Tests and the demo never touch a user's adb server on 5037. The server runs in the foreground
+(``adb nodaemon server``) as our own child, so we know its pid and stop it by that pid.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import DeviceError
+
+
+def adb_binary() -> str:
+    """The adb inside the adbutils wheel (a version mismatch would restart the server)."""
+    configured = os.environ.get("ADBUTILS_ADB_PATH")
+    if configured:
+        return configured
+    import adbutils
+
+    return str(adbutils.adb_path())
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 outside adb's emulator scan range 5554-5585."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if not 5554 <= port <= 5585:
+            return port
+
+
+@dataclass
+class AdbServer:
+    port: int
+    home: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Variables that point adb, adbutils and harness at this server."""
+        return {
+            "ANDROID_ADB_SERVER_PORT": str(self.port),
+            "ADBUTILS_ADB_PATH": adb_binary(),
+            "HOME": str(self.home),
+            "ADB_MDNS": "0",
+            "ADB_EMU": "0",
+        }
+
+    def adb(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run the real adb client against this server."""
+        return subprocess.run(
+            [adb_binary(), "-P", str(self.port), *args],
+            env={**os.environ, **self.env}, capture_output=True, text=True, timeout=timeout,
+        )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def start_adb_server(home: Path | None = None, port: int | None = None) -> AdbServer:
+    home = home or Path(tempfile.mkdtemp(prefix="harness-adb-home-"))
+    home.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    env = {**os.environ, "HOME": str(home), "ADB_MDNS": "0", "ADB_EMU": "0",
+           "ADB_MDNS_AUTO_CONNECT": "0"}
+    log = open(home / "adb-server.log", "ab")  # noqa: SIM115 - lives as long as the server
+    process = subprocess.Popen(
+        [adb_binary(), "-P", str(port), "nodaemon", "server"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )
+    log.close()
+    server = AdbServer(port=port, home=home, process=process)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise DeviceError(f"adb server on port {port} exited at start; see {home}/adb-server.log")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return server
+        except OSError:
+            time.sleep(0.1)
+    server.stop()
+    raise DeviceError(f"adb server on port {port} did not listen within 15 s")
+
+
+@contextmanager
+def private_adb_server(home: Path | None = None) -> Iterator[AdbServer]:
+    """Start a private adb server and stop it (by its pid) however the block ends."""
+    server = start_adb_server(home)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,54 @@
+"""Sessions: tests, lint, demo (and later bench, reliability). Run through ./dev or nox directly."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import nox
+
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["lint", "tests"]
+ROOT = Path(__file__).parent
+
+
+def _llama_wheel_dir() -> str:
+    spec = importlib.util.spec_from_file_location("llama_wheel", ROOT / "scripts" / "llama_wheel.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module.wheel_dir())
+
+
+def _install(session: nox.Session, extras: str = "dev,farm") -> None:
+    """Install the project with the llama-cpp-python wheel compiled once for this machine."""
+    session.install("--find-links", _llama_wheel_dir(), "-e", f".[{extras}]")
+
+
+@nox.session(python=False, name="wheel")
+def wheel(session: nox.Session) -> None:
+    """Compile (once) the llama-cpp-python wheel for this machine and print where it is."""
+    session.log(_llama_wheel_dir())
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The test suite (builds the test models and llama-bench on first use, cached by content)."""
+    _install(session)
+    session.run("pytest", *session.posargs, env={"PYTHONFAULTHANDLER": "1"})
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy, both must be clean."""
+    _install(session)
+    session.run("ruff", "check", "harness", "tests", "noxfile.py", "scripts")
+    session.run("mypy")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The README's first command: plan the smoke matrix and make the test models."""
+    _install(session)
+    session.run("harness", "demo", *session.posargs, env={"HARNESS_DEMO_ROOT": os.getcwd()})
