@@ -86,7 +86,7 @@ def _need(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     if key not in data:
         raise ConfigError(f"{where}: missing key '{key}'")
     value = data[key]
-    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+    if (kind is int and isinstance(value, bool)) or not isinstance(value, kind):
         raise ConfigError(
             f"{where}: key '{key}' must be {kind.__name__}, got {type(value).__name__} {value!r}"
         )
@@ -103,7 +103,8 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
     }
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(f"{source}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(known))})")
+        allowed = ", ".join(sorted(known))
+        raise ConfigError(f"{source}: unknown key '{unknown[0]}' (allowed: {allowed})")
     props = _need(data, "props", dict, source)
     for key in REQUIRED_PROPS:
         if key not in props:

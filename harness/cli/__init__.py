@@ -20,11 +20,9 @@ COMMAND_MODULES = ["plan", "models", "sim", "devices", "build", "demo"]
 
 
 class UserError(click.ClickException):
-    """A HarnessError on its way out: one line, the error's own exit code."""
+    """A HarnessError on its way out: one line, exit code 2."""
 
-    def __init__(self, error: HarnessError) -> None:
-        super().__init__(str(error))
-        self.exit_code = error.exit_code
+    exit_code = 2
 
 
 class HarnessGroup(click.Group):
@@ -32,7 +30,7 @@ class HarnessGroup(click.Group):
         try:
             return super().invoke(ctx)
         except HarnessError as error:
-            raise UserError(error) from error
+            raise UserError(str(error)) from error
 
 
 @click.group(cls=HarnessGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -89,7 +89,8 @@ def start_adb_server(home: Path | None = None, port: int | None = None) -> AdbSe
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise DeviceError(f"adb server on port {port} exited at start; see {home}/adb-server.log")
+            raise DeviceError(
+                f"adb server on port {port} exited at start; see {home}/adb-server.log")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return server

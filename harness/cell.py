@@ -1,0 +1,65 @@
+"""A cell: one point of a test matrix, independent of the device it runs on.
+
+Cells are made by ``harness.matrix.expand`` and consumed by the planner, the engine adapters and
+the store. ``cell_id`` is a stable hash of everything that defines the measurement (the number of
+repetitions is policy, not identity); ``config_id`` leaves the build out, so the same
+configuration measured with two builds can be paired for a comparison.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
+FLASH_ATTN = ("on", "off", "auto")
+
+
+@dataclass(frozen=True)
+class Cell:
+    build: str  # name of a build under builds/
+    model: str  # model name as the matrix declares it
+    quant: str  # quant level, e.g. Q4_K_M (llama.cpp file-type names)
+    n_ctx: int
+    type_k: str  # KV cache type of K, one of KV_TYPES
+    type_v: str
+    threads: int
+    affinity: str  # "all", "big", or an explicit CPU mask such as "0xf0"
+    flash_attn: str  # "on", "off" or "auto"
+    mmap: bool
+    n_batch: int
+    n_ubatch: int
+    n_prompt: int
+    n_gen: int
+    n_depth: int = 0
+    repetitions: int = 3
+
+    def identity(self, with_build: bool = True) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("repetitions")
+        if not with_build:
+            data.pop("build")
+        return data
+
+    @property
+    def cell_id(self) -> str:
+        return _digest(self.identity())
+
+    @property
+    def config_id(self) -> str:
+        return _digest(self.identity(with_build=False))
+
+    def label(self) -> str:
+        """A short human label, e.g. ``tiny Q4_K_M ctx512 kv=q8_0/q8_0 t4 fa=auto``."""
+        kv = self.type_k if self.type_k == self.type_v else f"{self.type_k}/{self.type_v}"
+        return (
+            f"{self.model} {self.quant} ctx{self.n_ctx} kv={kv} t{self.threads}"
+            f"@{self.affinity} fa={self.flash_attn} p{self.n_prompt}/g{self.n_gen}"
+        )
+
+
+def _digest(data: dict[str, Any]) -> str:
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,1 @@
+"""Executing a plan on devices: ordering, cooldown, sampling, outcome classification."""

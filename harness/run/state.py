@@ -1,0 +1,64 @@
+"""A snapshot of a device's heat, clocks and battery, and its reduction over a trial."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DeviceState:
+    thermal_status: int | None = None  # 0 NONE .. 6 SHUTDOWN
+    max_temp_c: float | None = None  # hottest CPU/SoC/skin temperature
+    battery_level: int | None = None
+    battery_temp_c: float | None = None
+    big_cur_khz: int | None = None  # current frequency of the biggest cluster
+    big_max_khz: int | None = None  # scaling_max_freq of the biggest cluster (caps show here)
+    big_hw_max_khz: int | None = None  # cpuinfo_max_freq: what the hardware can do
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    pss_kb: int | None = None
+    rss_kb: int | None = None
+    swap_kb: int | None = None
+    pss_anon_kb: int | None = None
+    pss_file_kb: int | None = None
+    vm_hwm_kb: int | None = None
+    source: str | None = None
+
+
+def _max(values: Sequence[float | int | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def is_capped(state: DeviceState) -> bool:
+    """The big cores are held below what the hardware can do (thermal or other mitigation)."""
+    if state.big_max_khz is None or state.big_hw_max_khz is None:
+        return False
+    return state.big_max_khz < state.big_hw_max_khz
+
+
+def throttled_during(states: Sequence[DeviceState], max_thermal_status: int) -> bool:
+    """A trial is throttled when the status rose above the policy or the big cores were capped."""
+    for state in states:
+        if state.thermal_status is not None and state.thermal_status > max_thermal_status:
+            return True
+        if is_capped(state):
+            return True
+    return False
+
+
+def peak(values: Sequence[int | None]) -> int | None:
+    found = _max(values)
+    return None if found is None else int(found)
+
+
+def hottest(states: Sequence[DeviceState]) -> float | None:
+    return _max([s.max_temp_c for s in states])
+
+
+def worst_status(states: Sequence[DeviceState]) -> int | None:
+    found = _max([s.thermal_status for s in states])
+    return None if found is None else int(found)

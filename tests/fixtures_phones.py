@@ -1,0 +1,1 @@
+"""Fixtures for virtual phones (owned by the virtual-phone area)."""
