@@ -1,0 +1,114 @@
+"""Content-addressed artefacts on the device: never push the same bytes twice.
+
+Builds and models live under ``/data/local/tmp/harness/`` in folders named by their sha256. A file
+already there whose checksum, computed on the device, matches is reused; otherwise it is pushed to
+a temporary name, checked, and renamed into place, so an interrupted push never leaves a file
+that looks complete.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from harness.errors import DeviceError
+
+DEVICE_ROOT = "/data/local/tmp/harness"
+
+
+class ShellResultLike(Protocol):
+    @property
+    def exit_code(self) -> int: ...
+    @property
+    def stdout(self) -> str: ...
+    @property
+    def stderr(self) -> str: ...
+
+
+class PushDevice(Protocol):
+    serial: str
+
+    def shell(self, cmd: str, timeout: float | None = None) -> ShellResultLike: ...
+
+    def push(self, local: Path, remote: str,
+             progress: Callable[[int], None] | None = None) -> None: ...
+
+
+@dataclass(frozen=True)
+class Artifact:
+    local: Path
+    sha256: str
+    remote: str  # where it lives on the device
+    executable: bool = False
+
+
+@dataclass(frozen=True)
+class PushReport:
+    bytes_pushed: int
+    files_pushed: int
+    files_reused: int
+
+
+def model_remote_path(sha256: str, filename: str) -> str:
+    return f"{DEVICE_ROOT}/models/{sha256}/{Path(filename).name}"
+
+
+def build_remote_dir(build_digest: str) -> str:
+    return f"{DEVICE_ROOT}/builds/{build_digest}"
+
+
+def remote_checksums(device: PushDevice, paths: Sequence[str]) -> dict[str, str]:
+    """sha256 of each path that exists on the device, computed there, in one round trip."""
+    if not paths:
+        return {}
+    quoted = " ".join(shlex.quote(p) for p in paths)
+    result = device.shell(f"for f in {quoted}; do [ -f \"$f\" ] && sha256sum \"$f\"; done; true")
+    sums: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        digest, _, path = line.strip().partition("  ")
+        if len(digest) == 64 and path:
+            sums[path] = digest
+    return sums
+
+
+def ensure_artifacts(
+    device: PushDevice,
+    artifacts: Sequence[Artifact],
+    progress: Callable[[str, int, int], None] | None = None,
+) -> PushReport:
+    """Make every artefact present and verified on the device; push only what is missing."""
+    present = remote_checksums(device, [a.remote for a in artifacts])
+    pushed = files = reused = 0
+    for artifact in artifacts:
+        if present.get(artifact.remote) == artifact.sha256:
+            reused += 1
+            continue
+        size = artifact.local.stat().st_size
+        tmp = f"{artifact.remote}.part"
+        folder = artifact.remote.rsplit("/", 1)[0]
+        device.shell(f"mkdir -p {shlex.quote(folder)}")
+
+        def tick(done: int, name: str = artifact.local.name, total: int = size) -> None:
+            if progress is not None:
+                progress(name, done, total)
+
+        device.push(artifact.local, tmp, progress=tick)
+        mode = "755" if artifact.executable else "644"
+        check = device.shell(
+            f"chmod {mode} {shlex.quote(tmp)} && sha256sum {shlex.quote(tmp)}")
+        got = check.stdout.strip().split("  ")[0]
+        if got != artifact.sha256:
+            device.shell(f"rm -f {shlex.quote(tmp)}")
+            raise DeviceError(
+                f"{artifact.local.name} arrived corrupted (sha256 {got[:12] or 'none'}, "
+                f"expected {artifact.sha256[:12]}); check the device's storage", device.serial)
+        moved = device.shell(f"mv -f {shlex.quote(tmp)} {shlex.quote(artifact.remote)}")
+        if moved.exit_code != 0:
+            raise DeviceError(f"cannot place {artifact.remote}: {moved.stderr.strip()}",
+                              device.serial)
+        pushed += size
+        files += 1
+    return PushReport(bytes_pushed=pushed, files_pushed=files, files_reused=reused)
