@@ -18,9 +18,9 @@ class CooldownPolicy(Protocol):
     @property
     def max_thermal_status(self) -> int: ...
     @property
-    def max_temp_c(self) -> float | None: ...
+    def max_temperature_c(self) -> float | None: ...
     @property
-    def min_battery(self) -> int | None: ...
+    def min_battery_pct(self) -> int | None: ...
     @property
     def max_wait_s(self) -> float: ...
 
@@ -36,12 +36,12 @@ class GateResult:
 def not_ready_reason(state: DeviceState, policy: CooldownPolicy) -> str | None:
     if state.thermal_status is not None and state.thermal_status > policy.max_thermal_status:
         return f"thermal status {state.thermal_status} > {policy.max_thermal_status}"
-    if (policy.max_temp_c is not None and state.max_temp_c is not None
-            and state.max_temp_c > policy.max_temp_c):
-        return f"temperature {state.max_temp_c:.1f} °C > {policy.max_temp_c:.1f} °C"
-    if (policy.min_battery is not None and state.battery_level is not None
-            and state.battery_level < policy.min_battery):
-        return f"battery {state.battery_level}% < {policy.min_battery}%"
+    if (policy.max_temperature_c is not None and state.max_temp_c is not None
+            and state.max_temp_c > policy.max_temperature_c):
+        return f"temperature {state.max_temp_c:.1f} °C > {policy.max_temperature_c:.1f} °C"
+    if (policy.min_battery_pct is not None and state.battery_level is not None
+            and state.battery_level < policy.min_battery_pct):
+        return f"battery {state.battery_level}% < {policy.min_battery_pct}%"
     return None
 
 

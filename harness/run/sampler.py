@@ -32,6 +32,8 @@ class Sampler:
     read_state: Callable[[], DeviceState]
     interval_s: float = 1.0
     state_every: int = 2
+    fast_start_s: float = 0.0  # sample every fast_interval_s at first, so short trials count
+    fast_interval_s: float = 0.1
     clock: Callable[[], float] = time.monotonic
     ticks: list[Tick] = field(default_factory=list)
     failures: int = 0
@@ -66,4 +68,5 @@ class Sampler:
         while not self._stop.is_set():
             self.sample_once(with_state=n % max(self.state_every, 1) == 0)
             n += 1
-            self._stop.wait(self.interval_s)
+            fast = self.clock() - self._start < self.fast_start_s
+            self._stop.wait(self.fast_interval_s if fast else self.interval_s)

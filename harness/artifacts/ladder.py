@@ -1,0 +1,145 @@
+"""Quantise a GGUF model into the ladder's types with llama-cpp-python's own quantiser.
+
+The harness measures how an engine behaves across quant levels, so the test models must be
+quantised by llama.cpp itself (the same code a user's ``llama-quantize`` runs), not by a Python
+re-implementation. Every file is written under a temporary name and renamed into place, so an
+interrupted run never leaves a half-written file that looks finished.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from harness.errors import ModelError
+
+# In the order of the ladder: from the unquantised base down to the smallest K-quant.
+LADDER_QUANTS: tuple[str, ...] = ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K")
+
+# general.file_type of each rung (llama.h's LLAMA_FTYPE_MOSTLY_* and gguf's LlamaFileType).
+FILE_TYPES: dict[str, int] = {
+    "F16": 1,
+    "Q8_0": 7,
+    "Q6_K": 18,
+    "Q5_K_M": 17,
+    "Q4_K_M": 15,
+    "Q3_K_M": 12,
+    "Q2_K": 10,
+}
+
+# The ggml tensor type of the bulk of the matrices (ffn_gate/ffn_up) in each rung. The *_M mixes
+# deliberately give a few tensors (attn_v, ffn_down, output) more bits; these two never do.
+MAIN_TENSOR_TYPES: dict[str, str] = {
+    "F16": "F16",
+    "Q8_0": "Q8_0",
+    "Q6_K": "Q6_K",
+    "Q5_K_M": "Q5_K",
+    "Q4_K_M": "Q4_K",
+    "Q3_K_M": "Q3_K",
+    "Q2_K": "Q2_K",
+}
+
+
+def llama_cpp_python_version() -> str:
+    """The installed llama-cpp-python version (part of the cache key: its quantiser may change)."""
+    try:
+        return metadata.version("llama-cpp-python")
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+@contextmanager
+def atomic_output(dest: Path) -> Iterator[Path]:
+    """Yield a temporary path next to ``dest``; rename it to ``dest`` only if the block succeeds."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def _quiet_llama_log() -> Iterator[None]:
+    """Keep llama.cpp's per-tensor quantisation log (routed to this logger) to errors only."""
+    logger = logging.getLogger("llama-cpp-python")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def quantize(src: Path, dest: Path, quant: str, nthread: int = 0) -> None:
+    """Quantise ``src`` (an F16/F32 GGUF) into ``dest`` as ``quant``, atomically.
+
+    ``nthread`` 0 lets llama.cpp use every core. Raises ModelError if llama-cpp-python is missing
+    or its quantiser reports a failure.
+    """
+    if quant not in FILE_TYPES:
+        allowed = ", ".join(LADDER_QUANTS)
+        raise ModelError(f"unknown quant {quant!r}; use one of {allowed}")
+    try:
+        import llama_cpp
+    except ImportError as error:
+        raise ModelError(
+            "llama-cpp-python is not installed; the quant ladder needs it (see README set-up)"
+        ) from error
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{quant}")
+    params.nthread = nthread
+    with atomic_output(dest) as tmp, _quiet_llama_log():
+        status = llama_cpp.llama_model_quantize(
+            str(src).encode(), str(tmp).encode(), ctypes.byref(params)
+        )
+        if status != 0:
+            raise ModelError(f"{src}: llama.cpp failed to quantise it to {quant} (status {status})")
+
+
+def quantize_ladder(
+    base: Path,
+    targets: dict[str, Path],
+    progress: Callable[[str], None] | None = None,
+) -> None:
+    """Make every missing file of ``targets`` (quant -> path) from ``base``; keep existing ones."""
+    for quant, path in targets.items():
+        if path.exists():
+            continue
+        if progress is not None:
+            progress(f"quantising {path.name}")
+        quantize(base, path, quant)
+
+
+@dataclass(frozen=True)
+class LadderFile:
+    """One rung of a ladder as a report shows it: which quant, where, how big, which bytes."""
+
+    quant: str
+    path: Path
+    size_bytes: int
+    sha256: str
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def describe_ladder(paths: dict[str, Path]) -> list[LadderFile]:
+    """Size and sha256 of every file of a ladder (quant -> path), in the given order."""
+    return [
+        LadderFile(quant, path, path.stat().st_size, file_sha256(path))
+        for quant, path in paths.items()
+    ]

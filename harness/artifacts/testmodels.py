@@ -1,0 +1,319 @@
+"""Deterministic synthetic llama-architecture GGUF models and their cached quant ladder.
+
+Tests, the demo and benchmarks need real GGUF files that llama.cpp loads and runs, at every quant
+level, without downloading weights. These models are generated from a seed: random (small,
+scaled) weights in the exact tensor layout of a llama model with grouped-query attention, and an
+SPM ("llama") vocabulary with byte-fallback tokens that llama.cpp's tokenizer accepts. Their text
+is gibberish; their shapes, memory and speed are what a benchmark needs.
+
+The ladder (F16 base plus llama.cpp quantisations) is cached by content under
+``$HARNESS_CACHE/models/<key>/`` (default ``~/.cache/harness``), so only the first call pays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from harness.artifacts.ladder import (
+    FILE_TYPES,
+    LADDER_QUANTS,
+    atomic_output,
+    llama_cpp_python_version,
+    quantize_ladder,
+)
+from harness.errors import ConfigError
+
+__all__ = [
+    "GENERATOR_VERSION",
+    "LADDER_QUANTS",
+    "LADDER_SIZES",
+    "LADDER_SPECS",
+    "ModelSpec",
+    "cache_key",
+    "ensure_ladder",
+    "ladder_dir",
+    "write_model",
+]
+
+# Bump whenever write_model's output changes, so cached ladders are remade.
+GENERATOR_VERSION = 1
+
+# K-quants pack 256-element super-blocks along a row; shorter rows fall back to other types.
+QK_K = 256
+N_SPECIAL = 3  # <unk>, <s>, </s>
+N_BYTE = 256  # <0x00>..<0xFF>
+SPACE = "\u2581"  # SentencePiece's word-boundary marker
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The shape of one synthetic model; every field takes part in the cache key."""
+
+    size: str
+    n_vocab: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    n_ff: int
+    n_ctx_train: int = 8192
+    rope_freq_base: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    init_std: float = 0.02
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("n_embd", "n_ff"):
+            if getattr(self, name) % QK_K:
+                raise ValueError(f"{name} must be a multiple of {QK_K} for K-quants")
+        if self.n_embd % self.n_head or self.n_head % self.n_head_kv:
+            raise ValueError("n_embd must divide by n_head, and n_head by n_head_kv")
+        if not self.n_head_kv < self.n_head:
+            raise ValueError("n_head_kv must be below n_head (grouped-query attention)")
+        if self.n_vocab <= N_SPECIAL + N_BYTE:
+            raise ValueError(f"n_vocab must exceed {N_SPECIAL + N_BYTE} (special + byte tokens)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def n_embd_kv(self) -> int:
+        return self.head_dim * self.n_head_kv
+
+    @property
+    def n_params(self) -> int:
+        """Parameter count, embeddings and output head included."""
+        per_layer = (
+            2 * self.n_embd  # attn_norm, ffn_norm
+            + 2 * self.n_embd * self.n_embd  # attn_q, attn_output
+            + 2 * self.n_embd * self.n_embd_kv  # attn_k, attn_v
+            + 3 * self.n_embd * self.n_ff  # ffn_gate, ffn_up, ffn_down
+        )
+        return 2 * self.n_vocab * self.n_embd + self.n_embd + self.n_layer * per_layer
+
+
+LADDER_SIZES = ("tiny", "bench")
+
+LADDER_SPECS: dict[str, ModelSpec] = {
+    # A few MB: loads in milliseconds, so tests can run every rung.
+    "tiny": ModelSpec(
+        size="tiny", n_vocab=1024, n_embd=256, n_layer=3, n_head=4, n_head_kv=2, n_ff=512
+    ),
+    # Tens of millions of parameters: a p64/g32 trial takes seconds on two cores.
+    "bench": ModelSpec(
+        size="bench", n_vocab=16384, n_embd=768, n_layer=8, n_head=12, n_head_kv=4, n_ff=2048
+    ),
+}
+
+
+def spec_for(size: str) -> ModelSpec:
+    """The spec of a ladder size; an unknown size is the user's mistake (ConfigError)."""
+    try:
+        return LADDER_SPECS[size]
+    except KeyError:
+        allowed = ", ".join(LADDER_SIZES)
+        raise ConfigError(f"unknown model size {size!r}; use one of: {allowed}") from None
+
+
+# --- vocabulary -------------------------------------------------------------------------------
+
+
+def _pieces(n_normal: int) -> list[str]:
+    """Word pieces, shortest first, each reachable by SPM merges of pieces already listed."""
+    letters = "etaoinshrdlcumwfgypbvkjxqz"
+    singles = [chr(c) for c in range(0x21, 0x7F)]
+    pieces: dict[str, None] = dict.fromkeys([SPACE])
+    for char in singles:
+        pieces[char] = None
+        pieces[SPACE + char] = None
+    stems = list(letters)
+    while len(pieces) < n_normal:
+        stems = [stem + letter for stem in stems for letter in letters]
+        for stem in stems:
+            pieces[SPACE + stem] = None
+            pieces[stem] = None
+            if len(pieces) >= n_normal:
+                break
+    return list(pieces)[:n_normal]
+
+
+def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
+    """Tokens, scores and token types of an SPM vocabulary of ``n_vocab`` entries.
+
+    Ids 0-2 are <unk>, <s>, </s> (llama.cpp's SPM defaults); 3-258 are the byte-fallback tokens
+    <0x00>..<0xFF> that llama.cpp needs for any text outside the vocabulary (and for "\\n").
+    """
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(N_BYTE)]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    types += [gguf.TokenType.BYTE] * N_BYTE
+    scores = [0.0] * len(tokens)
+    normal = _pieces(n_vocab - len(tokens))
+    tokens += normal
+    scores += [-float(i) for i in range(len(normal))]
+    types += [gguf.TokenType.NORMAL] * len(normal)
+    return tokens, scores, [int(t) for t in types]
+
+
+# --- weights ----------------------------------------------------------------------------------
+
+
+def _tensor_shapes(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
+    """llama tensor names and numpy shapes (rows = outputs), in file order."""
+    e, kv, ff = spec.n_embd, spec.n_embd_kv, spec.n_ff
+    shapes: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (spec.n_vocab, e))]
+    for i in range(spec.n_layer):
+        shapes += [
+            (f"blk.{i}.attn_norm.weight", (e,)),
+            (f"blk.{i}.attn_q.weight", (e, e)),
+            (f"blk.{i}.attn_k.weight", (kv, e)),
+            (f"blk.{i}.attn_v.weight", (kv, e)),
+            (f"blk.{i}.attn_output.weight", (e, e)),
+            (f"blk.{i}.ffn_norm.weight", (e,)),
+            (f"blk.{i}.ffn_gate.weight", (ff, e)),
+            (f"blk.{i}.ffn_up.weight", (ff, e)),
+            (f"blk.{i}.ffn_down.weight", (e, ff)),
+        ]
+    shapes += [("output_norm.weight", (e,)), ("output.weight", (spec.n_vocab, e))]
+    return shapes
+
+
+def _weights(spec: ModelSpec) -> Iterator[tuple[str, np.ndarray]]:
+    """Seeded weights in file order: F32 norms near 1, F16 matrices with small variance.
+
+    Projections back into the residual stream are scaled down by sqrt(2 * n_layer) (as GPT-2
+    does), so activations stay bounded through the layers and no rung produces NaNs.
+    """
+    rng = np.random.default_rng(spec.seed)
+    residual_scale = 1.0 / np.sqrt(2.0 * spec.n_layer)
+    for name, shape in _tensor_shapes(spec):
+        if len(shape) == 1:
+            norm = 1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)
+            yield name, norm.astype(np.float32)
+            continue
+        std = spec.init_std
+        if name.endswith(("attn_output.weight", "ffn_down.weight")):
+            std *= residual_scale
+        matrix = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+        yield name, matrix.astype(np.float16)
+
+
+# --- file -------------------------------------------------------------------------------------
+
+
+def write_model(spec: ModelSpec, path: Path) -> None:
+    """Write the F16 GGUF of ``spec`` to ``path``; the same spec always gives the same bytes."""
+    tokens, scores, types = vocabulary(spec.n_vocab)
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_name(f"harness-{spec.size}")
+    writer.add_file_type(FILE_TYPES["F16"])
+    writer.add_context_length(spec.n_ctx_train)
+    writer.add_embedding_length(spec.n_embd)
+    writer.add_block_count(spec.n_layer)
+    writer.add_feed_forward_length(spec.n_ff)
+    writer.add_head_count(spec.n_head)
+    writer.add_head_count_kv(spec.n_head_kv)
+    writer.add_rope_dimension_count(spec.head_dim)
+    writer.add_rope_freq_base(spec.rope_freq_base)
+    writer.add_layer_norm_rms_eps(spec.rms_norm_eps)
+    writer.add_vocab_size(spec.n_vocab)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    # Declare every tensor first, then stream the data: the bench model never sits in memory.
+    for name, shape in _tensor_shapes(spec):
+        dtype = np.dtype(np.float32 if len(shape) == 1 else np.float16)
+        writer.add_tensor_info(name, shape, dtype, int(np.prod(shape)) * dtype.itemsize)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for _, array in _weights(spec):
+        writer.write_tensor_data(array)
+    writer.close()
+
+
+# --- cached ladder ----------------------------------------------------------------------------
+
+
+def cache_key(spec: ModelSpec) -> str:
+    """Content key of a ladder: generator version, spec (seed included), quantiser version."""
+    identity = {
+        "generator": GENERATOR_VERSION,
+        "spec": dataclasses.asdict(spec),
+        "llama_cpp_python": llama_cpp_python_version(),
+    }
+    blob = json.dumps(identity, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def default_cache_root() -> Path:
+    return Path(os.environ.get("HARNESS_CACHE") or Path.home() / ".cache" / "harness")
+
+
+def ladder_dir(size: str = "tiny", cache_dir: Path | None = None) -> Path:
+    """Where the ladder of ``size`` lives: ``<cache root>/models/<key>/``."""
+    root = cache_dir if cache_dir is not None else default_cache_root()
+    return root / "models" / cache_key(spec_for(size))
+
+
+def ladder_paths(size: str = "tiny", cache_dir: Path | None = None) -> dict[str, Path]:
+    """quant -> file path of the ladder of ``size`` (whether or not made yet)."""
+    directory = ladder_dir(size, cache_dir)
+    return {q: directory / f"harness-{size}-{q}.gguf" for q in LADDER_QUANTS}
+
+
+@contextmanager
+def _exclusive(directory: Path) -> Iterator[None]:
+    """Hold a lock on the ladder directory so concurrent sessions do not quantise twice."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_ladder(
+    size: str = "tiny",
+    cache_dir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Path]:
+    """Make (or find) the quant ladder of ``size``; return quant -> GGUF file, in ladder order.
+
+    ``cache_dir`` replaces the cache root ($HARNESS_CACHE). Files already present are kept as
+    they are, so a second call returns at once without rewriting anything.
+    """
+    paths = ladder_paths(size, cache_dir)
+    if all(path.exists() for path in paths.values()):
+        return paths
+    spec = spec_for(size)
+    with _exclusive(paths["F16"].parent):
+        # Holding the lock, no one else is writing here: temporaries are from a killed run.
+        for stale in paths["F16"].parent.glob(".*.tmp-*"):
+            stale.unlink()
+        base = paths["F16"]
+        if not base.exists():
+            if progress is not None:
+                progress(f"generating {base.name} ({spec.n_params:,} parameters)")
+            with atomic_output(base) as tmp:
+                write_model(spec, tmp)
+        quantize_ladder(base, {q: p for q, p in paths.items() if q != "F16"}, progress)
+    return paths
