@@ -1,7 +1,177 @@
-"""CLI commands for this area (filled in by its issue)."""
+"""``harness plan``: what a matrix will cost on a device, before a phone spends a night on it."""
 
 from __future__ import annotations
 
-import click
+import json
+import sys
+from pathlib import Path
+from typing import Any
 
-COMMANDS: list[click.Command] = []
+import click
+from rich.console import Console
+from rich.table import Table
+
+from harness.matrix import expand, load_matrix
+from harness.plan import (
+    DEFAULT_RESERVE_BYTES,
+    PlannedCell,
+    display_label,
+    mib,
+    parse_size,
+    plan_cells,
+    plan_document,
+    resolve_models,
+    summarize,
+)
+from harness.profiles import DeviceProfile, find_profile, list_profiles
+
+MB = 1024 * 1024
+
+
+def _duration(seconds: float) -> str:
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def _console() -> Console:
+    # Wide when piped, so labels stay on one line in files and CI logs.
+    return Console(width=None if sys.stdout.isatty() else 220, highlight=False)
+
+
+def _device_json(profile: DeviceProfile | None, memory: str | None) -> dict[str, Any]:
+    if profile is None:
+        return {"name": "custom", "source": None, "available_mb": None, "memory": memory}
+    return {
+        "name": profile.name,
+        "source": profile.source,
+        "available_mb": profile.available_mb,
+        "ram_mb": profile.ram_mb,
+        "memory": memory,
+    }
+
+
+def _cell_table(planned: list[PlannedCell]) -> Table:
+    table = Table(show_lines=False, pad_edge=False)
+    for title in ("#", "build", "cell", "peak", "weights", "kv", "compute", "fits", "time"):
+        table.add_column(title, justify="right" if title not in ("build", "cell") else "left",
+                         no_wrap=title == "cell")
+    table.add_column("why not", overflow="fold")
+    for i, p in enumerate(planned, 1):
+        pred = p.prediction
+        terms = [mib(x) for x in (pred.total, pred.weights, pred.kv, pred.compute)] if pred else [
+            "-"] * 4
+        table.add_row(
+            str(i), p.cell.build, display_label(p.cell), *terms,
+            "yes" if p.feasible else "[red]no[/red]",
+            _duration(p.estimated_seconds) if p.feasible else "-",
+            "" if p.feasible else p.reason,
+        )
+    return table
+
+
+def _summary_line(name: str, available: int, reserve: int, planned: list[PlannedCell]) -> str:
+    s = summarize(planned)
+    return (
+        f"{name}: available {mib(available)} - reserve {mib(reserve)} = budget "
+        f"{mib(available - reserve)}; {s['feasible']} of {s['cells']} cells fit; "
+        f"estimated {_duration(s['estimated_seconds'])} for the feasible ones"
+    )
+
+
+@click.command("plan")
+@click.argument("matrix_path", metavar="MATRIX", type=click.Path(path_type=Path))
+@click.option("--device", "-d", "device", metavar="PROFILE",
+              help="Device profile name (devices/NAME.yaml) or path to a profile YAML.")
+@click.option("--memory", metavar="SIZE",
+              help="Available memory instead of the profile's (e.g. 6GiB, 5500MiB).")
+@click.option("--reserve", metavar="SIZE", default=None,
+              help="Headroom kept free for the rest of the phone (default 512MiB).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document for scripts.")
+def plan_command(
+    matrix_path: Path, device: str | None, memory: str | None, reserve: str | None, as_json: bool
+) -> None:
+    """Predict each cell's peak memory and duration, and whether it fits a device.
+
+    The budget is the device's available memory (the profile's available_mb, or --memory) minus
+    --reserve. Without --device and --memory, the matrix is planned for every profile in
+    devices/; the JSON is then {"schema_version", "matrix", "plans": [one document per
+    profile]}. Durations come from a simple throughput heuristic (docs/memory.md).
+
+    \b
+    Example:
+      harness plan matrices/smoke.yaml --device midrange-8gb
+      harness plan matrices/nightly.yaml --device midrange-8gb --json
+      harness plan matrices/nightly.yaml --memory 6GiB --reserve 1GiB
+    """
+    matrix = load_matrix(matrix_path)
+    cells = expand(matrix)
+    reserve_bytes = parse_size(reserve, "--reserve") if reserve else DEFAULT_RESERVE_BYTES
+    targets: list[tuple[DeviceProfile | None, int]] = []
+    if device is not None or memory is not None:
+        profile = find_profile(device) if device is not None else None
+        available = (
+            parse_size(memory, "--memory") if memory is not None
+            else profile.available_mb * MB if profile is not None else 0
+        )
+        targets.append((profile, available))
+    else:
+        targets = [(p, p.available_mb * MB) for p in list_profiles()]
+        if not targets:
+            raise click.UsageError("no device profiles found; give --device or --memory")
+
+    models = resolve_models(matrix, cells)  # after every argument is checked: it may do work
+    timeout = matrix.timeout.trial_s
+    plans = [
+        (profile, available, plan_cells(cells, models, available, reserve_bytes, timeout))
+        for profile, available in targets
+    ]
+    if as_json:
+        documents = [
+            plan_document(matrix, _device_json(profile, memory), available, reserve_bytes, planned)
+            for profile, available, planned in plans
+        ]
+        if len(plans) == 1 and (device is not None or memory is not None):
+            click.echo(json.dumps(documents[0], indent=2))
+        else:
+            click.echo(json.dumps({
+                "schema_version": documents[0]["schema_version"],
+                "matrix": documents[0]["matrix"],
+                "plans": documents,
+            }, indent=2))
+        return
+
+    console = _console()
+    console.print(f"[bold]{matrix.name}[/bold] ({matrix.source}): {len(cells)} cells, "
+                  f"{matrix.repetitions} repetitions each")
+    if len(plans) == 1:
+        profile, available, planned = plans[0]
+        console.print(_cell_table(planned))
+        console.print(_summary_line(profile.name if profile else "custom", available,
+                                    reserve_bytes, planned))
+        return
+    table = Table(pad_edge=False)
+    for title in ("#", "build", "cell", "peak"):
+        table.add_column(title, no_wrap=title == "cell")
+    for profile, _, _ in plans:
+        table.add_column(profile.name if profile else "custom")
+    for i, cell in enumerate(cells):
+        first = plans[0][2][i]
+        peak = mib(first.prediction.total) if first.prediction else "-"
+        verdicts = [
+            "yes" if planned[i].feasible else f"[red]no[/red] ({planned[i].reason_code})"
+            for _, _, planned in plans
+        ]
+        table.add_row(str(i + 1), cell.build, display_label(cell), peak, *verdicts)
+    console.print(table)
+    for profile, available, planned in plans:
+        console.print(_summary_line(profile.name if profile else "custom", available,
+                                    reserve_bytes, planned))
+
+
+COMMANDS: list[click.Command] = [plan_command]

@@ -1,0 +1,1 @@
+"""Artifacts the harness measures with: engine builds, models and the caches that hold them."""

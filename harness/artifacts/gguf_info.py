@@ -1,0 +1,209 @@
+"""Model facts read from a GGUF file's metadata, for the memory predictor and the store.
+
+Only the header and tensor table are read (the ``gguf`` package memory-maps the file), so this
+is cheap even for multi-GB models. A file that is not a sound GGUF ends in a ``ModelError``
+naming the file and the problem, never in a numpy or struct traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ModelError
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+_HEADER = struct.Struct("<4sIQQ")  # magic, version, tensor count, metadata key/value count
+# Smallest possible entries: a tensor info is a name (u64 length + 1 byte), n_dims (u32), one
+# dimension (u64), a type (u32) and an offset (u64); a key/value is a key (u64 + 1), a type
+# (u32) and at least one byte of value. More entries than fit in the file is an absurd count.
+_MIN_TENSOR_INFO = 8 + 1 + 4 + 8 + 4 + 8
+_MIN_KV = 8 + 1 + 4 + 1
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: str
+    architecture: str
+    name: str
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim_k: int
+    head_dim_v: int
+    n_embd: int
+    n_ff: int
+    n_vocab: int
+    context_length: int
+    file_type: int  # general.file_type, -1 when the file does not say
+    file_type_name: str  # llama.cpp's name, e.g. Q4_K_M ("unknown" when absent)
+    tensor_bytes: int  # sum of the tensors' data sizes
+    n_params: int  # sum of the tensors' element counts
+    file_size: int
+
+
+def file_type_name(file_type: int) -> str:
+    """llama.cpp's name of a ``general.file_type`` value (``15`` -> ``Q4_K_M``)."""
+    from gguf import LlamaFileType
+
+    try:
+        member = LlamaFileType(file_type)
+    except ValueError:
+        return f"unknown({file_type})"
+    return member.name.removeprefix("MOSTLY_").removeprefix("ALL_")
+
+
+def _check_header(path: Path, size: int) -> None:
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(_HEADER.size)
+    except OSError as error:
+        raise ModelError(f"{path}: cannot read ({error.strerror or error})") from error
+    if len(head) < _HEADER.size:
+        raise ModelError(
+            f"{path}: truncated GGUF ({size} bytes; the header alone needs {_HEADER.size})"
+        )
+    magic, version, n_tensors, n_kv = _HEADER.unpack(head)
+    if magic != GGUF_MAGIC:
+        raise ModelError(f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+    if version not in SUPPORTED_VERSIONS:
+        raise ModelError(f"{path}: unsupported GGUF version {version} (supported: 2, 3)")
+    if n_tensors * _MIN_TENSOR_INFO > size:
+        raise ModelError(f"{path}: absurd tensor count {n_tensors} for a file of {size} bytes")
+    if n_kv * _MIN_KV > size:
+        raise ModelError(f"{path}: absurd metadata count {n_kv} for a file of {size} bytes")
+
+
+def _field(fields: dict[str, Any], key: str) -> Any:
+    field = fields.get(key)
+    if field is None:
+        return None
+    value = field.contents()
+    if isinstance(value, list):  # per-layer arrays (e.g. head_count_kv): the largest bounds memory
+        numbers = [v for v in value if isinstance(v, int | float)]
+        return max(numbers) if numbers else value
+    return value
+
+
+def _need_int(fields: dict[str, Any], key: str, path: Path) -> int:
+    value = _field(fields, key)
+    if value is None:
+        raise ModelError(f"{path}: GGUF metadata lacks '{key}'")
+    if not isinstance(value, int | float):
+        raise ModelError(f"{path}: GGUF metadata '{key}' is not a number ({value!r})")
+    return int(value)
+
+
+def _optional_int(fields: dict[str, Any], key: str, default: int) -> int:
+    value = _field(fields, key)
+    return int(value) if isinstance(value, int | float) else default
+
+
+def read_model_info(path: Path | str) -> ModelInfo:
+    """Architecture, sizes and file type of a GGUF model, from its metadata."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as error:
+        raise ModelError(f"{path}: cannot read ({error.strerror or error})") from error
+    if not path.is_file():
+        raise ModelError(f"{path}: not a file")
+    _check_header(path, size)
+
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(path, "r")
+        fields: dict[str, Any] = dict(reader.fields)
+        tensors = list(reader.tensors)
+    except (ValueError, IndexError, KeyError, TypeError, OverflowError, struct.error,
+            UnicodeDecodeError, MemoryError) as error:
+        raise ModelError(f"{path}: truncated or corrupt GGUF ({error})") from error
+    except OSError as error:
+        raise ModelError(f"{path}: cannot read ({error.strerror or error})") from error
+
+    for tensor in tensors:
+        end = int(tensor.data_offset) + int(tensor.n_bytes)
+        if end > size:
+            raise ModelError(
+                f"{path}: truncated GGUF (tensor '{tensor.name}' ends at byte {end}, "
+                f"the file has {size})"
+            )
+
+    arch = _field(fields, "general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise ModelError(f"{path}: GGUF metadata lacks 'general.architecture'")
+    n_layer = _need_int(fields, f"{arch}.block_count", path)
+    n_embd = _need_int(fields, f"{arch}.embedding_length", path)
+    n_head = _need_int(fields, f"{arch}.attention.head_count", path)
+    n_head_kv = _optional_int(fields, f"{arch}.attention.head_count_kv", n_head)
+    default_head_dim = n_embd // n_head if n_head else 0
+    n_vocab = _optional_int(fields, f"{arch}.vocab_size", 0)
+    if not n_vocab and "tokenizer.ggml.tokens" in fields:
+        n_vocab = len(fields["tokenizer.ggml.tokens"].data)
+    if not n_vocab:
+        embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
+        n_vocab = int(embd.shape[-1]) if embd is not None and len(embd.shape) > 1 else 0
+    file_type = _optional_int(fields, "general.file_type", -1)
+    name = _field(fields, "general.name")
+    return ModelInfo(
+        path=str(path),
+        architecture=arch,
+        name=name if isinstance(name, str) and name else path.stem,
+        n_layer=n_layer,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim_k=_optional_int(fields, f"{arch}.attention.key_length", default_head_dim),
+        head_dim_v=_optional_int(fields, f"{arch}.attention.value_length", default_head_dim),
+        n_embd=n_embd,
+        n_ff=_optional_int(fields, f"{arch}.feed_forward_length", 4 * n_embd),
+        n_vocab=n_vocab,
+        context_length=_optional_int(fields, f"{arch}.context_length", 0),
+        file_type=file_type,
+        file_type_name=file_type_name(file_type) if file_type >= 0 else "unknown",
+        tensor_bytes=sum(int(t.n_bytes) for t in tensors),
+        n_params=sum(int(t.n_elements) for t in tensors),
+        file_size=size,
+    )
+
+
+_SHA_CACHE: dict[tuple[str, int, int], str] = {}
+_SHA_LOCK = threading.Lock()
+
+
+def file_sha256(path: Path | str) -> str:
+    """SHA-256 of a file, cached in this process by (path, size, mtime).
+
+    Hashing a multi-GB model takes seconds; the planner, the push cache and the store all want
+    the digest, so it is computed once per file version.
+    """
+    path = Path(path)
+    try:
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        with _SHA_LOCK:
+            if key in _SHA_CACHE:
+                return _SHA_CACHE[key]
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as error:
+        raise ModelError(f"{path}: cannot read ({error.strerror or error})") from error
+    value = digest.hexdigest()
+    with _SHA_LOCK:
+        _SHA_CACHE[key] = value
+    return value
+
+
+def sha256_cache_size() -> int:
+    """How many digests are cached (for tests and diagnostics)."""
+    return len(_SHA_CACHE)
+
+
+__all__ = ["ModelInfo", "file_sha256", "file_type_name", "read_model_info"]

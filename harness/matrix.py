@@ -1,0 +1,512 @@
+"""Test matrices: load and validate ``matrices/*.yaml``, expand them into cells.
+
+A matrix is the unit a performance engineer edits every week, so a mistake in it must end in one
+line naming the file, the key path (``axes.n_ctx[2]``), the bad value and what is allowed, never a
+traceback halfway through a night. Expansion follows GitHub Actions matrix semantics (every
+combination, minus excludes, plus includes) and is a pure function; docs/matrices.md has the
+format and examples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.cell import FLASH_ATTN, KV_TYPES, Cell
+from harness.errors import ConfigError
+from harness.memory import BITS_PER_WEIGHT, ModelCard
+
+# Axes in expansion order (the last one varies fastest).
+AXES = (
+    "build", "model", "quant", "n_ctx", "kv", "threads", "affinity", "flash_attn", "mmap",
+    "n_batch", "n_ubatch",
+)
+REQUIRED_AXES = ("build", "model", "quant", "n_ctx")
+# Values of axes a matrix leaves out (llama.cpp's own defaults where it has one).
+AXIS_DEFAULTS: dict[str, Any] = {
+    "kv": ("f16", "f16"),
+    "threads": 4,
+    "affinity": "all",
+    "flash_attn": "auto",
+    "mmap": True,
+    "n_batch": 2048,
+    "n_ubatch": 512,
+}
+WORKLOAD_KEYS = ("n_prompt", "n_gen", "n_depth")
+TOP_KEYS = (
+    "name", "description", "axes", "models", "workload", "repetitions", "cooldown", "timeout",
+    "include", "exclude",
+)
+REQUIRED_TOP_KEYS = ("name", "axes", "models", "workload")
+# llama.cpp file-type names, largest first (that is how people read a quant ladder).
+QUANTS = tuple(sorted(BITS_PER_WEIGHT, key=lambda q: (-BITS_PER_WEIGHT[q], q)))
+LADDER_SIZES = ("tiny", "bench")
+CARD_KEYS = ("n_layer", "n_head", "n_head_kv", "head_dim", "n_embd", "n_ff", "n_vocab", "n_params")
+COOLDOWN_DEFAULTS: dict[str, float] = {
+    "max_thermal_status": 1, "max_temperature_c": 40.0, "min_battery_pct": 20, "max_wait_s": 600.0,
+}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_MASK = re.compile(r"^0x[0-9a-fA-F]+$")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a matrix's model comes from: the synthetic ladder, or a GGUF path per quant."""
+
+    name: str
+    ladder: str | None = None  # "tiny" or "bench"
+    path: str | None = None  # a template with {quant}, relative to the working directory
+    card: ModelCard | None = None  # architecture to plan with when the file is absent
+
+    def path_for(self, quant: str) -> Path | None:
+        if self.path is None:
+            return None
+        return Path(self.path.format(quant=quant)).expanduser()
+
+
+@dataclass(frozen=True)
+class Workload:
+    n_prompt: int
+    n_gen: int
+    n_depth: int = 0
+
+
+@dataclass(frozen=True)
+class CooldownPolicy:
+    """Wait before a trial until the phone is this cool and charged (or give up after a while)."""
+
+    max_thermal_status: int = 1  # Android thermal status: 0 none .. 6 shutdown
+    max_temperature_c: float = 40.0
+    min_battery_pct: int = 20
+    max_wait_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class TimeoutPolicy:
+    trial_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Matrix:
+    name: str
+    description: str
+    axes: Mapping[str, tuple[Any, ...]]  # declared axes only, in AXES order, values normalised
+    models: Mapping[str, ModelSource]
+    workload: Workload
+    repetitions: int = 3
+    cooldown: CooldownPolicy = field(default_factory=CooldownPolicy)
+    timeout: TimeoutPolicy = field(default_factory=TimeoutPolicy)
+    include: tuple[Mapping[str, Any], ...] = ()
+    exclude: tuple[Mapping[str, Any], ...] = ()
+    source: str = "<matrix>"
+
+
+# --- validation helpers -------------------------------------------------------------------------
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Mapping | list):
+        return type(value).__name__ if not value else json.dumps(value, default=str)
+    return json.dumps(value, default=str)
+
+
+class _Checker:
+    """Raises ConfigError lines of the form ``FILE: KEY.PATH: problem``."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.source}: {where}: {problem}")
+
+    def mapping(self, value: Any, where: str) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.fail(where, f"must be a mapping of keys, got {_show(value)}")
+        return value
+
+    def keys(self, data: Mapping[str, Any], where: str, allowed: tuple[str, ...]) -> None:
+        for key in data:
+            if key not in allowed:
+                prefix = f"{where}." if where else ""
+                raise self.fail(
+                    f"{prefix}{key}", f"unknown key (allowed: {', '.join(allowed)})"
+                )
+
+    def integer(self, value: Any, where: str, minimum: int, maximum: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            upper = "" if maximum is None else f" and <= {maximum}"
+            raise self.fail(
+                where, f"{_show(value)} is not an integer (allowed: integers >= {minimum}{upper})"
+            )
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+            raise self.fail(where, f"{value} is out of range (allowed: integers {bound})")
+        return value
+
+    def number(self, value: Any, where: str, minimum: float) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.fail(
+                where, f"{_show(value)} is not a number (allowed: numbers >= {minimum})"
+            )
+        if value < minimum:
+            raise self.fail(where, f"{value} is out of range (allowed: numbers >= {minimum})")
+        return float(value)
+
+    def name(self, value: Any, where: str, what: str) -> str:
+        if not isinstance(value, str) or not _NAME.match(value):
+            raise self.fail(where, f"{_show(value)} is not a valid {what} (allowed: letters, "
+                                   "digits and . _ + -, not starting with punctuation)")
+        return value
+
+
+def _choice(check: _Checker, value: Any, where: str, allowed: tuple[str, ...], what: str) -> str:
+    if isinstance(value, str):
+        for option in allowed:
+            if value.lower() == option.lower():
+                return option
+    raise check.fail(where, f"unknown {what} {_show(value)} (allowed: {', '.join(allowed)})")
+
+
+def _kv_value(check: _Checker, value: Any, where: str) -> tuple[str, str]:
+    if isinstance(value, Mapping):
+        check.keys(value, where, ("type_k", "type_v"))
+        if set(value) != {"type_k", "type_v"}:
+            raise check.fail(where, "a KV pair needs both type_k and type_v")
+        return (
+            _choice(check, value["type_k"], f"{where}.type_k", KV_TYPES, "KV cache type"),
+            _choice(check, value["type_v"], f"{where}.type_v", KV_TYPES, "KV cache type"),
+        )
+    if isinstance(value, str) and "/" in value:
+        k, _, v = value.partition("/")
+        return (
+            _choice(check, k, where, KV_TYPES, "KV cache type"),
+            _choice(check, v, where, KV_TYPES, "KV cache type"),
+        )
+    same = _choice(check, value, where, KV_TYPES, "KV cache type")
+    return (same, same)
+
+
+def _affinity(check: _Checker, value: Any, where: str) -> str:
+    if isinstance(value, str) and value.lower() in ("all", "big"):
+        return value.lower()
+    if isinstance(value, str) and _MASK.match(value) and int(value, 16) > 0:
+        return value.lower()
+    raise check.fail(where, f"{_show(value)} is not a CPU affinity (allowed: all, big, or a "
+                            "non-zero hex mask such as 0xf0)")
+
+
+def _flash(check: _Checker, value: Any, where: str) -> str:
+    if value is True:  # YAML 1.1 reads a bare on/off as a boolean
+        return "on"
+    if value is False:
+        return "off"
+    return _choice(check, value, where, FLASH_ATTN, "flash_attn value")
+
+
+def _mmap(check: _Checker, value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise check.fail(where, f"{_show(value)} is not a boolean (allowed: true, false)")
+    return value
+
+
+AxisParser = Callable[[_Checker, Any, str], Any]
+AXIS_PARSERS: dict[str, AxisParser] = {
+    "build": lambda c, v, w: c.name(v, w, "build name"),
+    "model": lambda c, v, w: c.name(v, w, "model name"),
+    "quant": lambda c, v, w: _choice(c, v, w, QUANTS, "quant"),
+    "n_ctx": lambda c, v, w: c.integer(v, w, 1),
+    "kv": _kv_value,
+    "threads": lambda c, v, w: c.integer(v, w, 1),
+    "affinity": _affinity,
+    "flash_attn": _flash,
+    "mmap": _mmap,
+    "n_batch": lambda c, v, w: c.integer(v, w, 1),
+    "n_ubatch": lambda c, v, w: c.integer(v, w, 1),
+}
+WORKLOAD_PARSERS: dict[str, AxisParser] = {
+    "n_prompt": lambda c, v, w: c.integer(v, w, 0),
+    "n_gen": lambda c, v, w: c.integer(v, w, 0),
+    "n_depth": lambda c, v, w: c.integer(v, w, 0),
+}
+
+
+# --- sections -----------------------------------------------------------------------------------
+
+
+def _parse_axes(check: _Checker, raw: Any) -> dict[str, tuple[Any, ...]]:
+    data = check.mapping(raw, "axes")
+    check.keys(data, "axes", AXES)
+    for axis in REQUIRED_AXES:
+        if axis not in data:
+            required = ", ".join(REQUIRED_AXES)
+            raise check.fail("axes", f"missing axis '{axis}' (required: {required})")
+    axes: dict[str, tuple[Any, ...]] = {}
+    for axis in AXES:
+        if axis not in data:
+            continue
+        values = data[axis]
+        if not isinstance(values, list):
+            values = [values]  # a single value is a one-value axis
+        if not values:
+            raise check.fail(f"axes.{axis}", "empty list (an axis needs at least one value)")
+        parsed = [AXIS_PARSERS[axis](check, v, f"axes.{axis}[{i}]") for i, v in enumerate(values)]
+        axes[axis] = tuple(dict.fromkeys(parsed))  # repeated values add nothing
+    return axes
+
+
+def _parse_card(check: _Checker, raw: Any, where: str) -> ModelCard:
+    data = check.mapping(raw, where)
+    check.keys(data, where, CARD_KEYS)
+    values: dict[str, int] = {}
+    for key in CARD_KEYS:
+        if key not in data:
+            raise check.fail(where, f"missing key '{key}' (a card needs: {', '.join(CARD_KEYS)})")
+        value = data[key]
+        if key == "n_params" and isinstance(value, str | float) and not isinstance(value, bool):
+            with contextlib.suppress(ValueError):  # PyYAML reads 1.24e9 as a string
+                value = int(float(value))
+        values[key] = check.integer(value, f"{where}.{key}", 1)
+    return ModelCard(**values)
+
+
+def _parse_models(check: _Checker, raw: Any) -> dict[str, ModelSource]:
+    data = check.mapping(raw, "models")
+    if not data:
+        raise check.fail("models", "empty mapping (declare each model of axes.model)")
+    models: dict[str, ModelSource] = {}
+    for name, spec in data.items():
+        where = f"models.{name}"
+        check.name(name, where, "model name")
+        spec = check.mapping(spec, where)
+        check.keys(spec, where, ("ladder", "path", "card"))
+        if ("ladder" in spec) == ("path" in spec):
+            raise check.fail(where, "give exactly one source: ladder (tiny, bench) or path")
+        if "ladder" in spec:
+            if "card" in spec:
+                raise check.fail(f"{where}.card", "a ladder model needs no card (its files exist)")
+            ladder = _choice(check, spec["ladder"], f"{where}.ladder", LADDER_SIZES, "ladder size")
+            models[name] = ModelSource(name=name, ladder=ladder)
+            continue
+        template = spec["path"]
+        if not isinstance(template, str) or not template:
+            raise check.fail(f"{where}.path", f"{_show(template)} is not a path template")
+        try:
+            template.format(quant="Q4_K_M")
+        except (KeyError, IndexError, ValueError) as error:
+            raise check.fail(
+                f"{where}.path", f"{_show(template)} is not a valid template ({error!s}; the "
+                "only placeholder is {quant}, write {{ and }} for literal braces)"
+            ) from error
+        card = _parse_card(check, spec["card"], f"{where}.card") if "card" in spec else None
+        models[name] = ModelSource(name=name, path=template, card=card)
+    return models
+
+
+def _parse_workload(check: _Checker, raw: Any) -> Workload:
+    data = check.mapping(raw, "workload")
+    check.keys(data, "workload", WORKLOAD_KEYS)
+    for key in ("n_prompt", "n_gen"):
+        if key not in data:
+            raise check.fail("workload", f"missing key '{key}'")
+    values = {k: WORKLOAD_PARSERS[k](check, data[k], f"workload.{k}") for k in data}
+    if values["n_prompt"] + values["n_gen"] == 0:
+        raise check.fail("workload", "n_prompt and n_gen are both 0 (nothing to measure)")
+    return Workload(**values)
+
+
+def _parse_cooldown(check: _Checker, raw: Any) -> CooldownPolicy:
+    data = check.mapping(raw, "cooldown")
+    check.keys(data, "cooldown", tuple(COOLDOWN_DEFAULTS))
+    return CooldownPolicy(
+        max_thermal_status=check.integer(
+            data.get("max_thermal_status", 1), "cooldown.max_thermal_status", 0, 6
+        ),
+        max_temperature_c=check.number(
+            data.get("max_temperature_c", 40.0), "cooldown.max_temperature_c", 1
+        ),
+        min_battery_pct=check.integer(
+            data.get("min_battery_pct", 20), "cooldown.min_battery_pct", 0, 100
+        ),
+        max_wait_s=check.number(data.get("max_wait_s", 600.0), "cooldown.max_wait_s", 0),
+    )
+
+
+def _parse_timeout(check: _Checker, raw: Any) -> TimeoutPolicy:
+    data = check.mapping(raw, "timeout")
+    check.keys(data, "timeout", ("trial_s",))
+    return TimeoutPolicy(trial_s=check.number(data.get("trial_s", 600.0), "timeout.trial_s", 1))
+
+
+def _parse_rules(
+    check: _Checker,
+    raw: Any,
+    kind: str,
+    axes: Mapping[str, tuple[Any, ...]],
+    models: Mapping[str, ModelSource],
+) -> tuple[Mapping[str, Any], ...]:
+    if not isinstance(raw, list):
+        raise check.fail(kind, f"must be a list of mappings, got {_show(raw)}")
+    rules = []
+    allowed = tuple(axes) if kind == "exclude" else AXES + WORKLOAD_KEYS
+    for i, rule in enumerate(raw):
+        where = f"{kind}[{i}]"
+        rule = check.mapping(rule, where)
+        if not rule:
+            raise check.fail(where, "empty rule (name at least one axis)")
+        parsed: dict[str, Any] = {}
+        for key, value in rule.items():
+            if key not in allowed:
+                what = "axes of this matrix" if kind == "exclude" else "allowed"
+                names = ", ".join(allowed)
+                raise check.fail(f"{where}.{key}", f"unknown axis ({what}: {names})")
+            parser = AXIS_PARSERS.get(key) or WORKLOAD_PARSERS[key]
+            parsed[key] = parser(check, value, f"{where}.{key}")
+            if kind == "exclude" and parsed[key] not in axes[key]:
+                raise check.fail(
+                    f"{where}.{key}",
+                    f"{_show(value)} is not a value of axis {key} "
+                    f"(values: {', '.join(_show_value(v) for v in axes[key])})",
+                )
+            if key == "model" and parsed[key] not in models:
+                raise check.fail(
+                    f"{where}.model", f"model {_show(value)} is not declared in models"
+                )
+        rules.append(parsed)
+    return tuple(rules)
+
+
+def _show_value(value: Any) -> str:
+    if isinstance(value, tuple):
+        return value[0] if value[0] == value[1] else f"{value[0]}/{value[1]}"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# --- public API ---------------------------------------------------------------------------------
+
+
+def parse_matrix(data: Any, source: str) -> Matrix:
+    """Validate an already-parsed YAML document; ``source`` names it in error messages."""
+    check = _Checker(source)
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{source}: a matrix must be a mapping of keys, got {_show(data)}")
+    check.keys(data, "", TOP_KEYS)
+    for key in REQUIRED_TOP_KEYS:
+        if key not in data:
+            raise ConfigError(f"{source}: missing key '{key}' (required: "
+                              f"{', '.join(REQUIRED_TOP_KEYS)})")
+    name = check.name(data["name"], "name", "matrix name")
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise check.fail("description", f"{_show(description)} is not a string")
+    axes = _parse_axes(check, data["axes"])
+    models = _parse_models(check, data["models"])
+    for i, model in enumerate(axes["model"]):
+        if model not in models:
+            raise check.fail(f"axes.model[{i}]", f"model {_show(model)} is not declared in models "
+                                                 f"(declared: {', '.join(models)})")
+    matrix = Matrix(
+        name=name,
+        description=description,
+        axes=axes,
+        models=models,
+        workload=_parse_workload(check, data["workload"]),
+        repetitions=check.integer(data.get("repetitions", 3), "repetitions", 1),
+        cooldown=_parse_cooldown(check, data.get("cooldown", {})),
+        timeout=_parse_timeout(check, data.get("timeout", {})),
+        include=_parse_rules(check, data.get("include", []), "include", axes, models),
+        exclude=_parse_rules(check, data.get("exclude", []), "exclude", axes, models),
+        source=source,
+    )
+    if not expand(matrix):
+        raise ConfigError(f"{source}: exclude removes every combination (nothing to run)")
+    return matrix
+
+
+def load_matrix(path: Path | str) -> Matrix:
+    """Read and validate a matrix file (``ConfigError`` with one line on any mistake)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read ({error.strerror or error})") from error
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not a text file ({error.reason})") from error
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f" line {mark.line + 1}:" if mark is not None else ""
+        problem = getattr(error, "problem", None) or "syntax error"
+        raise ConfigError(f"{path}:{line} not valid YAML ({problem})") from error
+    return parse_matrix(data, str(path))
+
+
+def _matches(combo: Mapping[str, Any], rule: Mapping[str, Any]) -> bool:
+    return all(key in combo and combo[key] == value for key, value in rule.items())
+
+
+def expand(matrix: Matrix) -> list[Cell]:
+    """Every combination of the axes, minus excludes, plus includes, as cells.
+
+    Order is deterministic: the cartesian product in ``AXES`` order (last axis fastest), then
+    combinations added by includes in rule order. Identical cells are kept once.
+    """
+    names = list(matrix.axes)
+    combos: list[dict[str, Any]] = [
+        dict(zip(names, values, strict=True))
+        for values in itertools.product(*(matrix.axes[n] for n in names))
+    ]
+    combos = [c for c in combos if not any(_matches(c, rule) for rule in matrix.exclude)]
+    base = list(combos)
+    for index, rule in enumerate(matrix.include):
+        original = {k: v for k, v in rule.items() if k in matrix.axes}
+        extra = {k: v for k, v in rule.items() if k not in matrix.axes}
+        hits = [c for c in base if _matches(c, original)]
+        for combo in hits:
+            combo.update(extra)
+        if not hits:
+            missing = [n for n in names if n not in rule]
+            if missing:
+                raise ConfigError(
+                    f"{matrix.source}: include[{index}]: matches no combination, so it adds one, "
+                    f"but leaves axis '{missing[0]}' unset (a new combination sets every axis of "
+                    f"the matrix: {', '.join(names)})"
+                )
+            combos.append(dict(rule))
+    cells: dict[str, Cell] = {}
+    for combo in combos:
+        cell = _to_cell(combo, matrix)
+        cells.setdefault(cell.cell_id, cell)
+    return list(cells.values())
+
+
+def _to_cell(combo: Mapping[str, Any], matrix: Matrix) -> Cell:
+    values = {**AXIS_DEFAULTS, **combo}
+    type_k, type_v = values["kv"]
+    workload = matrix.workload
+    return Cell(
+        build=values["build"],
+        model=values["model"],
+        quant=values["quant"],
+        n_ctx=values["n_ctx"],
+        type_k=type_k,
+        type_v=type_v,
+        threads=values["threads"],
+        affinity=values["affinity"],
+        flash_attn=values["flash_attn"],
+        mmap=values["mmap"],
+        n_batch=values["n_batch"],
+        n_ubatch=values["n_ubatch"],
+        n_prompt=values.get("n_prompt", workload.n_prompt),
+        n_gen=values.get("n_gen", workload.n_gen),
+        n_depth=values.get("n_depth", workload.n_depth),
+        repetitions=matrix.repetitions,
+    )

@@ -1,0 +1,289 @@
+"""Plan: each cell of a matrix against one device's memory, with a verdict and a duration.
+
+``plan_cells`` is pure (cells + model facts + a memory budget in, verdicts out) so ``harness run``
+reuses it unchanged; ``resolve_models`` is the I/O edge that reads GGUF metadata, makes the test
+ladder or falls back to a matrix's architecture card. The JSON document built by
+``plan_document`` is a stable interface for scripts (``schema_version`` changes when it does).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.artifacts.gguf_info import ModelInfo, read_model_info
+from harness.cell import Cell
+from harness.errors import ConfigError, HarnessError
+from harness.matrix import Matrix
+from harness.memory import MemoryPrediction, ModelCard, estimate_weights_bytes, kv_type_fits
+from harness.memory import predict_peak as _predict_peak
+
+SCHEMA_VERSION = 1
+DEFAULT_RESERVE_BYTES = 512 * 1024 * 1024
+
+# Duration heuristic (docs/memory.md, "Estimated duration"): a phone-class CPU, not a device
+# model. Prompt processing is compute-bound, decoding is memory-bandwidth-bound.
+PP_FLOPS_PER_THREAD = 50e9  # effective FLOP/s per thread on quantised matmuls (NEON dot)
+TG_BANDWIDTH = 12e9  # bytes/s streamed while decoding, reached with 4 or more threads
+TG_SATURATION_THREADS = 4
+LOAD_BANDWIDTH = 1e9  # bytes/s reading the model from flash once per cell
+PROCESS_START_S = 1.0  # engine start, model map and context creation per trial
+WARMUP_RUNS = 1  # llama-bench runs the test once before the measured repetitions
+
+
+@dataclass(frozen=True)
+class MissingModel:
+    """No file and no card: the cell cannot be predicted, so it cannot be planned."""
+
+    reason: str
+
+
+ModelFacts = ModelInfo | ModelCard | MissingModel
+
+
+@dataclass(frozen=True)
+class PlannedCell:
+    cell: Cell
+    prediction: MemoryPrediction | None
+    budget_bytes: int
+    feasible: bool
+    reason_code: str  # fits | over_budget | model_unavailable | kv_type_unsupported |
+    #                   v_cache_needs_flash_attn | workload_exceeds_ctx
+    reason: str
+    estimated_seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        cell = self.cell
+        pred = self.prediction
+        return {
+            "cell_id": cell.cell_id,
+            "config_id": cell.config_id,
+            "label": display_label(cell),
+            **cell.identity(),
+            "repetitions": cell.repetitions,
+            "predicted_peak_bytes": pred.total if pred else None,
+            "predicted": pred.terms() if pred else None,
+            "feasible": self.feasible,
+            "reason_code": self.reason_code,
+            "reason": self.reason,
+            "estimated_seconds": round(self.estimated_seconds, 1),
+        }
+
+
+def mib(n: int) -> str:
+    """Bytes for people: whole MiB, one decimal below 10 MiB, KiB below 1 MiB."""
+    if n < 2**20:
+        return f"{n / 2**10:,.0f} KiB"
+    if n < 10 * 2**20:
+        return f"{n / 2**20:.1f} MiB"
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def display_label(cell: Cell) -> str:
+    """``Cell.label`` plus what it leaves out but a matrix may vary (depth, mmap off)."""
+    extra = (f" d{cell.n_depth}" if cell.n_depth else "") + ("" if cell.mmap else " no-mmap")
+    return cell.label() + extra
+
+
+def _n_params(model: ModelInfo | ModelCard) -> int:
+    return model.n_params
+
+
+def _weights(model: ModelInfo | ModelCard, quant: str) -> int:
+    if isinstance(model, ModelCard):
+        return estimate_weights_bytes(model, quant)
+    return model.tensor_bytes
+
+
+def estimate_seconds(
+    cell: Cell, model: ModelInfo | ModelCard, trial_timeout_s: float | None = None
+) -> float:
+    """A rough wall time for all repetitions of a cell (heuristic, not a device model)."""
+    threads = cell.threads
+    effective = min(threads, 4) + max(0, threads - 4) * 0.5  # extra threads land on small cores
+    flops_per_token = 2 * _n_params(model)
+    prompt_tokens = cell.n_depth + cell.n_prompt
+    prompt_s = prompt_tokens * flops_per_token / (PP_FLOPS_PER_THREAD * effective)
+    bandwidth = TG_BANDWIDTH * min(threads, TG_SATURATION_THREADS) / TG_SATURATION_THREADS
+    gen_s = cell.n_gen * _weights(model, cell.quant) / bandwidth
+    per_trial = PROCESS_START_S + prompt_s + gen_s
+    if trial_timeout_s is not None:
+        per_trial = min(per_trial, trial_timeout_s)
+    load_s = _weights(model, cell.quant) / LOAD_BANDWIDTH
+    return load_s + (cell.repetitions + WARMUP_RUNS) * per_trial
+
+
+def _verdict(
+    cell: Cell, model: ModelFacts, budget: int
+) -> tuple[MemoryPrediction | None, str, str]:
+    if isinstance(model, MissingModel):
+        return None, "model_unavailable", model.reason
+    for kv_type, dim in ((cell.type_k, model.head_dim_k), (cell.type_v, model.head_dim_v)):
+        if not kv_type_fits(kv_type, model.n_head_kv * dim):
+            return None, "kv_type_unsupported", (
+                f"{kv_type} cache needs rows in blocks of 32 values; this model's row has "
+                f"{model.n_head_kv * dim}"
+            )
+    prediction = _predict_peak(cell, model)
+    if cell.flash_attn == "off" and cell.type_v not in ("f16", "bf16", "f32"):
+        return prediction, "v_cache_needs_flash_attn", (
+            f"a quantised V cache ({cell.type_v}) needs flash attention; llama.cpp refuses it "
+            "with flash_attn off"
+        )
+    tokens = cell.n_depth + cell.n_prompt + cell.n_gen
+    if tokens > cell.n_ctx:
+        return prediction, "workload_exceeds_ctx", (
+            f"the workload needs {tokens} tokens of context (depth {cell.n_depth} + prompt "
+            f"{cell.n_prompt} + gen {cell.n_gen}) but n_ctx is {cell.n_ctx}"
+        )
+    if prediction.total > budget:
+        return prediction, "over_budget", (
+            f"predicted {mib(prediction.total)} > budget {mib(budget)}"
+        )
+    return prediction, "fits", f"predicted {mib(prediction.total)} <= budget {mib(budget)}"
+
+
+def plan_cells(
+    cells: Iterable[Cell],
+    models: Mapping[tuple[str, str], ModelFacts],
+    available_bytes: int,
+    reserve: int = DEFAULT_RESERVE_BYTES,
+    trial_timeout_s: float | None = None,
+) -> list[PlannedCell]:
+    """Verdict, prediction and duration for each cell; ``models`` is keyed by (model, quant).
+
+    The budget is ``available_bytes - reserve``: the reserve is headroom for the rest of the
+    phone (and the predictor's error). Infeasible cells are estimated at 0 s: they are skipped.
+    """
+    budget = available_bytes - reserve
+    planned = []
+    for cell in cells:
+        key = (cell.model, cell.quant)
+        model = models.get(key, MissingModel(f"no facts for model {cell.model} {cell.quant}"))
+        prediction, code, reason = _verdict(cell, model, budget)
+        feasible = code == "fits"
+        seconds = (
+            estimate_seconds(cell, model, trial_timeout_s)
+            if feasible and not isinstance(model, MissingModel)
+            else 0.0
+        )
+        planned.append(
+            PlannedCell(
+                cell=cell,
+                prediction=prediction,
+                budget_bytes=budget,
+                feasible=feasible,
+                reason_code=code,
+                reason=reason,
+                estimated_seconds=seconds,
+            )
+        )
+    return planned
+
+
+def summarize(planned: list[PlannedCell]) -> dict[str, Any]:
+    feasible = [p for p in planned if p.feasible]
+    peaks = [p.prediction.total for p in feasible if p.prediction]
+    return {
+        "cells": len(planned),
+        "feasible": len(feasible),
+        "infeasible": len(planned) - len(feasible),
+        "reasons": dict(sorted(Counter(p.reason_code for p in planned).items())),
+        "estimated_seconds": round(sum(p.estimated_seconds for p in planned), 1),
+        "max_feasible_peak_bytes": max(peaks) if peaks else None,
+    }
+
+
+def plan_document(
+    matrix: Matrix,
+    device: Mapping[str, Any] | None,
+    available_bytes: int,
+    reserve: int,
+    planned: list[PlannedCell],
+) -> dict[str, Any]:
+    """The stable JSON form of a plan for one device (see docs/matrices.md)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "matrix": {"name": matrix.name, "source": matrix.source},
+        "device": dict(device) if device is not None else None,
+        "available_bytes": available_bytes,
+        "reserve_bytes": reserve,
+        "budget_bytes": available_bytes - reserve,
+        "cells": [p.to_json() for p in planned],
+        "summary": summarize(planned),
+    }
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """``6GiB``, ``512MiB``, ``6G`` (binary) or ``6GB`` (decimal) or plain bytes, as bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ConfigError(
+            f"{what}: {text!r} is not a size (examples: 6GiB, 512MiB, 6G, 6000MB, 1073741824)"
+        )
+    number, prefix, suffix = match.groups()
+    power = "KMGT".find(prefix.upper()) + 1 if prefix else 0
+    decimal = suffix.upper() == "B" and bool(prefix)  # GB, MB: powers of 1000
+    return int(float(number) * (1000 if decimal else 1024) ** power)
+
+
+LadderResolver = Callable[[str], Mapping[str, Path]]
+
+
+def _default_ladder(size: str) -> Mapping[str, Path]:
+    from harness.artifacts.testmodels import ensure_ladder
+
+    return ensure_ladder(size)
+
+
+def resolve_models(
+    matrix: Matrix, cells: Iterable[Cell], ladder: LadderResolver | None = None
+) -> dict[tuple[str, str], ModelFacts]:
+    """Facts for every (model, quant) the cells use: GGUF metadata, else the card, else missing.
+
+    This is the I/O edge of planning: it reads model headers and may make the synthetic ladder.
+    A file that exists but is not a sound GGUF raises ``ModelError`` (the user must know).
+    """
+    resolver = ladder or _default_ladder
+    ladders: dict[str, Mapping[str, Path] | MissingModel] = {}
+    facts: dict[tuple[str, str], ModelFacts] = {}
+    for cell in cells:
+        key = (cell.model, cell.quant)
+        if key in facts:
+            continue
+        source = matrix.models[cell.model]
+        if source.ladder is not None:
+            if source.ladder not in ladders:
+                try:
+                    ladders[source.ladder] = resolver(source.ladder)
+                except ImportError:
+                    ladders[source.ladder] = MissingModel(
+                        "the test-model ladder (harness.artifacts.testmodels) is not available"
+                    )
+                except HarnessError as error:
+                    ladders[source.ladder] = MissingModel(f"ladder {source.ladder}: {error}")
+            files = ladders[source.ladder]
+            if isinstance(files, MissingModel):
+                facts[key] = files
+            elif cell.quant not in files:
+                facts[key] = MissingModel(
+                    f"the {source.ladder} ladder has no {cell.quant} (it has {', '.join(files)})"
+                )
+            else:
+                facts[key] = read_model_info(files[cell.quant])
+            continue
+        path = source.path_for(cell.quant)
+        if path is not None and path.is_file():
+            facts[key] = read_model_info(path)
+        elif source.card is not None:
+            facts[key] = source.card
+        else:
+            facts[key] = MissingModel(f"{path} is absent and models.{cell.model} has no card")
+    return facts
