@@ -54,9 +54,11 @@ class Cell:
     def label(self) -> str:
         """A short human label, e.g. ``tiny Q4_K_M ctx512 kv=q8_0/q8_0 t4 fa=auto``."""
         kv = self.type_k if self.type_k == self.type_v else f"{self.type_k}/{self.type_v}"
+        depth = f"/d{self.n_depth}" if self.n_depth else ""
+        mmap = "" if self.mmap else " no-mmap"
         return (
             f"{self.model} {self.quant} ctx{self.n_ctx} kv={kv} t{self.threads}"
-            f"@{self.affinity} fa={self.flash_attn} p{self.n_prompt}/g{self.n_gen}"
+            f"@{self.affinity} fa={self.flash_attn} p{self.n_prompt}/g{self.n_gen}{depth}{mmap}"
         )
 
 

@@ -76,7 +76,7 @@ class ModelSource:
 class Workload:
     n_prompt: int
     n_gen: int
-    n_depth: int = 0
+    n_depth: int | str = 0  # tokens already in the context, or "fill": n_ctx - n_prompt - n_gen
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,7 @@ AXIS_PARSERS: dict[str, AxisParser] = {
 WORKLOAD_PARSERS: dict[str, AxisParser] = {
     "n_prompt": lambda c, v, w: c.integer(v, w, 0),
     "n_gen": lambda c, v, w: c.integer(v, w, 0),
-    "n_depth": lambda c, v, w: c.integer(v, w, 0),
+    "n_depth": lambda c, v, w: v if v == "fill" else c.integer(v, w, 0),
 }
 
 
@@ -507,6 +507,15 @@ def _to_cell(combo: Mapping[str, Any], matrix: Matrix) -> Cell:
         n_ubatch=values["n_ubatch"],
         n_prompt=values.get("n_prompt", workload.n_prompt),
         n_gen=values.get("n_gen", workload.n_gen),
-        n_depth=values.get("n_depth", workload.n_depth),
+        n_depth=_depth(values.get("n_depth", workload.n_depth), values, workload),
         repetitions=matrix.repetitions,
     )
+
+
+def _depth(depth: int | str, values: Mapping[str, Any], workload: Workload) -> int:
+    """``fill`` puts the workload at the end of a full context, so the cell's n_ctx is what
+    the engine allocates (llama-bench sizes its context as depth + prompt + generated)."""
+    if depth != "fill":
+        return int(depth)
+    used = values.get("n_prompt", workload.n_prompt) + values.get("n_gen", workload.n_gen)
+    return max(int(values["n_ctx"]) - used, 0)

@@ -84,9 +84,7 @@ def mib(n: int) -> str:
 
 
 def display_label(cell: Cell) -> str:
-    """``Cell.label`` plus what it leaves out but a matrix may vary (depth, mmap off)."""
-    extra = (f" d{cell.n_depth}" if cell.n_depth else "") + ("" if cell.mmap else " no-mmap")
-    return cell.label() + extra
+    return cell.label()
 
 
 def _n_params(model: ModelInfo | ModelCard) -> int:

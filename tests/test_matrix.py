@@ -309,3 +309,14 @@ def test_shipped_matrices_validate_against_the_schema(name: str) -> None:
         assert set(_schema()["required"]) <= set(data)
         return
     jsonschema.validate(data, _schema())
+
+
+def test_fill_depth_puts_the_workload_at_the_end_of_a_full_context(tmp_path: Path) -> None:
+    path = tmp_path / "fill.yaml"
+    path.write_text(
+        "name: fill\naxes:\n  build: [b]\n  model: [m]\n  quant: [Q4_K_M]\n"
+        "  n_ctx: [256, 1024]\nmodels:\n  m: {ladder: tiny}\n"
+        "workload: {n_prompt: 32, n_gen: 16, n_depth: fill}\n"
+    )
+    cells = expand(load_matrix(path))
+    assert sorted((c.n_ctx, c.n_depth) for c in cells) == [(256, 208), (1024, 976)]
