@@ -1,0 +1,212 @@
+"""A phone reached through the adb server with adbutils; real and virtual phones alike.
+
+Commands run over shell protocol v2 (``shell,v2,raw:``), which carries stdout, stderr and the
+exit code separately (137 for a SIGKILLed process). The timeout is a deadline for the whole
+command, not a per-read socket timeout, so a chatty process cannot outlive it; closing the
+stream on timeout makes adbd kill the process.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import stat
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import adbutils
+from adbutils.errors import AdbConnectionError
+
+from harness.device.base import (
+    DeviceFacts,
+    DeviceTimeoutError,
+    Progress,
+    ShellResult,
+    is_running_state,
+    kill_command,
+    shell_command,
+    spawn_command,
+)
+from harness.device.facts import gather_facts
+from harness.errors import DeviceError, DeviceLostError
+
+DEVICE_TMP = "/data/local/tmp"
+_LOST_MARKERS = ("not found", "offline", "closed", "no devices", "disconnected")
+
+
+def adb_client() -> adbutils.AdbClient:
+    """The adb server that ``ANDROID_ADB_SERVER_PORT`` names, as adb itself does."""
+    port = int(os.environ.get("ANDROID_ADB_SERVER_PORT", "5037"))
+    return adbutils.AdbClient(host="127.0.0.1", port=port)
+
+
+def translate_error(error: BaseException, serial: str, what: str) -> DeviceError:
+    """An adbutils/socket failure as a DeviceError naming the device and the failed command."""
+    text = str(error) or type(error).__name__
+    if isinstance(error, AdbConnectionError):
+        port = os.environ.get("ANDROID_ADB_SERVER_PORT", "5037")
+        return DeviceError(f"{what}: cannot reach the adb server on port {port} ({text})", serial)
+    lost = isinstance(error, EOFError | ConnectionError) or any(
+        marker in text.lower() for marker in _LOST_MARKERS)
+    if lost:
+        return DeviceLostError(f"{what}: device connection lost ({text})", serial)
+    return DeviceError(f"{what}: {text}", serial)
+
+
+class _ProgressReader:
+    """A file wrapper that reports bytes read, so sync push can drive a progress bar."""
+
+    def __init__(self, stream: IO[bytes], total: int, progress: Progress | None) -> None:
+        self._stream, self._total, self._progress, self._done = stream, total, progress, 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._stream.read(size)
+        self._done += len(chunk)
+        if self._progress is not None and chunk:
+            self._progress(self._done, self._total)
+        return chunk
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class AdbDevice:
+    """One device of the adb server, by serial."""
+
+    def __init__(self, serial: str, client: adbutils.AdbClient | None = None) -> None:
+        self._serial = serial
+        self._client = client or adb_client()
+        self._adb: Any = self._client.device(serial=serial)
+
+    @property
+    def serial(self) -> str:
+        return self._serial
+
+    def __repr__(self) -> str:
+        return f"AdbDevice({self._serial!r})"
+
+    def shell(self, cmd: str | Sequence[str], timeout: float | None = None) -> ShellResult:
+        command = shell_command(cmd)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            connection = self._adb.open_transport(timeout=timeout)
+        except Exception as error:
+            raise translate_error(error, self._serial, command) from error
+        try:
+            connection.send_command(f"shell,v2,raw:{command}")
+            connection.check_okay()
+            return _read_shell_v2(connection.conn, deadline, command, self._serial)
+        except DeviceError:
+            raise
+        except Exception as error:
+            raise translate_error(error, self._serial, command) from error
+        finally:
+            connection.close()
+
+    def push(self, local: str | Path, remote: str, progress: Progress | None = None) -> None:
+        source = Path(local)
+        what = f"push {source} -> {remote}"
+        try:
+            total = source.stat().st_size
+            mode = 0o755 if os.access(source, os.X_OK) else 0o644
+            with source.open("rb") as stream:
+                reader = _ProgressReader(stream, total, progress)
+                self._adb.sync.push(reader, remote, mode=mode, check=True)
+        except OSError as error:
+            raise DeviceError(f"{what}: {error}", self._serial) from error
+        except Exception as error:
+            raise translate_error(error, self._serial, what) from error
+
+    def pull(self, remote: str, local: str | Path) -> None:
+        target = Path(local)
+        partial = target.with_name(f".{target.name}.partial")
+        what = f"pull {remote} -> {target}"
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            info = self._adb.sync.stat(remote)
+            if info.mode == 0 or stat.S_ISDIR(info.mode):
+                raise DeviceError(f"{what}: no such file on the device", self._serial)
+            self._adb.sync.pull_file(remote, partial)
+            partial.replace(target)
+        except DeviceError:
+            raise
+        except OSError as error:
+            raise DeviceError(f"{what}: {error}", self._serial) from error
+        except Exception as error:
+            raise translate_error(error, self._serial, what) from error
+        finally:
+            partial.unlink(missing_ok=True)
+
+    def read_text(self, path: str) -> str:
+        # A redirect, not an argument: a path can never be taken for an option of cat.
+        result = self.shell(f"cat < {shlex.quote(path)}", timeout=60)
+        if not result.ok:
+            raise DeviceError(f"cannot read {path}: {result.stderr.strip()}", self._serial)
+        return result.stdout
+
+    def exists(self, path: str) -> bool:
+        return self.shell(f"test -e {shlex.quote(path)} || test -L {shlex.quote(path)}",
+                          timeout=30).ok
+
+    def spawn(self, cmd: str | Sequence[str], stdout_path: str, stderr_path: str) -> int:
+        line = spawn_command(cmd, stdout_path, stderr_path)
+        result = self.shell(line, timeout=60)
+        pid = result.stdout.strip().splitlines()[-1:] if result.ok else []
+        if not pid or not pid[0].isdigit():
+            raise DeviceError(f"could not start {line}: {result.stderr.strip()}", self._serial)
+        return int(pid[0])
+
+    def kill(self, pid: int, sig: int = signal.SIGTERM) -> bool:
+        return self.shell(kill_command(pid, sig), timeout=30).ok
+
+    def is_alive(self, pid: int) -> bool:
+        result = self.shell(f"cat /proc/{int(pid)}/stat 2>/dev/null", timeout=30)
+        return result.ok and is_running_state(result.stdout)
+
+    def facts(self) -> DeviceFacts:
+        return gather_facts(self, kind="adb", storage_path=DEVICE_TMP)
+
+
+def _read_shell_v2(
+    sock: socket.socket, deadline: float | None, command: str, serial: str,
+) -> ShellResult:
+    """Packets ``[id:u8][len:u32 LE][data]`` until the exit packet (id 3)."""
+    buffer = bytearray()
+    stdout, stderr = bytearray(), bytearray()
+
+    def need(size: int) -> bytes:
+        while len(buffer) < size:
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise DeviceTimeoutError(f"command timed out: {command}", serial)
+                sock.settimeout(remaining)
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                raise DeviceTimeoutError(f"command timed out: {command}", serial) from None
+            if not chunk:
+                raise DeviceLostError(f"stream closed before the exit code: {command}", serial)
+            buffer.extend(chunk)
+        data = bytes(buffer[:size])
+        del buffer[:size]
+        return data
+
+    while True:
+        header = need(5)
+        length = int.from_bytes(header[1:5], "little")
+        data = need(length) if length else b""
+        if header[0] == 1:
+            stdout.extend(data)
+        elif header[0] == 2:
+            stderr.extend(data)
+        elif header[0] == 3:
+            return ShellResult(
+                exit_code=data[0] if data else 255,
+                stdout=stdout.decode("utf-8", errors="replace"),
+                stderr=stderr.decode("utf-8", errors="replace"),
+            )

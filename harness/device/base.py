@@ -1,0 +1,133 @@
+"""The Device protocol: everything the harness does to a phone (or this host) goes through it.
+
+Two implementations share it: ``AdbDevice`` (real and virtual phones, through the adb server)
+and ``LocalDevice`` (this host, for Termux-style runs). Command composition lives here as pure
+functions, so quoting is tested once and both devices quote the same way.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from harness.errors import DeviceError
+
+Progress = Callable[[int, int], None]
+"""Called as ``progress(bytes_done, bytes_total)`` while a push runs."""
+
+
+class DeviceTimeoutError(DeviceError):
+    """A device command did not finish within its timeout (the command was stopped)."""
+
+
+@dataclass(frozen=True)
+class ShellResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What a device is, read from the device itself (None where it could not be read)."""
+
+    serial: str
+    kind: str  # "adb" or "local"
+    model: str | None = None
+    manufacturer: str | None = None
+    soc: str | None = None
+    android_release: str | None = None
+    android_sdk: int | None = None
+    abi: str | None = None
+    total_ram_kb: int | None = None
+    available_ram_kb: int | None = None
+    cpu_count: int | None = None
+    cpu_layout: str | None = None  # "1+3+4": cluster sizes, biggest cores first
+    big_cpus: tuple[int, ...] = ()
+    free_storage_kb: int | None = None
+
+
+@runtime_checkable
+class Device(Protocol):
+    """One phone, virtual phone or this host."""
+
+    @property
+    def serial(self) -> str: ...
+
+    def shell(self, cmd: str | Sequence[str], timeout: float | None = None) -> ShellResult:
+        """Run a command; a Sequence is quoted word by word, a str is passed as is."""
+        ...
+
+    def push(self, local: str | Path, remote: str, progress: Progress | None = None) -> None: ...
+
+    def pull(self, remote: str, local: str | Path) -> None: ...
+
+    def read_text(self, path: str) -> str: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def spawn(self, cmd: str | Sequence[str], stdout_path: str, stderr_path: str) -> int:
+        """Start a background process whose output goes to files on the device; its pid."""
+        ...
+
+    def kill(self, pid: int, sig: int = signal.SIGTERM) -> bool: ...
+
+    def is_alive(self, pid: int) -> bool: ...
+
+    def facts(self) -> DeviceFacts: ...
+
+
+def shell_command(cmd: str | Sequence[str]) -> str:
+    """The command line a device shell receives: Sequences are quoted, a str is left alone."""
+    if isinstance(cmd, str):
+        return cmd
+    if not cmd:
+        raise DeviceError("empty command")
+    return shlex.join(str(word) for word in cmd)
+
+
+def spawn_command(cmd: str | Sequence[str], stdout_path: str, stderr_path: str) -> str:
+    """A shell line that starts ``cmd`` in the background and prints its pid.
+
+    A Sequence is ``exec``-ed so the pid is the program's own; a str runs under ``sh -c`` (end it
+    with ``exec prog`` to get the program's pid rather than the shell's).
+    """
+    inner = "exec " + shell_command(cmd) if not isinstance(cmd, str) else cmd
+    return (f"sh -c {shlex.quote(inner)} >{shlex.quote(stdout_path)} "
+            f"2>{shlex.quote(stderr_path)} </dev/null & echo $!")
+
+
+def kill_command(pid: int, sig: int) -> str:
+    return f"kill -{int(sig)} {int(pid)}"
+
+
+def is_running_state(stat_text: str) -> bool:
+    """Whether ``/proc/<pid>/stat`` describes a live process (not a zombie or dead one).
+
+    The state letter follows the last ``)``, because the comm in parentheses may hold spaces.
+    """
+    _, sep, rest = stat_text.rpartition(")")
+    fields = rest.split()
+    return bool(sep) and bool(fields) and fields[0] not in ("Z", "X", "x")
+
+
+def parse_df_available_kb(text: str) -> int | None:
+    """Available KiB from ``df -k PATH`` (last line; toybox and GNU agree on the columns)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < 2:
+        return None
+    fields = lines[-1].split()
+    if len(fields) < 4:
+        return None
+    try:
+        return int(fields[-3])
+    except ValueError:
+        return None

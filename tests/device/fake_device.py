@@ -1,0 +1,57 @@
+"""A hand-written fake Device for unit tests: scripted answers, loud failure on anything else."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+
+from harness.device.base import DeviceFacts, Progress, ShellResult, shell_command
+
+
+class UnexpectedCall(AssertionError):
+    pass
+
+
+class FakeDevice:
+    """Answers exactly the shell commands it was given; records every command it ran."""
+
+    def __init__(self, serial: str, answers: dict[str, ShellResult]) -> None:
+        self._serial = serial
+        self.answers = answers
+        self.commands: list[str] = []
+
+    @property
+    def serial(self) -> str:
+        return self._serial
+
+    def shell(self, cmd: str | Sequence[str], timeout: float | None = None) -> ShellResult:
+        command = shell_command(cmd)
+        self.commands.append(command)
+        if command not in self.answers:
+            raise UnexpectedCall(f"unexpected shell command: {command!r}")
+        return self.answers[command]
+
+    def push(self, local: str | Path, remote: str, progress: Progress | None = None) -> None:
+        raise UnexpectedCall(f"unexpected push {local} -> {remote}")
+
+    def pull(self, remote: str, local: str | Path) -> None:
+        raise UnexpectedCall(f"unexpected pull {remote}")
+
+    def read_text(self, path: str) -> str:
+        raise UnexpectedCall(f"unexpected read_text {path}")
+
+    def exists(self, path: str) -> bool:
+        raise UnexpectedCall(f"unexpected exists {path}")
+
+    def spawn(self, cmd: str | Sequence[str], stdout_path: str, stderr_path: str) -> int:
+        raise UnexpectedCall(f"unexpected spawn {cmd!r}")
+
+    def kill(self, pid: int, sig: int = signal.SIGTERM) -> bool:
+        raise UnexpectedCall(f"unexpected kill {pid}")
+
+    def is_alive(self, pid: int) -> bool:
+        raise UnexpectedCall(f"unexpected is_alive {pid}")
+
+    def facts(self) -> DeviceFacts:
+        raise UnexpectedCall("unexpected facts()")

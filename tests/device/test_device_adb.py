@@ -1,0 +1,117 @@
+"""AdbDevice end to end: a virtual phone behind the real adb server, reached through adbutils.
+
+These use the ``virtual_phone`` fixture (tests/fixtures_phones.py, owned by the virtual-phone
+area); the phone speaks the ADB wire protocol, so this is the same path a USB phone takes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from device_contract import (
+    check_hostile_file_name_is_a_name,
+    check_push_progress_and_pull_round_trip,
+    check_shell_exit_codes_and_streams,
+    check_shell_timeout,
+    check_spawn_kill_and_liveness,
+)
+
+from harness.cli import main
+from harness.device import Device, DeviceTimeoutError, get_device, list_devices
+from harness.device.adb import AdbDevice
+from harness.errors import DeviceError, DeviceLostError
+
+REMOTE = "/data/local/tmp/harness-device-test"
+
+
+@pytest.fixture
+def phone(virtual_phone: Any) -> AdbDevice:
+    device = AdbDevice(virtual_phone.serial)
+    device.shell(["mkdir", "-p", REMOTE], timeout=60)
+    return device
+
+
+def test_the_virtual_phone_is_listed_and_found(phone: AdbDevice) -> None:
+    assert phone.serial in [d.serial for d in list_devices()]
+    found = get_device(phone.serial)
+    assert isinstance(found, AdbDevice) and isinstance(found, Device)
+    with pytest.raises(DeviceError, match="no online device"):
+        get_device("no-such-serial")
+
+
+def test_shell_exit_codes_and_streams(phone: AdbDevice) -> None:
+    check_shell_exit_codes_and_streams(phone)
+
+
+def test_shell_timeout(phone: AdbDevice) -> None:
+    check_shell_timeout(phone)
+
+
+def test_hostile_file_name_is_a_name(phone: AdbDevice, tmp_path: Path) -> None:
+    check_hostile_file_name_is_a_name(phone, tmp_path, REMOTE)
+
+
+def test_push_progress_and_pull(phone: AdbDevice, tmp_path: Path) -> None:
+    check_push_progress_and_pull_round_trip(phone, tmp_path, REMOTE)
+
+
+def test_spawn_kill_and_liveness(phone: AdbDevice) -> None:
+    check_spawn_kill_and_liveness(phone, REMOTE)
+
+
+def test_push_makes_binaries_executable(phone: AdbDevice, tmp_path: Path) -> None:
+    tool = tmp_path / "tool"
+    tool.write_text("#!/bin/sh\necho ran \"$@\"\n")
+    tool.chmod(0o755)
+    phone.push(tool, f"{REMOTE}/tool")
+    assert phone.shell([f"{REMOTE}/tool", "a b"], timeout=60).stdout == "ran a b\n"
+
+
+def test_facts_of_the_virtual_phone(phone: AdbDevice) -> None:
+    facts = phone.facts()
+    props = phone.shell("getprop ro.product.model", timeout=60).stdout.strip()
+    assert facts.model == props and facts.model
+    assert facts.kind == "adb" and facts.serial == phone.serial
+    assert facts.android_sdk is not None and facts.android_sdk >= 21
+    assert facts.abi and facts.total_ram_kb and facts.available_ram_kb
+    assert facts.cpu_count and facts.cpu_layout
+    assert facts.free_storage_kb is not None and facts.free_storage_kb > 0
+
+
+def test_an_unknown_serial_raises_device_lost_naming_it(phone: AdbDevice) -> None:
+    assert os.environ.get("ANDROID_ADB_SERVER_PORT") != "5037"  # the private server
+    gone = AdbDevice("127.0.0.1:1")
+    with pytest.raises(DeviceLostError) as caught:
+        gone.shell("true", timeout=10)
+    assert str(caught.value).startswith("127.0.0.1:1: true")
+    assert phone.kill(999999, signal.SIGTERM) is False
+
+
+def test_a_dropped_connection_raises_device_lost(virtual_phone: Any, phone: AdbDevice) -> None:
+    assert phone.shell("true", timeout=60).ok
+    virtual_phone.fault("drop", 60)  # refuse reconnection for a minute
+    with pytest.raises(DeviceLostError):
+        for _ in range(50):  # the server may need a moment to see the transport go
+            phone.shell("true", timeout=10)
+
+
+def test_a_hung_command_times_out(virtual_phone: Any, phone: AdbDevice) -> None:
+    virtual_phone.fault("hang")
+    with pytest.raises(DeviceTimeoutError) as caught:
+        phone.shell(["echo", "never"], timeout=2)
+    assert phone.serial in str(caught.value) and "echo never" in str(caught.value)
+    assert phone.shell("echo back", timeout=60).stdout == "back\n"
+
+
+def test_devices_cli_lists_the_virtual_phone(phone: AdbDevice) -> None:
+    result = CliRunner().invoke(main, ["devices", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [row["serial"] for row in rows] == [phone.serial]
+    assert rows[0]["model"] == phone.shell("getprop ro.product.model", timeout=60).stdout.strip()
