@@ -1,7 +1,132 @@
-"""CLI commands for this area (filled in by its issue)."""
+"""`harness sim`: start, stop, list, wipe and inject faults into virtual phones."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+
 import click
 
-COMMANDS: list[click.Command] = []
+from harness.virtual.control import (
+    DEFAULT_PROFILE,
+    fault_state,
+    list_phones,
+    set_fault,
+    start_phones,
+    stop_phones,
+    wipe_phones,
+)
+from harness.virtual.phone import FAULT_KINDS
+
+
+@click.group("sim")
+def sim() -> None:
+    """Virtual phones: real ADB devices served from a sandbox on this host.
+
+    \b
+    Example:
+      harness sim start --profile budget-4gb --count 2
+      adb devices -l
+      harness sim stop --all
+    """
+
+
+@sim.command("start")
+@click.option("--profile", default=DEFAULT_PROFILE, show_default=True,
+              help="Device profile name (devices/*.yaml) or path to a profile YAML.")
+@click.option("--count", default=1, show_default=True, type=int, help="Number of phones.")
+@click.option("--ram-mb", type=int, default=None,
+              help="Memory the low-memory killer allows (default: the profile's available_mb).")
+@click.option("--storage-mb", type=int, default=None,
+              help="Size of the virtual disk (default: the profile's storage_free_mb).")
+@click.option("--json", "as_json", is_flag=True, help="Print the phones as JSON.")
+def start(profile: str, count: int, ram_mb: int | None, storage_mb: int | None,
+          as_json: bool) -> None:
+    """Start phones and connect them to the adb server (ANDROID_ADB_SERVER_PORT, default 5037).
+
+    \b
+    Example:
+      harness sim start --profile flagship-16gb --count 4 --json
+    """
+    phones = start_phones(profile, count, ram_mb=ram_mb, storage_mb=storage_mb)
+    if as_json:
+        click.echo(json.dumps([asdict(p) for p in phones], indent=2))
+        return
+    for phone in phones:
+        click.echo(phone.serial)
+
+
+@sim.command("stop")
+@click.argument("serials", nargs=-1)
+@click.option("--all", "stop_all", is_flag=True, help="Stop every running virtual phone.")
+def stop(serials: tuple[str, ...], stop_all: bool) -> None:
+    """Disconnect phones from adb and stop them (their storage is kept).
+
+    \b
+    Example:
+      harness sim stop 127.0.0.1:40123
+      harness sim stop --all
+    """
+    if not serials and not stop_all:
+        raise click.UsageError("name a SERIAL or pass --all")
+    stopped = stop_phones(None if stop_all else list(serials))
+    for phone in stopped:
+        click.echo(f"stopped {phone.serial} ({phone.name})")
+
+
+@sim.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the phones as JSON.")
+def status(as_json: bool) -> None:
+    """List virtual phones, running or stopped, with their faults.
+
+    \b
+    Example:
+      harness sim status --json
+    """
+    phones = list_phones()
+    if as_json:
+        rows = [{**asdict(p), "faults": fault_state(p) if p.running else {}} for p in phones]
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not phones:
+        click.echo("no virtual phones (start one with: harness sim start)")
+    for phone in phones:
+        state = f"running pid {phone.pid}" if phone.running else "stopped"
+        click.echo(f"{phone.serial or '-':<22} {phone.name:<22} {phone.model:<14} {state}")
+
+
+@sim.command("wipe")
+@click.argument("phones", nargs=-1)
+@click.option("--all", "wipe_all", is_flag=True, help="Wipe every stopped virtual phone.")
+def wipe(phones: tuple[str, ...], wipe_all: bool) -> None:
+    """Delete the storage of stopped phones (by serial or slot name).
+
+    \b
+    Example:
+      harness sim wipe midrange-8gb-1
+      harness sim wipe --all
+    """
+    if not phones and not wipe_all:
+        raise click.UsageError("name a SERIAL or slot, or pass --all")
+    for phone in wipe_phones(None if wipe_all else list(phones)):
+        click.echo(f"wiped {phone.name}")
+
+
+@sim.command("fault")
+@click.argument("serial")
+@click.argument("kind", type=click.Choice(FAULT_KINDS))
+@click.argument("value", required=False)
+def fault(serial: str, kind: str, value: str | None) -> None:
+    """Inject a fault: drop [SECONDS], hang, crash (next command), disk-full, disk-ok,
+    thermal STATUS (0..6), thermal-release, clear.
+
+    \b
+    Example:
+      harness sim fault 127.0.0.1:40123 thermal 4
+      harness sim fault 127.0.0.1:40123 crash
+    """
+    set_fault(serial, kind, value)
+    click.echo(f"{serial}: {kind}{' ' + value if value else ''}")
+
+
+COMMANDS: list[click.Command] = [sim]

@@ -1,0 +1,321 @@
+"""Start, stop, list, wipe and inject faults into virtual phones (the library behind `harness sim`).
+
+Each phone is one background daemon process; its slot directory (``<home>/phones/<name>``) holds
+the sandbox, which persists across stop and start until wiped, and ``running.json`` while it runs.
+Phones are stopped by the pid recorded there, after checking that the pid is still our daemon.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness.errors import ConfigError, DeviceError
+from harness.profiles import DeviceProfile, find_profile
+from harness.testing.adbserver import free_port
+from harness.virtual.config import config_from_profile
+from harness.virtual.phone import FAULT_KINDS
+from harness.virtual.sandbox import Sandbox
+
+DEFAULT_PROFILE = "midrange-8gb"
+DAEMON_MODULE = "harness.virtual.daemon"
+
+
+@dataclass(frozen=True)
+class PhoneInfo:
+    name: str
+    serial: str
+    port: int
+    pid: int
+    profile: str
+    model: str
+    path: str  # the phone directory (sandbox) on the host
+    adb_port: int
+    running: bool = True
+
+    @property
+    def sandbox(self) -> Sandbox:
+        return Sandbox(Path(self.path))
+
+
+def sim_home(home: Path | None = None) -> Path:
+    if home is not None:
+        return home
+    if os.environ.get("HARNESS_HOME"):
+        return Path(os.environ["HARNESS_HOME"]) / "sim"
+    return Path.home() / ".local" / "state" / "harness" / "sim"
+
+
+def adb_server_port() -> int:
+    """The adb server to talk to, named as adb itself names it."""
+    raw = os.environ.get("ANDROID_ADB_SERVER_PORT", "5037")
+    if not raw.isdigit():
+        raise ConfigError(f"ANDROID_ADB_SERVER_PORT={raw!r} is not a port number")
+    return int(raw)
+
+
+def _alive_daemon(pid: int) -> bool:
+    """True if ``pid`` is a live (not zombie) virtual-phone daemon; reaps it if it is our child."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return DAEMON_MODULE.encode() in cmdline and state != "Z"
+
+
+def _record(phone_dir: Path) -> PhoneInfo | None:
+    try:
+        data = json.loads((phone_dir / "running.json").read_text())
+        info = PhoneInfo(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+    return info if _alive_daemon(info.pid) else None
+
+
+def list_phones(home: Path | None = None) -> list[PhoneInfo]:
+    """Every phone slot, running or not (stopped ones carry running=False and pid 0)."""
+    phones = []
+    root = sim_home(home) / "phones"
+    for phone_dir in sorted(root.glob("*")) if root.is_dir() else []:
+        record = _record(phone_dir)
+        if record is not None:
+            phones.append(record)
+            continue
+        last = _last(phone_dir)
+        phones.append(PhoneInfo(phone_dir.name, last.get("serial", ""), int(last.get("port", 0)),
+                                0, last.get("profile", ""), last.get("model", ""), str(phone_dir),
+                                int(last.get("adb_port", 0)), running=False))
+    return phones
+
+
+def _last(phone_dir: Path) -> dict[str, str]:
+    try:
+        data = json.loads((phone_dir / "last.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return not 5554 <= port <= 5585
+
+
+def _launch(phone_dir: Path, port: int) -> int:
+    sandbox = Sandbox(phone_dir)
+    (sandbox.state / "ready").unlink(missing_ok=True)
+    log = open(phone_dir / "daemon.log", "ab")  # noqa: SIM115 - handed to the child
+    process = subprocess.Popen(
+        [sys.executable, "-m", DAEMON_MODULE, str(phone_dir), str(port)],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=phone_dir,
+        start_new_session=True,
+    )
+    log.close()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise DeviceError(f"virtual phone daemon exited at start; see {phone_dir}/daemon.log")
+        if (sandbox.state / "ready").exists():
+            return process.pid
+        time.sleep(0.05)
+    process.kill()
+    process.wait()
+    raise DeviceError(f"virtual phone on port {port} did not start within 20 s")
+
+
+def _server_listening(adb_port: int) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", adb_port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _adb_client(adb_port: int):  # type: ignore[no-untyped-def]
+    """A client that must not start a server itself (adbutils would, on a refused connection)."""
+    import adbutils
+
+    if not _server_listening(adb_port):
+        raise DeviceError(f"no adb server listens on 127.0.0.1:{adb_port} "
+                          "(ANDROID_ADB_SERVER_PORT); start one with: adb start-server")
+
+    return adbutils.AdbClient(host="127.0.0.1", port=adb_port)
+
+
+def connect(serial: str, adb_port: int, timeout: float = 20) -> None:
+    """``adb connect`` and wait until the server lists the phone as ``device``."""
+    client = _adb_client(adb_port)
+    deadline = time.monotonic() + timeout
+    try:
+        answer = client.connect(serial, timeout=timeout)
+        if "connected" not in answer or "fail" in answer or "unable" in answer:
+            raise DeviceError(f"adb server on port {adb_port} answered: {answer}", serial)
+        while time.monotonic() < deadline:
+            states = {d.serial: d.state for d in client.list()}
+            if states.get(serial) == "device":
+                return
+            time.sleep(0.1)
+    except DeviceError:
+        raise
+    except Exception as error:
+        raise DeviceError(f"cannot connect through the adb server on port {adb_port}: {error}. "
+                          "Is it running (adb start-server)?", serial) from error
+    raise DeviceError(f"adb server on port {adb_port} did not bring it online", serial)
+
+
+def disconnect(serial: str, adb_port: int) -> None:
+    with contextlib.suppress(Exception):
+        _adb_client(adb_port).disconnect(serial)
+
+
+def start_phones(profile: str | DeviceProfile = DEFAULT_PROFILE, count: int = 1,
+                 ram_mb: int | None = None, storage_mb: int | None = None,
+                 home: Path | None = None, connect_adb: bool = True) -> list[PhoneInfo]:
+    """Start ``count`` phones of a profile in their slots (reusing stopped slots' storage)."""
+    if count < 1:
+        raise ConfigError(f"--count must be at least 1, got {count}")
+    prof = find_profile(profile) if isinstance(profile, str) else profile
+    adb_port = adb_server_port()
+    if connect_adb:
+        _adb_client(adb_port)  # fail before starting anything when no server listens
+    root = sim_home(home) / "phones"
+    root.mkdir(parents=True, exist_ok=True)
+    started: list[PhoneInfo] = []
+    slot = 0
+    try:
+        while len(started) < count:
+            slot += 1
+            name = f"{prof.name}-{slot}"
+            phone_dir = root / name
+            if _record(phone_dir) is not None:
+                continue
+            config = config_from_profile(prof, name, ram_mb, storage_mb)
+            sandbox = Sandbox(phone_dir)
+            sandbox.create()
+            (sandbox.state / "config.json").write_text(config.to_json())
+            last_port = int(_last(phone_dir).get("port", 0))
+            port = last_port if last_port and _port_free(last_port) else free_port()
+            pid = _launch(phone_dir, port)
+            info = PhoneInfo(name, f"127.0.0.1:{port}", port, pid, prof.name, prof.model,
+                             str(phone_dir), adb_port)
+            (phone_dir / "running.json").write_text(json.dumps(asdict(info)))
+            (phone_dir / "last.json").write_text(json.dumps(
+                {"serial": info.serial, "port": port, "profile": prof.name, "model": prof.model,
+                 "adb_port": adb_port}))
+            started.append(info)
+            if connect_adb:
+                connect(info.serial, adb_port)
+    except BaseException:
+        _stop(started)
+        raise
+    return started
+
+
+def _stop(phones: list[PhoneInfo]) -> None:
+    for info in phones:
+        disconnect(info.serial, info.adb_port)
+    for info in phones:
+        if _alive_daemon(info.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(info.pid, signal.SIGTERM)
+    for info in phones:
+        deadline = time.monotonic() + 10
+        while _alive_daemon(info.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive_daemon(info.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(info.pid, signal.SIGKILL)
+            while _alive_daemon(info.pid):
+                time.sleep(0.05)
+        (Path(info.path) / "running.json").unlink(missing_ok=True)
+
+
+def _match(phones: list[PhoneInfo], targets: list[str] | None, what: str) -> list[PhoneInfo]:
+    if targets is None:
+        return phones
+    chosen = []
+    for target in targets:
+        found = [p for p in phones if target in (p.serial, p.name)]
+        if not found:
+            known = ", ".join(f"{p.serial or '-'} ({p.name})" for p in phones) or "none"
+            raise ConfigError(f"no {what} virtual phone '{target}' (known: {known})")
+        chosen.extend(found)
+    return chosen
+
+
+def stop_phones(targets: list[str] | None = None, home: Path | None = None) -> list[PhoneInfo]:
+    """Stop the named phones (serial or slot name), or all running ones when ``targets`` is None."""
+    running = [p for p in list_phones(home) if p.running]
+    chosen = _match(running, targets, "running")
+    _stop(chosen)
+    return chosen
+
+
+def wipe_phones(targets: list[str] | None = None, home: Path | None = None) -> list[PhoneInfo]:
+    """Delete the storage of stopped phones; a running phone must be stopped first."""
+    chosen = _match(list_phones(home), targets, "known")
+    busy = [p for p in chosen if p.running]
+    if busy:
+        raise ConfigError(f"virtual phone {busy[0].serial} is running; stop it first "
+                          f"(harness sim stop {busy[0].serial})")
+    for info in chosen:
+        shutil.rmtree(info.path)
+    return chosen
+
+
+def set_fault(serial: str, kind: str, value: str | int | float | None = None,
+              home: Path | None = None, timeout: float = 10) -> None:
+    """Arm a fault on a running phone; returns once the phone has taken it."""
+    if kind not in FAULT_KINDS:
+        raise ConfigError(f"unknown fault '{kind}' (known: {', '.join(FAULT_KINDS)})")
+    if kind == "thermal" and (value is None or not str(value).isdigit() or int(value) > 6):
+        raise ConfigError("fault 'thermal' needs a status 0..6, "
+                          "e.g. harness sim fault SERIAL thermal 3")
+    if kind == "drop" and value is not None:
+        try:
+            float(value)
+        except ValueError as error:
+            raise ConfigError(f"fault 'drop' takes seconds to refuse reconnection, got {value!r}") \
+                from error
+    info = _match([p for p in list_phones(home) if p.running], [serial], "running")[0]
+    control = info.sandbox.control
+    request = control / f"{time.time_ns()}.json"
+    tmp = control / f".{request.name}.tmp"
+    tmp.write_text(json.dumps({"kind": kind, "value": value}))
+    os.replace(tmp, request)
+    deadline = time.monotonic() + timeout
+    while request.exists():
+        if time.monotonic() > deadline:
+            request.unlink(missing_ok=True)
+            raise DeviceError(f"the phone did not take fault '{kind}' within {timeout:.0f} s",
+                              serial)
+        time.sleep(0.05)
+
+
+def fault_state(info: PhoneInfo) -> dict[str, object]:
+    try:
+        data = json.loads((info.sandbox.state / "faults.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

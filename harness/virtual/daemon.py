@@ -1,0 +1,222 @@
+"""The device side of the ADB transport over TCP: one process per virtual phone.
+
+``python -m harness.virtual.daemon PHONE_DIR PORT`` serves the phone whose config is in
+PHONE_DIR/state/config.json. Each TCP connection is its own transport (the adb server, or a client
+speaking to the device directly). asyncio, because a phone mostly waits: on sockets, on its
+commands' pipes and on its monitor's timer; four phones idle on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+from pathlib import Path
+
+from harness.virtual import wire
+from harness.virtual.config import PhoneConfig
+from harness.virtual.phone import TICK_S, Phone
+from harness.virtual.sandbox import Sandbox
+from harness.virtual.services import StreamClosed, open_service
+
+
+class Stream:
+    """One open stream: device id ``local``, host id ``remote``; honours OKAY flow control."""
+
+    def __init__(self, conn: Connection, local: int, remote: int) -> None:
+        self.conn = conn
+        self.local = local
+        self.remote = remote
+        self.inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+        self.closed = False
+        self.task: asyncio.Task[None] | None = None
+
+    async def read(self) -> bytes | None:
+        data = await self.inbound.get()
+        if data is None:
+            return None
+        if not self.closed:
+            await self.conn.send(wire.Message(wire.A_OKAY, self.local, self.remote))
+        return data
+
+    async def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            await self.can_write.wait()
+            if self.closed:
+                raise StreamClosed
+            self.can_write.clear()
+            chunk, view = view[:self.conn.max_payload], view[self.conn.max_payload:]
+            await self.conn.send(wire.Message(wire.A_WRTE, self.local, self.remote, bytes(chunk)))
+
+    def host_closed(self) -> None:
+        self.closed = True
+        self.can_write.set()
+        self.inbound.put_nowait(None)
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            await self.conn.send(wire.Message(wire.A_CLSE, self.local, self.remote))
+
+
+class Connection:
+    def __init__(self, phone: Phone, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.phone = phone
+        self.reader = reader
+        self.writer = writer
+        self.max_payload = 4096
+        self.checksum = True
+        self.streams: dict[int, Stream] = {}
+        self.next_id = 1
+        self.lock = asyncio.Lock()
+
+    async def send(self, message: wire.Message) -> None:
+        async with self.lock:
+            self.writer.write(wire.encode(message, self.checksum))
+            await self.writer.drain()
+
+    async def serve(self) -> None:
+        try:
+            while True:
+                header = await self.reader.readexactly(wire.HEADER.size)
+                command, arg0, arg1, length = wire.decode_header(header)
+                data = await self.reader.readexactly(length) if length else b""
+                await self.dispatch(wire.Message(command, arg0, arg1, data))
+        except (asyncio.IncompleteReadError, ConnectionError, wire.WireError):
+            pass
+        finally:
+            await self.drop()
+
+    async def drop(self) -> None:
+        for stream in list(self.streams.values()):
+            stream.host_closed()
+            if stream.task is not None:
+                stream.task.cancel()
+        self.streams.clear()
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()
+
+    async def dispatch(self, msg: wire.Message) -> None:
+        if msg.command == wire.A_CNXN:
+            self.checksum = min(msg.arg0, wire.VERSION_SKIP_CHECKSUM) < wire.VERSION_SKIP_CHECKSUM
+            self.max_payload = min(msg.arg1, wire.MAX_PAYLOAD) or 4096
+            for stream in list(self.streams.values()):
+                stream.host_closed()
+            self.streams.clear()
+            await self.send(wire.Message(wire.A_CNXN, wire.VERSION_SKIP_CHECKSUM, wire.MAX_PAYLOAD,
+                                         wire.banner(dict(self.phone.config.props))))
+        elif msg.command == wire.A_OPEN:
+            await self.open(msg.arg0, wire.parse_service(msg.data))
+        elif msg.command == wire.A_OKAY:
+            target = self.streams.get(msg.arg1)
+            if target is not None:
+                target.can_write.set()
+        elif msg.command == wire.A_WRTE:
+            target = self.streams.get(msg.arg1)
+            if target is not None and not target.closed:
+                target.inbound.put_nowait(msg.data)
+        elif msg.command == wire.A_CLSE:
+            target = self.streams.pop(msg.arg1, None)
+            if target is not None:
+                target.host_closed()
+        # AUTH/STLS and unknown commands are ignored: we never ask for either
+
+    async def open(self, remote: int, service: str) -> None:
+        handler = open_service(self.phone, service)
+        if handler is None or remote == 0:
+            await self.send(wire.Message(wire.A_CLSE, 0, remote))
+            return
+        local = self.next_id
+        self.next_id += 1
+        stream = Stream(self, local, remote)
+        self.streams[local] = stream
+        await self.send(wire.Message(wire.A_OKAY, local, remote))
+
+        async def run() -> None:
+            try:
+                await handler(stream)
+            except StreamClosed:
+                pass
+            except Exception as error:  # a bug in one service must not take the phone down
+                print(f"service {service!r} failed: {error!r}", file=sys.stderr, flush=True)
+            finally:
+                with contextlib.suppress(Exception):
+                    await stream.close()
+                self.streams.pop(local, None)
+
+        stream.task = asyncio.create_task(run())
+
+
+async def serve(phone_dir: Path, port: int) -> None:
+    sandbox = Sandbox(phone_dir)
+    config = PhoneConfig.load(sandbox.state / "config.json")
+    phone = Phone(sandbox, config)
+    connections: set[Connection] = set()
+    tasks: set[asyncio.Task[None]] = set()
+
+    def drop_all() -> None:
+        for conn in list(connections):
+            conn.writer.close()
+
+    phone.on_drop = drop_all
+    phone.boot()
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if time.monotonic() < phone.faults.refuse_until:
+            writer.close()
+            return
+        conn = Connection(phone, reader, writer)
+        connections.add(conn)
+        try:
+            await conn.serve()
+        finally:
+            connections.discard(conn)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    async def monitor() -> None:
+        while True:
+            try:
+                phone.tick()
+            except Exception as error:  # keep the killer and the heat model alive
+                print(f"monitor tick failed: {error!r}", file=sys.stderr, flush=True)
+            await asyncio.sleep(TICK_S)
+
+    tasks.add(asyncio.create_task(monitor()))
+    tasks.add(asyncio.create_task(phone.throttle_loop()))
+    (sandbox.state / "ready").write_text(str(port))
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        for task in tasks:
+            task.cancel()
+        phone.signal_all(signal.SIGCONT)
+        phone.kill_everything()
+        drop_all()
+        (sandbox.state / "ready").unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="harness.virtual.daemon")
+    parser.add_argument("phone_dir", type=Path)
+    parser.add_argument("port", type=int)
+    args = parser.parse_args(argv)
+    asyncio.run(serve(args.phone_dir, args.port))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Text the virtual phone prints, formatted as Android prints it (see ANDROID_FORMATS.md).
+
+Pure functions from numbers to text, so the formats are tested without a phone and the other
+helper's parsers can be checked against exactly what the phone emits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+STATUS_NAMES = ("NONE", "LIGHT", "MODERATE", "SEVERE", "CRITICAL", "EMERGENCY", "SHUTDOWN")
+
+
+def kb_fields(text: str) -> dict[str, int]:
+    """``Key:  N kB`` lines (smaps_rollup, /proc/<pid>/status) → {Key: N}; other lines skipped."""
+    fields: dict[str, int] = {}
+    for line in text.splitlines():
+        key, sep, rest = line.partition(":")
+        words = rest.split()
+        if sep and words and words[0].isdigit():
+            fields[key.strip()] = int(words[0])
+    return fields
+
+
+def getprop_listing(props: Mapping[str, str]) -> str:
+    return "".join(f"[{k}]: [{v}]\n" for k, v in sorted(props.items()))
+
+
+def proc_meminfo(total_kb: int, available_kb: int) -> str:
+    free = max(0, available_kb * 3 // 5)
+    cached = max(0, available_kb - free)
+    used = max(0, total_kb - available_kb)
+    rows = [
+        ("MemTotal", total_kb), ("MemFree", free), ("MemAvailable", available_kb),
+        ("Buffers", cached // 50), ("Cached", cached), ("SwapCached", 0),
+        ("Active", used // 2), ("Inactive", used // 4 + cached // 2),
+        ("AnonPages", used // 2), ("Mapped", used // 8), ("Shmem", 4096),
+        ("SwapTotal", 0), ("SwapFree", 0), ("Dirty", 0), ("Writeback", 0),
+    ]
+    return "".join(f"{k + ':':<16}{v:>8} kB\n" for k, v in rows)
+
+
+@dataclass(frozen=True)
+class CpuCore:
+    index: int
+    part: str
+    capacity: int
+
+
+def cpuinfo(cores: Sequence[CpuCore]) -> str:
+    blocks = []
+    for core in cores:
+        blocks.append(
+            f"processor\t: {core.index}\nBogoMIPS\t: 38.40\n"
+            "Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid "
+            "asimdrdm lrcpc dcpop asimddp\n"
+            f"CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x1\n"
+            f"CPU part\t: {core.part}\nCPU revision\t: 0\n"
+        )
+    return "\n".join(blocks) + "\n"
+
+
+def _row(label: str, values: Iterable[int | None]) -> str:
+    cells = "".join(" " * 9 if v is None else f"{v:>9}" for v in values)
+    return f"{label:>13}{cells}"
+
+
+def meminfo_process(pid: int, name: str, rollup: Mapping[str, int], status: Mapping[str, int],
+                    sdk: int, uptime_ms: int) -> str:
+    """``dumpsys meminfo <pid>`` of a native process, numbers from its smaps_rollup/status."""
+    rss = rollup.get("Rss", 0)
+    pss = rollup.get("Pss", 0)
+    anon = rollup.get("Anonymous", 0)
+    pss_anon = rollup.get("Pss_Anon", min(pss, anon))
+    pss_file = rollup.get("Pss_File", max(0, pss - pss_anon))
+    stack = min(status.get("VmStk", 0), pss_anon)
+    swap = rollup.get("SwapPss", rollup.get("Swap", 0))
+    priv_dirty = rollup.get("Private_Dirty", 0)
+    priv_clean = rollup.get("Private_Clean", 0)
+    heap = max(0, pss_anon - stack)
+    other = max(0, pss - pss_anon - pss_file)
+    with_rss = sdk >= 30
+    # label, pss, private dirty, private clean, swap, rss
+    table = [
+        ("Native Heap", heap, max(0, priv_dirty - stack), 0, swap, max(0, anon - stack)),
+        ("Dalvik Heap", 0, 0, 0, 0, 0),
+        ("Stack", stack, stack, 0, 0, stack),
+        (".so mmap", pss_file, 0, priv_clean, 0, max(0, rss - anon)),
+        ("Unknown", other, 0, 0, 0, 0),
+    ]
+    lines = [
+        "Applications Memory Usage (in Kilobytes):",
+        f"Uptime: {uptime_ms} Realtime: {uptime_ms}",
+        "",
+        f"** MEMINFO in pid {pid} [{name[:15]}] **",
+    ]
+    heads = [("Pss", "Total"), ("Private", "Dirty"), ("Private", "Clean"), ("SwapPss", "Dirty")]
+    if with_rss:
+        heads.append(("Rss", "Total"))
+    heads += [("Heap", "Size"), ("Heap", "Alloc"), ("Heap", "Free")]
+    lines.append(" " * 13 + "".join(f"{a:>9}" for a, _ in heads))
+    lines.append(" " * 13 + "".join(f"{b:>9}" for _, b in heads))
+    lines.append(" " * 13 + "   ------" * len(heads))
+    for label, p, pd, pc, sw, r in table:
+        values: list[int | None] = [p, pd, pc, sw]
+        if with_rss:
+            values.append(r)
+        if label in ("Native Heap", "Dalvik Heap"):
+            values += [0, 0, 0]
+        lines.append(_row(label, values).rstrip() if label not in ("Native Heap", "Dalvik Heap")
+                     else _row(label, values))
+    totals: list[int | None] = [pss, priv_dirty, priv_clean, swap]
+    if with_rss:
+        totals.append(rss)
+    lines.append(_row("TOTAL", [*totals, 0, 0, 0]))
+    lines += [" ", " App Summary"]
+    system = max(0, pss - heap - pss_file - stack)
+    if with_rss:
+        lines += [
+            "                       Pss(KB)                        Rss(KB)",
+            "                        ------                         ------",
+            f"           Java Heap:{0:>9}{0:>31}",
+            f"         Native Heap:{heap:>9}{max(0, anon - stack):>31}",
+            f"                Code:{pss_file:>9}{max(0, rss - anon):>31}",
+            f"               Stack:{stack:>9}{stack:>31}",
+            f"            Graphics:{0:>9}{0:>31}",
+            f"       Private Other:{0:>9}",
+            f"              System:{system:>9}",
+            f"             Unknown:{'':>9}{0:>31}",
+            " ",
+            f"           TOTAL PSS:{pss:>9}            TOTAL RSS:{rss:>9}"
+            f"       TOTAL SWAP PSS:{swap:>9}",
+        ]
+    else:
+        lines += [
+            "                       Pss(KB)",
+            "                        ------",
+            f"           Java Heap:{0:>9}",
+            f"         Native Heap:{heap:>9}",
+            f"                Code:{pss_file:>9}",
+            f"               Stack:{stack:>9}",
+            f"            Graphics:{0:>9}",
+            f"       Private Other:{0:>9}",
+            f"              System:{system:>9}",
+            " ",
+            f"               TOTAL:{pss:>9}       TOTAL SWAP PSS:{swap:>9}",
+        ]
+    return "\n".join(lines) + "\n \n"
+
+
+def meminfo_summary(processes: Sequence[tuple[str, int, int]], total_kb: int, free_kb: int,
+                    uptime_ms: int) -> str:
+    """``dumpsys meminfo`` (no args): processes are (name, pid, pss_kb)."""
+    used_pss = sum(p for _, _, p in processes)
+    kernel = 180_000
+    used = max(0, total_kb - free_kb)
+    lost = used - used_pss - kernel
+    lines = ["Applications Memory Usage (in Kilobytes):",
+             f"Uptime: {uptime_ms} Realtime: {uptime_ms}", "", "Total PSS by process:"]
+    for name, pid, pss in sorted(processes, key=lambda p: -p[2]):
+        lines.append(f"{pss:>12,}K: {name} (pid {pid})")
+    lines += ["", "Total PSS by OOM adjustment:", f"{used_pss:>12,}K: Native", ""]
+    status = ("normal" if free_kb > total_kb // 5
+              else "low" if free_kb > total_kb // 20 else "critical")
+    lines += [
+        f"Total RAM: {total_kb:,}K (status {status})",
+        f" Free RAM: {free_kb:,}K ({free_kb // 3:,}K cached pss + {free_kb // 3:,}K cached kernel"
+        f" + {free_kb - 2 * (free_kb // 3):,}K free)",
+        f" Used RAM: {used:,}K ({used - kernel:,}K used pss + {kernel:,}K kernel)",
+        f" Lost RAM: {lost:,}K",
+        f"     ZRAM: {0:,}K physical used for {0:,}K in swap ({0:,}K total swap)",
+        f"   Tuning: 256 (large 512), oom {total_kb // 8:,}K, restore limit {total_kb // 24:,}K "
+        "(high-end-gfx)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Temperature:
+    name: str
+    type: int  # AIDL TemperatureType: 0 CPU, 2 BATTERY, 3 SKIN
+    value: float
+    status: int
+
+
+@dataclass(frozen=True)
+class Cooling:
+    name: str
+    type: int  # CoolingType: 2 CPU
+    value: int
+
+
+def thermalservice(status: int, temperatures: Sequence[Temperature],
+                   cooling: Sequence[Cooling], overridden: bool,
+                   thresholds: Sequence[float]) -> str:
+    temps = "".join(
+        f"\tTemperature{{mValue={t.value:.1f}, mType={t.type}, mName={t.name}, "
+        f"mStatus={t.status}}}\n" for t in temperatures
+    )
+    cools = "".join(
+        f"\tCoolingDevice{{mValue={c.value}, mType={c.type}, mName={c.name}}}\n" for c in cooling
+    )
+    hot = ", ".join(["NaN", *(f"{v:.1f}" for v in thresholds)])
+    return (
+        f"IsStatusOverride: {str(overridden).lower()}\n"
+        "ThermalEventListeners:\n\tcallbacks: 1\n\tkilled: false\n\tbroadcasts count: -1\n"
+        "ThermalStatusListeners:\n\tcallbacks: 1\n\tkilled: false\n\tbroadcasts count: -1\n"
+        f"Thermal Status: {status}\n"
+        "Cached temperatures:\n"
+        f"{temps}"
+        "HAL Ready: true\n"
+        "HAL connection:\n\tThermalHAL 2.0 connected: yes\n"
+        "Current temperatures from HAL:\n"
+        f"{temps}"
+        "Current cooling devices from HAL:\n"
+        f"{cools}"
+        "Temperature static thresholds from HAL:\n"
+        f"\tTemperatureThreshold{{mType=3, mName=skin, mHotThrottlingThresholds=[{hot}], "
+        "mColdThrottlingThresholds=[NaN, NaN, NaN, NaN, NaN, NaN, NaN]}\n"
+    )
+
+
+def battery(level: int, temperature_c: float, overheat: bool) -> str:
+    return (
+        "Current Battery Service state:\n"
+        "  AC powered: false\n  USB powered: true\n  Wireless powered: false\n"
+        "  Dock powered: false\n  Max charging current: 500000\n"
+        "  Max charging voltage: 5000000\n"
+        f"  Charge counter: {level * 45000}\n"
+        f"  status: 2\n  health: {3 if overheat else 2}\n  present: true\n"
+        f"  level: {level}\n  scale: 100\n  voltage: {3600 + level * 6}\n"
+        f"  temperature: {round(temperature_c * 10)}\n  technology: Li-ion\n"
+    )
+
+
+def lmkd_kill_line(sdk: int, name: str, pid: int, rss_kb: int, swap_kb: int, reason: str) -> str:
+    if sdk >= 31:
+        return (f"Kill '{name}' ({pid}), uid 2000, oom_score_adj 0 to free {rss_kb}kB rss, "
+                f"{swap_kb}kB swap; reason: {reason}")
+    return f"Kill '{name}' ({pid}), uid 2000, oom_adj 0 to free {rss_kb}kB; reason: {reason}"
+
+
+def logcat_threadtime(epoch: float, pid: int, tid: int, level: str, tag: str, message: str) -> str:
+    """``MM-DD HH:MM:SS.mmm  PID  TID L TAG     : msg`` as ``logcat -v threadtime`` prints."""
+    stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(epoch))
+    millis = int((epoch % 1) * 1000)
+    return f"{stamp}.{millis:03d} {pid:>5} {tid:>5} {level} {tag:<8}: {message}"

@@ -1,0 +1,297 @@
+"""The phone's own commands: getprop, dumpsys, logcat, log, pm, am, settings, cmd, wm.
+
+Run as ``python -S -m harness.virtual.phonetools TOOL ARGS`` by the shims in ``/system/bin``;
+``HARNESS_SIM_STATE`` names the phone's state directory. Stdlib-only imports keep each call fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.virtual import formats, logstore, procs
+from harness.virtual.config import PhoneConfig
+
+FORCE_FILE = "force-thermal"  # written by `cmd thermalservice override-status N`
+LEVELS = "VDIWEFS"
+
+
+def _state() -> Path:
+    return Path(os.environ.get("HARNESS_SIM_STATE", "."))
+
+
+def _config() -> PhoneConfig:
+    return PhoneConfig.load(_state() / "config.json")
+
+
+def _json(name: str) -> dict[str, Any]:
+    try:
+        data = json.loads((_state() / name).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _uptime_ms() -> int:
+    try:
+        boot = float((_state() / "boot_time").read_text())
+    except (OSError, ValueError):
+        boot = time.time()
+    return int((time.time() - boot) * 1000)
+
+
+def _sessions() -> set[int]:
+    text = procs.read_text(str(_state() / "sessions"))
+    return {int(w) for w in text.split() if w.isdigit()}
+
+
+def _props() -> dict[str, str]:
+    props = dict(_config().props)
+    props.update({k: str(v) for k, v in _json("setprops.json").items()})
+    return props
+
+
+def getprop(args: Sequence[str]) -> int:
+    props = _props()
+    if not args:
+        sys.stdout.write(formats.getprop_listing(props))
+    else:
+        print(props.get(args[0], args[1] if len(args) > 1 else ""))
+    return 0
+
+
+def setprop(args: Sequence[str]) -> int:
+    if len(args) != 2:
+        print("usage: setprop NAME VALUE", file=sys.stderr)
+        return 1
+    data = _json("setprops.json")
+    data[args[0]] = args[1]
+    (_state() / "setprops.json").write_text(json.dumps(data))
+    return 0
+
+
+def _meminfo(args: Sequence[str]) -> int:
+    config = _config()
+    targets = [a for a in args if not a.startswith("-")]
+    members = procs.session_members(_sessions(), set())
+    if not targets:
+        rows = []
+        for stat in members:
+            rollup = formats.kb_fields(procs.read_text(f"/proc/{stat.pid}/smaps_rollup"))
+            rows.append((stat.comm, stat.pid, rollup.get("Pss", stat.rss_kb)))
+        used = sum(r[2] for r in rows)
+        free = max(0, config.limit_mb * 1024 - used)
+        sys.stdout.write(formats.meminfo_summary(rows, config.ram_mb * 1024, free, _uptime_ms()))
+        return 0
+    target = targets[0]
+    chosen = [s for s in members if (target.isdigit() and s.pid == int(target)) or s.comm == target
+              or s.comm == target[-15:] or s.comm == target[:15]]
+    if not chosen:
+        print(f"No process found for: {target}")
+        return 0
+    for stat in chosen:
+        rollup = formats.kb_fields(procs.read_text(f"/proc/{stat.pid}/smaps_rollup"))
+        status = formats.kb_fields(procs.read_text(f"/proc/{stat.pid}/status"))
+        sys.stdout.write(formats.meminfo_process(stat.pid, stat.comm, rollup, status,
+                                                 config.sdk, _uptime_ms()))
+    return 0
+
+
+def _thermal_text() -> str:
+    state = _json("thermal.json")
+    temps = [formats.Temperature(t["name"], int(t["type"]), float(t["value"]), int(t["status"]))
+             for t in state.get("temperatures", [])]
+    cooling = [formats.Cooling(c["name"], int(c["type"]), int(c["value"]))
+               for c in state.get("cooling", [])]
+    return formats.thermalservice(int(state.get("status", 0)), temps, cooling,
+                                  bool(state.get("forced", False)),
+                                  [float(v) for v in state.get("thresholds", [])])
+
+
+def dumpsys(args: Sequence[str]) -> int:
+    if not args:
+        print("Usage: dumpsys SERVICE [ARGS]", file=sys.stderr)
+        return 0
+    service, rest = args[0], args[1:]
+    if service == "meminfo":
+        return _meminfo(rest)
+    if service == "thermalservice":
+        sys.stdout.write(_thermal_text())
+        return 0
+    if service == "battery":
+        state = _json("thermal.json")
+        sys.stdout.write(formats.battery(_config().battery_level,
+                                         float(state.get("battery_c", 25.0)),
+                                         int(state.get("status", 0)) >= 4))
+        return 0
+    print(f"Can't find service: {service}", file=sys.stderr)
+    return 0
+
+
+def _filters(specs: Sequence[str]) -> Callable[[logstore.LogEntry], bool]:
+    rules: dict[str, int] = {}
+    for spec in specs:
+        tag, _, level = spec.partition(":")
+        rules[tag] = LEVELS.index(level.upper()) if level and level.upper() in LEVELS else 0
+
+    def keep(entry: logstore.LogEntry) -> bool:
+        minimum = rules.get(entry.tag, rules.get("*", 0))
+        return LEVELS.index(entry.level) >= minimum if entry.level in LEVELS else True
+
+    return keep
+
+
+def logcat(args: Sequence[str]) -> int:
+    buffers: list[str] = []
+    specs: list[str] = []
+    dump = False
+    tail: int | None = None
+    items = list(args)
+    while items:
+        arg = items.pop(0)
+        if arg == "-c":
+            logstore.clear(_state())
+            return 0
+        if arg == "-d":
+            dump = True
+        elif arg == "-s":
+            specs.append("*:S")
+        elif arg in ("-b", "-v", "-t", "-T", "-f", "-r", "-n", "-e", "--pid") and items:
+            value = items.pop(0)
+            if arg == "-b":
+                buffers.extend(value.split(","))
+            elif arg in ("-t", "-T"):
+                tail = int(value) if value.isdigit() else None
+                dump = dump or arg == "-t"
+        elif arg.startswith("-b") and len(arg) > 2:
+            buffers.extend(arg[2:].split(","))
+        elif not arg.startswith("-"):
+            specs.append(arg)
+    chosen = set(logstore.BUFFERS if "all" in buffers else buffers or logstore.DEFAULT_BUFFERS)
+    keep = _filters(specs)
+
+    def show(entry: logstore.LogEntry) -> str:
+        return formats.logcat_threadtime(entry.epoch, entry.pid, entry.tid, entry.level,
+                                         entry.tag, entry.message)
+
+    entries = [e for e in logstore.read(_state()) if e.buffer in chosen and keep(e)]
+    if tail is not None:
+        entries = entries[-tail:] if tail else []
+    for entry in entries:
+        print(show(entry))
+    sys.stdout.flush()
+    if dump:
+        return 0
+    seen = sum(1 for _ in logstore.read(_state()))
+    while True:  # follow, as logcat without -d does, until the shell is closed
+        time.sleep(0.5)
+        everything = list(logstore.read(_state()))
+        for entry in everything[seen:]:
+            if entry.buffer in chosen and keep(entry):
+                print(show(entry), flush=True)
+        seen = len(everything)
+
+
+def log(args: Sequence[str]) -> int:
+    tag, level, words = "log", "I", []
+    items = list(args)
+    while items:
+        arg = items.pop(0)
+        if arg == "-t" and items:
+            tag = items.pop(0)
+        elif arg == "-p" and items:
+            level = items.pop(0)[:1].upper()
+        else:
+            words.append(arg)
+    logstore.append(_state(), "main", level if level in LEVELS else "I", tag, os.getppid(),
+                    " ".join(words))
+    return 0
+
+
+PACKAGES = ("android", "com.android.shell", "com.android.settings", "com.android.systemui")
+
+
+def pm(args: Sequence[str]) -> int:
+    if args[:2] == ["list", "packages"]:
+        for name in PACKAGES:
+            print(f"package:{name}")
+        return 0
+    if args[:1] == ["path"] and len(args) > 1 and args[1] in PACKAGES:
+        print(f"package:/system/app/{args[1]}/{args[1]}.apk")
+        return 0
+    if args[:1] == ["path"]:
+        return 1
+    print("Unknown or unsupported pm command", file=sys.stderr)
+    return 1
+
+
+def am(args: Sequence[str]) -> int:
+    if args[:1] == ["start"]:
+        print(f"Starting: Intent {{ {' '.join(args[1:])} }}")
+    return 0
+
+
+def settings(args: Sequence[str]) -> int:
+    data = _json("settings.json")
+    if len(args) >= 3 and args[0] == "get":
+        print(data.get(f"{args[1]}/{args[2]}", "null"))
+        return 0
+    if len(args) >= 4 and args[0] == "put":
+        data[f"{args[1]}/{args[2]}"] = args[3]
+        (_state() / "settings.json").write_text(json.dumps(data))
+        return 0
+    if len(args) >= 2 and args[0] == "list":
+        for key, value in sorted(data.items()):
+            if key.startswith(args[1] + "/"):
+                print(f"{key.split('/', 1)[1]}={value}")
+        return 0
+    print("usage: settings get|put|list NAMESPACE KEY [VALUE]", file=sys.stderr)
+    return 1
+
+
+def cmd(args: Sequence[str]) -> int:
+    if args[:1] == ["package"]:
+        return pm(args[1:])
+    if args[:2] == ["thermalservice", "override-status"] and len(args) == 3:
+        (_state() / "control" / f"{time.time_ns()}.json").write_text(
+            json.dumps({"kind": "thermal", "value": int(args[2])}))
+        return 0
+    if args[:2] == ["thermalservice", "reset"]:
+        (_state() / "control" / f"{time.time_ns()}.json").write_text(
+            json.dumps({"kind": "thermal-release"}))
+        return 0
+    print(f"cmd: Can't find service: {args[0] if args else ''}", file=sys.stderr)
+    return 20
+
+
+def wm(args: Sequence[str]) -> int:
+    if args[:1] == ["size"]:
+        print("Physical size: 1080x2400")
+    elif args[:1] == ["density"]:
+        print("Physical density: 420")
+    return 0
+
+
+TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
+    "getprop": getprop, "setprop": setprop, "dumpsys": dumpsys, "logcat": logcat, "log": log,
+    "pm": pm, "am": am, "settings": settings, "cmd": cmd, "wm": wm,
+}
+
+
+def main(argv: Sequence[str]) -> int:
+    if not argv or argv[0] not in TOOLS:
+        print(f"phonetools: unknown tool {argv[:1]}", file=sys.stderr)
+        return 127
+    try:
+        return TOOLS[argv[0]](list(argv[1:]))
+    except (BrokenPipeError, KeyboardInterrupt):
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,75 @@
+"""The phone's processes: host processes in the sessions its shells started.
+
+Why sessions: every shell runs as a session leader (start_new_session), and a non-interactive sh
+keeps its children, background jobs included, in that session; so ``nohup x &`` started by
+``adb shell`` stays the phone's after the shell exits. A program that calls setsid escapes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    pid: int
+    comm: str
+    state: str
+    session: int
+    cpu_ticks: int  # utime + stime
+    rss_kb: int
+
+
+def parse_stat(pid: int, text: str) -> ProcStat | None:
+    """``/proc/<pid>/stat``; comm may hold spaces and parentheses: split at the last ')'."""
+    open_at = text.find("(")
+    close_at = text.rfind(")")
+    if open_at < 0 or close_at < 0:
+        return None
+    fields = text[close_at + 2:].split()
+    if len(fields) < 22:
+        return None
+    return ProcStat(
+        pid=pid, comm=text[open_at + 1:close_at], state=fields[0], session=int(fields[3]),
+        cpu_ticks=int(fields[11]) + int(fields[12]), rss_kb=int(fields[21]) * PAGE_KB,
+    )
+
+
+def read_stat(pid: int) -> ProcStat | None:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return parse_stat(pid, handle.read())
+    except (OSError, ValueError):
+        return None
+
+
+def session_members(sessions: set[int], ignore: set[int]) -> list[ProcStat]:
+    """Live processes in ``sessions``; ``ignore`` caches pids known to be outside (updated)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        if pid in ignore:
+            continue
+        stat = read_stat(pid)
+        if stat is None:
+            continue
+        if stat.session in sessions:
+            if stat.state != "Z":
+                found.append(stat)
+        else:
+            ignore.add(pid)
+    return found
+
+
+def read_text(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return ""

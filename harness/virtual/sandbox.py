@@ -1,0 +1,165 @@
+"""One directory per virtual phone, and the mapping of device paths into it.
+
+Layout of a phone directory::
+
+    root/     what the phone calls "/": data/local/tmp, sdcard, system/bin, proc/meminfo,
+              proc/cpuinfo, sys/class/thermal, sys/devices/system/cpu
+    state/    config.json (profile snapshot), logcat.log, sessions, thermal.json, control/
+
+Why rewriting: commands run in a real host ``/bin/sh`` (so ``; echo X4EXIT:$?`` and every POSIX
+construct work) without root or namespaces. Well-known absolute device prefixes in a command are
+rewritten to their sandbox location before the shell sees them; sync maps the same prefixes, so a
+file pushed to ``/data/local/tmp/x`` is what ``cat /data/local/tmp/x`` prints. Process ids are host
+ids, so ``/proc/<pid>`` is the host's own (the real memory of the real process).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+# device prefix -> path relative to root/ ; longest first so /sdcard wins over /s...
+_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("/storage/emulated/0", "sdcard"),
+    ("/storage/self/primary", "sdcard"),
+    ("/sys/devices/system/cpu", "sys/devices/system/cpu"),
+    ("/sys/class/thermal", "sys/class/thermal"),
+    ("/proc/meminfo", "proc/meminfo"),
+    ("/proc/cpuinfo", "proc/cpuinfo"),
+    ("/system/bin", "system/bin"),
+    ("/sdcard", "sdcard"),
+    ("/data", "data"),
+)
+_BEFORE = r"(?<![\w./~-])"  # not inside a longer word or path
+_AFTER = r"(?=$|[/\s'\";|&)<>:`}])"
+_PATTERN = re.compile(_BEFORE + "(" + "|".join(re.escape(p) for p, _ in _PREFIXES) + ")" + _AFTER)
+TOOLS = ("getprop", "setprop", "dumpsys", "logcat", "log", "pm", "am", "settings", "cmd", "wm")
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """Paths of one phone directory (creating nothing until ``create`` is called)."""
+
+    path: Path
+
+    @property
+    def root(self) -> Path:
+        return self.path / "root"
+
+    @property
+    def state(self) -> Path:
+        return self.path / "state"
+
+    @property
+    def control(self) -> Path:
+        return self.state / "control"
+
+    @property
+    def bin(self) -> Path:
+        return self.root / "system" / "bin"
+
+    @property
+    def storage_dirs(self) -> tuple[Path, ...]:
+        """What counts against the virtual disk."""
+        return (self.root / "data", self.root / "sdcard")
+
+    def create(self) -> None:
+        for sub in ("data/local/tmp", "sdcard/Download", "proc", "sys/class/thermal",
+                    "sys/devices/system/cpu", "system/bin"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self.control.mkdir(parents=True, exist_ok=True)
+        self.write_tool_shims()
+
+    def write_tool_shims(self) -> None:
+        """``/system/bin/<tool>`` as tiny sh scripts running ``harness.virtual.phonetools``.
+
+        ``-S`` skips site initialisation (startup time on a 2-core box); PYTHONPATH names the
+        directory holding the ``harness`` package, whether it is a checkout or site-packages.
+        """
+        package_parent = Path(__file__).resolve().parent.parent.parent
+        for tool in TOOLS:
+            script = (
+                "#!/bin/sh\n"
+                f"HARNESS_SIM_STATE={shlex.quote(str(self.state))} "
+                f"PYTHONPATH={shlex.quote(str(package_parent))} "
+                f"exec {shlex.quote(sys.executable)} -S -m harness.virtual.phonetools "
+                f"{tool} \"$@\"\n"
+            )
+            target = self.bin / tool
+            target.write_text(script)
+            target.chmod(0o755)
+        sh = self.bin / "sh"
+        if not sh.exists():
+            sh.symlink_to("/bin/sh")
+
+    def host_path(self, device_path: str) -> Path:
+        """Where a device path lives on the host (used by sync; never escapes the sandbox).
+
+        ``/proc/<pid>/...`` is the host's /proc (pids are host pids); anything else not under a
+        mapped prefix lands under root/ as well, so sync cannot write outside the phone.
+        """
+        parts = [p for p in device_path.split("/") if p not in ("", ".")]
+        clean: list[str] = []
+        for part in parts:
+            if part == "..":
+                if clean:
+                    clean.pop()
+            else:
+                clean.append(part)
+        normal = "/" + "/".join(clean)
+        for prefix, rel in _PREFIXES:
+            if normal == prefix or normal.startswith(prefix + "/"):
+                return self.root / rel / normal[len(prefix):].lstrip("/")
+        if len(clean) >= 2 and clean[0] == "proc" and clean[1].isdigit():
+            return Path("/proc").joinpath(*clean[1:])
+        return self.root.joinpath(*clean) if clean else self.root
+
+    def rewrite_command(self, command: str) -> str:
+        """Rewrite well-known absolute device paths in a shell command to sandbox paths."""
+        return rewrite_paths(command, self.root)
+
+    def shell_env(self) -> dict[str, str]:
+        host_path = os.environ.get("PATH", "/usr/bin:/bin")
+        return {
+            "PATH": f"{self.bin}:{host_path}",
+            "HOME": str(self.root),
+            "TMPDIR": str(self.root / "data" / "local" / "tmp"),
+            "ANDROID_DATA": "/data",
+            "ANDROID_ROOT": "/system",
+            "EXTERNAL_STORAGE": "/sdcard",
+            "USER": "shell",
+            "LANG": "C.UTF-8",
+            "HARNESS_SIM_STATE": str(self.state),
+        }
+
+
+def rewrite_paths(command: str, root: Path) -> str:
+    def replace(match: re.Match[str]) -> str:
+        prefix = match.group(1)
+        rel = dict(_PREFIXES)[prefix]
+        return str(root / rel)
+
+    return _PATTERN.sub(replace, command)
+
+
+def disk_used_bytes(sandbox: Sandbox) -> int:
+    total = 0
+    for top in sandbox.storage_dirs:
+        for dirpath, _dirs, files in os.walk(top):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(dirpath, name)).st_size
+                except OSError:
+                    continue
+    return total
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Readers (tools, sync) never see half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

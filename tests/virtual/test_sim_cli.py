@@ -1,0 +1,54 @@
+"""`harness sim` through click: start/status/fault/stop/wipe, and clean errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+from harness.testing.adbserver import AdbServer, free_port
+
+
+def test_sim_lifecycle_through_the_cli(adb_server: AdbServer, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_HOME", str(tmp_path / "harness-home"))
+    runner = CliRunner()
+    started = runner.invoke(main, ["sim", "start", "--profile", "flagship-16gb", "--json"])
+    try:
+        assert started.exit_code == 0, started.output
+        phone = json.loads(started.output)[0]
+        assert phone["model"] == "ASUS_AI2201" and phone["serial"].startswith("127.0.0.1:")
+        assert "model:ASUS_AI2201" in adb_server.adb("devices", "-l").stdout
+        fault = runner.invoke(main, ["sim", "fault", phone["serial"], "thermal", "5"])
+        assert fault.exit_code == 0, fault.output
+        status = json.loads(runner.invoke(main, ["sim", "status", "--json"]).output)
+        assert status[0]["running"] and status[0]["faults"]["thermal_forced"] == 5
+        thermal = adb_server.adb("-s", phone["serial"], "shell", "dumpsys thermalservice").stdout
+        assert "Thermal Status: 5" in thermal
+        bad = runner.invoke(main, ["sim", "fault", phone["serial"], "thermal", "9"])
+        assert bad.exit_code == 2 and "0..6" in bad.output and "Traceback" not in bad.output
+    finally:
+        stopped = runner.invoke(main, ["sim", "stop", "--all"])
+    assert stopped.exit_code == 0 and "stopped 127.0.0.1:" in stopped.output
+    assert "127.0.0.1:" not in adb_server.adb("devices").stdout
+    wiped = runner.invoke(main, ["sim", "wipe", "--all"])
+    assert wiped.exit_code == 0 and "wiped flagship-16gb-1" in wiped.output
+    assert "no virtual phones" in runner.invoke(main, ["sim", "status"]).output
+
+
+def test_sim_start_without_an_adb_server_is_a_clean_error(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_HOME", str(tmp_path))
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(free_port()))
+    result = CliRunner().invoke(main, ["sim", "start"])
+    assert result.exit_code == 2
+    assert "no adb server listens" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "sim" / "phones").exists()
+
+
+def test_sim_fault_rejects_unknown_kinds() -> None:
+    result = CliRunner().invoke(main, ["sim", "fault", "127.0.0.1:1", "meteor"])
+    assert result.exit_code == 2 and "meteor" in result.output
