@@ -2,25 +2,47 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from harness.cli.plan import COMMANDS as PLAN_COMMANDS
+from harness.demo import DemoPaths, demo_environment, prepare_artifacts
 
 
 @click.command()
+@click.option("--root", type=click.Path(path_type=Path), default=Path("."), show_default=True,
+              help="Folder for builds/, results/demo and reports/demo.html.")
+@click.option("--phones", default=2, show_default=True, help="Virtual phones to start.")
+@click.option("--matrix", type=click.Path(path_type=Path), default=Path("matrices/smoke.yaml"),
+              show_default=True, help="Matrix to run.")
 @click.pass_context
-def demo(ctx: click.Context) -> None:
-    """Run the demo: plan the smoke matrix for each device profile.
+def demo(ctx: click.Context, root: Path, phones: int, matrix: Path) -> None:
+    """Run the whole pipeline on virtual phones and write a report.
+
+    Starts a private adb server and virtual phones, builds llama-bench from the llama.cpp
+    inside llama-cpp-python's source distribution, makes the synthetic model ladder, runs the
+    smoke matrix on the phones, and writes reports/demo.html.
 
     \b
     Example:
-      harness demo
+      harness demo --phones 2
     """
-    plan = next((c for c in PLAN_COMMANDS if c.name == "plan"), None)
-    if plan is None:
-        click.echo("demo: nothing to run yet")
-        return
-    ctx.invoke(plan, matrix="matrices/smoke.yaml")
+    from harness.cli.run import run_command
+
+    paths = DemoPaths(root)
+    say = lambda text: click.echo(f"demo: {text}", err=True)  # noqa: E731
+    prepare_artifacts(paths, say)
+    with demo_environment(paths):
+        say(f"running {matrix} on {phones} virtual phones")
+        ctx.invoke(run_command, matrix=matrix, devices_spec=f"sim:{phones}",
+                   results=paths.results, builds=paths.builds)
+    from harness.cli import main
+
+    report = main.get_command(ctx, "report")
+    if report is not None:
+        paths.report.parent.mkdir(parents=True, exist_ok=True)
+        ctx.invoke(report, results=paths.results, output=paths.report)
+        say(f"report: {paths.report}")
 
 
 COMMANDS: list[click.Command] = [demo]

@@ -29,12 +29,13 @@ class ShellResultLike(Protocol):
 
 
 class PushDevice(Protocol):
-    serial: str
+    @property
+    def serial(self) -> str: ...
 
     def shell(self, cmd: str, timeout: float | None = None) -> ShellResultLike: ...
 
     def push(self, local: Path, remote: str,
-             progress: Callable[[int], None] | None = None) -> None: ...
+             progress: Callable[[int, int], None] | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -61,16 +62,23 @@ def build_remote_dir(build_digest: str) -> str:
 
 
 def remote_checksums(device: PushDevice, paths: Sequence[str]) -> dict[str, str]:
-    """sha256 of each path that exists on the device, computed there, in one round trip."""
+    """sha256 of each path that exists on the device, computed there, in one round trip.
+
+    Answers are keyed by position, not by the path the device prints back: a device (or a
+    virtual phone's sandbox) may show the same file under another name.
+    """
     if not paths:
         return {}
     quoted = " ".join(shlex.quote(p) for p in paths)
-    result = device.shell(f"for f in {quoted}; do [ -f \"$f\" ] && sha256sum \"$f\"; done; true")
+    result = device.shell(
+        f"i=0; for f in {quoted}; do [ -f \"$f\" ] && echo \"$i $(sha256sum < \"$f\")\"; "
+        "i=$((i+1)); done; true")
     sums: dict[str, str] = {}
     for line in result.stdout.splitlines():
-        digest, _, path = line.strip().partition("  ")
-        if len(digest) == 64 and path:
-            sums[path] = digest
+        index, _, rest = line.strip().partition(" ")
+        digest = rest.split(" ", 1)[0]
+        if index.isdigit() and int(index) < len(paths) and len(digest) == 64:
+            sums[paths[int(index)]] = digest
     return sums
 
 
@@ -91,15 +99,15 @@ def ensure_artifacts(
         folder = artifact.remote.rsplit("/", 1)[0]
         device.shell(f"mkdir -p {shlex.quote(folder)}")
 
-        def tick(done: int, name: str = artifact.local.name, total: int = size) -> None:
+        def tick(done: int, total: int, name: str = artifact.local.name) -> None:
             if progress is not None:
                 progress(name, done, total)
 
         device.push(artifact.local, tmp, progress=tick)
         mode = "755" if artifact.executable else "644"
         check = device.shell(
-            f"chmod {mode} {shlex.quote(tmp)} && sha256sum {shlex.quote(tmp)}")
-        got = check.stdout.strip().split("  ")[0]
+            f"chmod {mode} {shlex.quote(tmp)} && sha256sum < {shlex.quote(tmp)}")
+        got = check.stdout.strip().split(" ")[0]
         if got != artifact.sha256:
             device.shell(f"rm -f {shlex.quote(tmp)}")
             raise DeviceError(

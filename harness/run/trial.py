@@ -7,6 +7,7 @@ the sampler and the timeout watchdog address the engine process itself.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shlex
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 
 from harness.android.lmkd import parse_lmkd_kills
 from harness.engines.base import Engine, Measurement
-from harness.errors import DeviceLostError, EngineError
+from harness.errors import DeviceLostError, EngineError, HarnessError
 from harness.records import SampleRecord, TrialRecord
 from harness.run.cooldown import CooldownPolicy, GateResult, wait_until_ready
 from harness.run.deploy import DEVICE_ROOT
@@ -42,7 +43,8 @@ class ShellResultLike(Protocol):
 
 
 class TrialDevice(Protocol):
-    serial: str
+    @property
+    def serial(self) -> str: ...
 
     def shell(self, cmd: str, timeout: float | None = None) -> ShellResultLike: ...
 
@@ -70,7 +72,7 @@ class TrialPolicy:
     timeout_s: float
     sample_interval_s: float = 0.5
     fast_start_s: float = 2.0  # sample quickly at first: short trials still get samples
-    state_every: int = 2
+    state_interval_s: float = 2.0
     throttle_status: int = 1  # a status above this during the trial marks it throttled
 
 
@@ -148,7 +150,7 @@ class TrialRunner:
                 self.device.shell(memory_read_command(workdir), timeout=30).stdout),
             read_state=lambda: self.read_state(ctx.big_cpu),
             interval_s=self.policy.sample_interval_s,
-            state_every=self.policy.state_every,
+            state_interval_s=self.policy.state_interval_s,
             fast_start_s=self.policy.fast_start_s,
         )
         timed_out = threading.Event()
@@ -174,6 +176,9 @@ class TrialRunner:
             timer.cancel()
             ticks = sampler.stop()
         wall = self.clock() - start
+        if not lost:  # the state the trial left the phone in: heat shows after the work
+            with contextlib.suppress(HarnessError):
+                ticks.append(Tick(int(wall * 1000), None, self.read_state(ctx.big_cpu)))
         pid: int | None = None
         logcat = ""
         if not lost:

@@ -11,8 +11,8 @@ from harness.run.state import DeviceState, throttled_during
 @dataclass(frozen=True)
 class Policy:
     max_thermal_status: int = 0
-    max_temp_c: float | None = 40.0
-    min_battery: int | None = 20
+    max_temperature_c: float | None = 40.0
+    min_battery_pct: int | None = 20
     max_wait_s: float = 60.0
 
 

@@ -35,14 +35,14 @@ class HostShellDevice:
         return Result(done.returncode, done.stdout, done.stderr)
 
     def push(self, local: Path, remote: str,
-             progress: Callable[[int], None] | None = None) -> None:
+             progress: Callable[[int, int], None] | None = None) -> None:
         self.pushes.append(remote)
         shutil.copyfile(local, remote)
         if self.corrupt:
             with open(remote, "ab") as handle:
                 handle.write(b"!")
         if progress:
-            progress(local.stat().st_size)
+            progress(local.stat().st_size, local.stat().st_size)
 
 
 def artifact(tmp_path: Path, name: str, body: bytes, executable: bool = False) -> Artifact:

@@ -1,0 +1,151 @@
+"""``harness run``: execute a matrix on devices and store every trial."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from harness.device import Device, get_device, list_devices
+from harness.errors import ConfigError
+from harness.plan import parse_size
+from harness.run.runner import RunOptions, RunSummary, execute, load_run_meta
+
+
+@contextmanager
+def _devices(spec: str, profile: str, ram_mb: int | None) -> Iterator[list[Device]]:
+    """Devices named by --devices; ``sim:N`` starts what is missing and stops it afterwards."""
+    started: list[str] = []
+    if spec.startswith("sim:"):
+        from harness.virtual.control import list_phones, start_phones, stop_phones
+
+        count_text = spec[4:]
+        if not count_text.isdigit() or int(count_text) < 1:
+            raise ConfigError(f"--devices {spec!r}: write sim:N with N >= 1, e.g. sim:2")
+        count = int(count_text)
+        running = [p.serial for p in list_phones() if p.running][:count]
+        if len(running) < count:
+            new = start_phones(profile, count - len(running), ram_mb=ram_mb)
+            started = [p.serial for p in new]
+        serials = running + started
+        try:
+            yield [get_device(s) for s in serials]
+        finally:
+            if started:
+                stop_phones(started)
+        return
+    if spec == "all":
+        devices = list_devices()
+        if not devices:
+            raise ConfigError("--devices all: no device is attached (`harness devices` lists them)")
+        yield devices
+        return
+    yield [get_device(s.strip()) for s in spec.split(",") if s.strip()]
+
+
+class _Progress:
+    """Per device: the current cell, trials done/total and an ETA; thread-safe."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            TextColumn("{task.fields[serial]:<18}"), BarColumn(), MofNCompleteColumn(),
+            TimeRemainingColumn(), TextColumn("{task.description}"), console=console,
+        )
+        self.tasks: dict[str, Any] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, kind: str, serial: str, details: dict[str, Any]) -> None:
+        with self.lock:
+            if serial not in self.tasks:
+                self.tasks[serial] = self.progress.add_task("", total=None, serial=serial)
+            task = self.tasks[serial]
+            if kind == "planned":
+                self.progress.update(task, total=details["todo"], description="pushing")
+            elif kind == "push":
+                self.progress.update(task, description=(
+                    f"push {details['name']} {details['done'] * 100 // max(details['total'], 1)}%"))
+            elif kind == "trial":
+                self.progress.update(task, description=f"{details['build']} {details['label']}")
+            elif kind == "done":
+                self.progress.advance(task)
+            elif kind in ("lost", "failed", "push_failed"):
+                self.progress.update(task, description=f"[red]{details['error']}")
+
+
+def _summary_table(summary: RunSummary) -> Table:
+    outcomes = sorted(summary.outcomes())
+    table = Table(title=f"run {summary.run_id} ({summary.wall_s:.0f} s)")
+    table.add_column("device")
+    for name in outcomes:
+        table.add_column(name, justify="right")
+    table.add_column("pushed", justify="right")
+    table.add_column("not run", justify="right")
+    for device in summary.devices:
+        table.add_row(device.serial, *[str(device.outcomes.get(o, 0)) for o in outcomes],
+                      f"{device.bytes_pushed / 1e6:.1f} MB", str(device.not_run))
+    return table
+
+
+@click.command("run")
+@click.argument("matrix", type=click.Path(path_type=Path), required=False)
+@click.option("--devices", "devices_spec", default="all", show_default=True,
+              help="Comma-separated serials, 'all' attached devices, or sim:N virtual phones.")
+@click.option("--results", type=click.Path(path_type=Path), default=Path("results"),
+              show_default=True, help="Results store root.")
+@click.option("--builds", type=click.Path(path_type=Path), default=None,
+              help="Builds root (default $HARNESS_BUILDS or ./builds).")
+@click.option("--resume", "resume", default=None, metavar="RUN_ID",
+              help="Finish an interrupted run: only trials with no stored outcome run.")
+@click.option("--reserve", default="512MiB", show_default=True,
+              help="Memory to leave free on the device when deciding what fits.")
+@click.option("--no-skip", is_flag=True, help="Run cells predicted not to fit, too.")
+@click.option("--sample-interval", default=0.5, show_default=True, type=float,
+              help="Seconds between memory samples.")
+@click.option("--profile", default="midrange-8gb", show_default=True,
+              help="Profile of phones started by --devices sim:N.")
+@click.option("--ram-mb", type=int, default=None, help="RAM limit of phones started by sim:N.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+def run_command(matrix: Path | None, devices_spec: str, results: Path, builds: Path | None,
+                resume: str | None, reserve: str, no_skip: bool, sample_interval: float,
+                profile: str, ram_mb: int | None, as_json: bool) -> None:
+    """Run MATRIX on devices, sampling memory and heat, and store every trial in Parquet.
+
+    \b
+    Example:
+      harness run matrices/smoke.yaml --devices sim:2
+      harness run --resume 20261129-091800-ab12cd --devices sim:2
+    """
+    if resume:
+        meta = load_run_meta(results, resume)
+        matrix = matrix or Path(meta["matrix"])
+    if matrix is None:
+        raise ConfigError("name a MATRIX file, or --resume RUN_ID")
+    if not matrix.is_file():
+        raise ConfigError(f"{matrix}: no such matrix file")
+    options = RunOptions(results=results, builds=builds,
+                         reserve_bytes=parse_size(reserve, "--reserve"), no_skip=no_skip,
+                         sample_interval_s=sample_interval)
+    console = Console(stderr=True)
+    with _devices(devices_spec, profile, ram_mb) as devices:
+        if not devices:
+            raise ConfigError(f"--devices {devices_spec!r} names no device")
+        progress = _Progress(console)
+        with progress.progress:
+            summary = execute(matrix, devices, options, run_id=resume, on_event=progress)
+    if as_json:
+        click.echo(json.dumps(summary.to_json(), indent=2))
+    else:
+        Console(file=sys.stdout).print(_summary_table(summary))
+        click.echo(f"results: {results}  (run id {summary.run_id})")
+
+
+COMMANDS: list[click.Command] = [run_command]

@@ -1,0 +1,66 @@
+"""The demo: the whole pipeline on this machine, with nothing but Python and a compiler.
+
+Virtual phones on a private adb server, a real llama-bench compiled from the llama.cpp that ships
+inside llama-cpp-python's source distribution, the synthetic model ladder, the smoke matrix, and
+a report. Nothing touches a user's adb server on 5037.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.testing.adbserver import private_adb_server
+
+
+@dataclass(frozen=True)
+class DemoPaths:
+    root: Path
+
+    @property
+    def builds(self) -> Path:
+        return self.root / "builds"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results" / "demo"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "reports" / "demo.html"
+
+    @property
+    def home(self) -> Path:
+        return self.root / ".cache" / "demo-home"
+
+
+@contextmanager
+def demo_environment(paths: DemoPaths) -> Iterator[None]:
+    """A private adb server and sim state for the demo; restored and stopped afterwards."""
+    paths.home.mkdir(parents=True, exist_ok=True)
+    saved = dict(os.environ)
+    with private_adb_server(paths.home / "adb") as server:
+        os.environ.update(server.env)
+        os.environ["HARNESS_HOME"] = str(paths.home)
+        try:
+            yield
+        finally:
+            from harness.virtual.control import stop_phones
+
+            stop_phones(home=paths.home / "sim")
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+def prepare_artifacts(paths: DemoPaths, say: Callable[[str], None]) -> None:
+    from harness.artifacts.cmake_build import ensure_host_build
+    from harness.artifacts.testmodels import ensure_ladder
+
+    say("models: making the tiny quant ladder (cached by content)")
+    ensure_ladder("tiny", progress=say)
+    say("engine: building llama-bench from the vendored llama.cpp (cached by content; "
+        "about 5 minutes the first time)")
+    ensure_host_build("host-release", paths.builds)

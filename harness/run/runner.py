@@ -1,0 +1,286 @@
+"""A run: plan the (device x cell) trials, put artefacts on each device, run, store.
+
+One worker thread per device, one trial at a time per device. Every finished trial is written to
+the store at once (samples first, then the trial row that marks it done), so killing the harness
+loses at most the trial in flight, and ``resume`` re-runs only trials with no stored row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from harness.artifacts.builds import Build, builds_root, open_build
+from harness.artifacts.gguf_info import ModelInfo, file_sha256
+from harness.cell import Cell
+from harness.device.base import Device, DeviceFacts
+from harness.engines.llama_bench import LlamaBench
+from harness.errors import ConfigError, DeviceError, DeviceLostError, HarnessError
+from harness.matrix import Matrix, expand, load_matrix
+from harness.plan import DEFAULT_RESERVE_BYTES, PlannedCell, plan_cells, resolve_models
+from harness.records import TrialRecord
+from harness.run import store_io
+from harness.run.deploy import Artifact, ensure_artifacts, model_remote_path
+from harness.run.order import TrialSpec, interleave
+from harness.run.trial import TrialContext, TrialPolicy, TrialRunner
+
+Event = Callable[[str, str, dict[str, Any]], None]  # (kind, serial, details)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    results: Path
+    builds: Path | None = None
+    reserve_bytes: int = DEFAULT_RESERVE_BYTES
+    no_skip: bool = False
+    sample_interval_s: float = 0.5
+
+
+@dataclass
+class DeviceSummary:
+    serial: str
+    outcomes: Counter[str] = field(default_factory=Counter)
+    bytes_pushed: int = 0
+    not_run: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    matrix: str
+    devices: tuple[DeviceSummary, ...]
+    wall_s: float
+
+    def outcomes(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for device in self.devices:
+            total.update(device.outcomes)
+        return total
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "matrix": self.matrix,
+            "wall_s": round(self.wall_s, 1),
+            "trials_by_outcome": dict(sorted(self.outcomes().items())),
+            "devices": [
+                {"serial": d.serial, "trials_by_outcome": dict(sorted(d.outcomes.items())),
+                 "bytes_pushed": d.bytes_pushed, "not_run": d.not_run, "error": d.error}
+                for d in self.devices
+            ],
+        }
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    now = now or datetime.now(UTC)
+    return f"{now:%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+def _mask(cpus: Sequence[int]) -> str | None:
+    return hex(sum(1 << c for c in cpus)) if cpus else None
+
+
+def _meta_device(facts: DeviceFacts) -> dict[str, Any]:
+    return {"model": facts.model, "manufacturer": facts.manufacturer, "soc": facts.soc,
+            "sdk": facts.android_sdk,
+            "ram_bytes": facts.total_ram_kb * 1024 if facts.total_ram_kb else None}
+
+
+def _build_artifacts(build: Build, tool: str = "llama-bench") -> tuple[list[Artifact], str, str]:
+    """Artefacts of a build, its binary and its library folder on the device."""
+    digest = _digest([f.sha256 for f in build.manifest.files])
+    remote_root = f"/data/local/tmp/harness/builds/{build.name}-{digest}"
+    artifacts = [
+        Artifact(build.path / f.path, f.sha256, f"{remote_root}/{f.path}",
+                 executable=f.path.startswith("bin/"))
+        for f in build.manifest.files
+    ]
+    build.binary(tool)  # fails clearly when the build has no such tool
+    return artifacts, f"{remote_root}/bin/{tool}", f"{remote_root}/lib"
+
+
+def _digest(parts: Sequence[str]) -> str:
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+
+@dataclass
+class Prepared:
+    matrix: Matrix
+    cells: list[Cell]
+    models: Mapping[tuple[str, str], Any]
+    builds: dict[str, Build]
+
+
+def prepare(matrix_path: Path, options: RunOptions) -> Prepared:
+    matrix = load_matrix(matrix_path)
+    cells = expand(matrix)
+    models = resolve_models(matrix, cells)
+    root = builds_root(options.builds)
+    builds = {name: open_build(root, name) for name in sorted({c.build for c in cells})}
+    return Prepared(matrix, cells, models, builds)
+
+
+class DeviceWorker:
+    """Everything one device does in a run, in order."""
+
+    def __init__(self, device: Device, prepared: Prepared, run_id: str, options: RunOptions,
+                 done: set[str], on_event: Event) -> None:
+        self.device = device
+        self.prepared = prepared
+        self.run_id = run_id
+        self.options = options
+        self.done = done
+        self.on_event = on_event
+        self.summary = DeviceSummary(device.serial)
+
+    def _emit(self, kind: str, **details: Any) -> None:
+        self.on_event(kind, self.device.serial, details)
+
+    def plan(self, facts: DeviceFacts) -> dict[str, PlannedCell]:
+        available = (facts.available_ram_kb or 0) * 1024
+        planned = plan_cells(self.prepared.cells, self.prepared.models, available,
+                             self.options.reserve_bytes,
+                             self.prepared.matrix.timeout.trial_s)
+        return {p.cell.cell_id: p for p in planned}
+
+    def run(self) -> DeviceSummary:
+        try:
+            self._run()
+        except DeviceLostError as error:
+            self.summary.error = str(error)
+            self._emit("lost", error=str(error))
+        except HarnessError as error:
+            self.summary.error = str(error)
+            self._emit("failed", error=str(error))
+        return self.summary
+
+    def _run(self) -> None:
+        serial = self.device.serial
+        facts = self.device.facts()
+        planned = self.plan(facts)
+        trials = interleave(self.prepared.cells, self.run_id, serial)
+        todo = [t for t in trials if t.trial_id not in self.done]
+        runnable = [t for t in todo if self.options.no_skip or planned[t.cell.cell_id].feasible]
+        runnable_ids = {t.trial_id for t in runnable}
+        self._emit("planned", total=len(trials), todo=len(todo), runnable=len(runnable))
+        contexts = self._deploy(runnable, planned, facts)
+        runner = TrialRunner(self.device, TrialPolicy(
+            cooldown=self.prepared.matrix.cooldown,
+            timeout_s=self.prepared.matrix.timeout.trial_s,
+            sample_interval_s=self.options.sample_interval_s,
+            throttle_status=self.prepared.matrix.cooldown.max_thermal_status,
+        ))
+        for index, spec in enumerate(todo):
+            plan = planned[spec.cell.cell_id]
+            self._emit("trial", index=index, total=len(todo), label=spec.cell.label(),
+                       build=spec.cell.build)
+            if spec.trial_id in runnable_ids and contexts is not None:
+                try:
+                    trial, samples = runner.run(spec, contexts[spec.cell.cell_id])
+                except DeviceLostError:
+                    trial, samples = store_io.lost_trial(spec, plan), []
+                    self._store(trial, samples)
+                    self.summary.not_run = len(todo) - index - 1
+                    raise
+            elif contexts is None and spec.trial_id in runnable_ids:
+                trial, samples = store_io.push_failed_trial(spec, plan, self.summary.error), []
+            else:
+                trial, samples = store_io.skipped_trial(spec, plan), []
+            self._store(trial, samples)
+
+    def _store(self, trial: TrialRecord, samples: Sequence[Any]) -> None:
+        store_io.append(self.options.results, self.run_id, trial, samples)
+        self.summary.outcomes[trial.outcome] += 1
+        self._emit("done", outcome=trial.outcome, tg_tps=trial.tg_tps, pp_tps=trial.pp_tps)
+
+    def _deploy(self, runnable: Sequence[TrialSpec], planned: Mapping[str, PlannedCell],
+                facts: DeviceFacts) -> dict[str, TrialContext] | None:
+        """Push what the runnable trials need; None when the push failed (disk full ...)."""
+        engine = LlamaBench()
+        artifacts: dict[str, Artifact] = {}
+        contexts: dict[str, TrialContext] = {}
+        big = facts.big_cpus or tuple(range(facts.cpu_count or 1))
+        for spec in runnable:
+            cell = spec.cell
+            if cell.cell_id in contexts:
+                continue
+            build = self.prepared.builds[cell.build]
+            build_files, binary, lib_dir = _build_artifacts(build)
+            model = self.prepared.models[(cell.model, cell.quant)]
+            if not isinstance(model, ModelInfo):
+                raise ConfigError(f"model {cell.model} {cell.quant} has no file to run")
+            sha = file_sha256(model.path)
+            model_artifact = Artifact(Path(model.path), sha, model_remote_path(
+                sha, Path(model.path).name))
+            for artifact in [*build_files, model_artifact]:
+                artifacts[artifact.remote] = artifact
+            prediction = planned[cell.cell_id].prediction
+            contexts[cell.cell_id] = TrialContext(
+                engine=engine, binary=binary, lib_dir=lib_dir, model=model_artifact.remote,
+                cpu_mask=_mask(big) if cell.affinity == "big" else None,
+                big_cpu=max(big),
+                memory_limit_bytes=(facts.available_ram_kb or 0) * 1024 or None,
+                predicted_peak_bytes=prediction.total if prediction else None,
+                device_meta=_meta_device(facts),
+                build_meta={"engine": build.manifest.engine, "version": build.manifest.version,
+                            "commit": build.manifest.commit, "abi": build.manifest.abi},
+                model_meta={"sha256": sha, "n_params": model.n_params,
+                            "file_bytes": model.file_size},
+            )
+        try:
+            report = ensure_artifacts(
+                self.device, list(artifacts.values()),
+                progress=lambda name, done, total: self._emit(
+                    "push", name=name, done=done, total=total))
+        except DeviceLostError:
+            raise
+        except (DeviceError, OSError) as error:
+            self.summary.error = f"push failed: {error}"
+            self._emit("push_failed", error=str(error))
+            return None
+        self.summary.bytes_pushed += report.bytes_pushed
+        self._emit("pushed", bytes=report.bytes_pushed, files=report.files_pushed,
+                   reused=report.files_reused)
+        return contexts
+
+
+def execute(matrix_path: Path, devices: Sequence[Device], options: RunOptions,
+            run_id: str | None = None, on_event: Event | None = None) -> RunSummary:
+    """Run a matrix on devices (one thread each); ``run_id`` given = resume that run."""
+    started = datetime.now(UTC)
+    resume = run_id is not None
+    run_id = run_id or new_run_id(started)
+    prepared = prepare(matrix_path, options)
+    done = store_io.finished_trials(options.results, run_id) if resume else set()
+    store_io.write_run_meta(options.results, run_id, {
+        "run_id": run_id, "matrix": str(matrix_path), "resumed": resume,
+        "devices": [d.serial for d in devices], "started_at": started.isoformat(),
+        "pid": os.getpid(),
+    })
+    events = on_event or (lambda kind, serial, details: None)
+    workers = [DeviceWorker(d, prepared, run_id, options, done, events) for d in devices]
+    threads = [threading.Thread(target=w.run, name=f"device-{w.device.serial}") for w in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = (datetime.now(UTC) - started).total_seconds()
+    return RunSummary(run_id, str(matrix_path), tuple(w.summary for w in workers), wall)
+
+
+def load_run_meta(results: Path, run_id: str) -> dict[str, Any]:
+    path = store_io.run_meta_path(results, run_id)
+    if not path.is_file():
+        raise ConfigError(f"no run {run_id!r} in {results} (runs are in {path.parent})")
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
