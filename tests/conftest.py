@@ -9,7 +9,7 @@ import pytest
 
 from harness.testing.adbserver import AdbServer, private_adb_server
 
-pytest_plugins = ["fixtures_models", "fixtures_phones"]
+pytest_plugins = ["fixtures_models", "fixtures_phones", "fixtures_builds"]
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures" / "android"

@@ -1,7 +1,178 @@
-"""CLI commands for this area (filled in by its issue)."""
+"""``harness build`` and ``harness builds``: make, import and list engine builds."""
 
 from __future__ import annotations
 
-import click
+import json
+from pathlib import Path
+from typing import Any
 
-COMMANDS: list[click.Command] = []
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from harness.artifacts.builds import Build, builds_root, import_build, list_builds, verify_build
+from harness.artifacts.cmake_build import (
+    ABIS,
+    DEFAULT_TARGETS,
+    abi_name,
+    build_llama_cpp,
+    parse_defines,
+)
+
+BUILDS_OPTION = click.option(
+    "--builds", "builds_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Builds root (default: $HARNESS_BUILDS or ./builds).",
+)
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def _summary(build: Build) -> dict[str, Any]:
+    m = build.manifest
+    return {
+        "name": m.name, "path": str(build.path), "engine": m.engine, "version": m.version,
+        "commit": m.commit, "abi": m.abi, "files": len(m.files),
+        "bytes": sum(f.size for f in m.files), "created_at": m.created_at,
+    }
+
+
+def _report(build: Build, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(_summary(build), indent=2))
+    else:
+        m = build.manifest
+        click.echo(f"{m.name}: {m.engine} {m.version or '?'} ({(m.commit or '?')[:12]}) "
+                   f"{m.abi}, {len(m.files)} files in {build.path}")
+
+
+@click.group("build")
+def build() -> None:
+    """Make engine builds: compile llama.cpp, or wrap prebuilt binaries.
+
+    A build is builds/<name>/ with bin/, lib/ and manifest.json (engine, version, commit, ABI,
+    cmake flags, every file's size and sha256).
+
+    \b
+    Example:
+      harness build llama.cpp --source ~/src/llama.cpp --name master-host
+      harness build import ./ci-artifacts --name nightly --abi arm64-v8a
+    """
+
+
+@build.command("llama.cpp")
+@click.option("--source", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="A llama.cpp source tree (a git checkout or the vendored copy).")
+@click.option("--name", required=True, help="Build name: the folder under the builds root.")
+@click.option("--abi", type=click.Choice(ABIS), default="host", show_default=True,
+              help="Target: this host, or Android arm64-v8a (needs --ndk).")
+@click.option("--ndk", type=click.Path(file_okay=False, path_type=Path), envvar="ANDROID_NDK",
+              help="Android NDK root (default: $ANDROID_NDK).")
+@click.option("-D", "defines", multiple=True, metavar="KEY=VAL",
+              help="Extra cmake definition, e.g. -D GGML_AVX2=OFF (repeatable).")
+@click.option("--target", "targets", multiple=True, metavar="TOOL",
+              help=f"cmake target to build and keep (repeatable; default {DEFAULT_TARGETS[0]}).")
+@click.option("--jobs", type=int, default=None, help="Parallel compile jobs (default: all CPUs).")
+@click.option("--replace", is_flag=True, help="Overwrite an existing build of that name.")
+@BUILDS_OPTION
+@JSON_OPTION
+def build_llama(
+    source: Path, name: str, abi: str, ndk: Path | None, defines: tuple[str, ...],
+    targets: tuple[str, ...], jobs: int | None, replace: bool, builds_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Configure and compile llama.cpp with cmake, then store the products as a build.
+
+    Host builds always use -DGGML_NATIVE=OFF (native builds use AMX here and crash). Android
+    builds use the NDK's toolchain file with the options of llama.cpp's docs/android.md. The
+    cmake tree is kept in $HARNESS_CACHE/cmake, so rebuilding with other flags is incremental.
+
+    \b
+    Example:
+      harness build llama.cpp --source ~/.cache/harness/src/llama.cpp-0.3.36 --name host-release
+      harness build llama.cpp --source ../llama.cpp --name slow -D GGML_AVX2=OFF
+      harness build llama.cpp --source ../llama.cpp --name phone --abi arm64-v8a --ndk $NDK
+    """
+    extra = parse_defines(defines)
+    root = builds_root(builds_dir)
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]compiling[/bold]"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(), TextColumn("{task.description}"), console=console, transient=True,
+    ) as progress:
+        task = progress.add_task("configuring", total=1.0)
+
+        def advance(fraction: float, line: str) -> None:
+            progress.update(task, completed=fraction, description=line[-60:])
+
+        made = build_llama_cpp(
+            source, root, name, abi=abi, ndk=ndk, extra=extra,
+            targets=targets or DEFAULT_TARGETS, jobs=jobs, progress=advance, replace=replace,
+        )
+    _report(made, as_json)
+
+
+@build.command("import")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--name", required=True, help="Build name: the folder under the builds root.")
+@click.option("--abi", default="host", show_default=True,
+              help="ABI of the binaries: host (this machine) or e.g. arm64-v8a.")
+@click.option("--engine", default="llama.cpp", show_default=True, help="Engine name.")
+@click.option("--replace", is_flag=True, help="Overwrite an existing build of that name.")
+@BUILDS_OPTION
+@JSON_OPTION
+def build_import(
+    directory: Path, name: str, abi: str, engine: str, replace: bool, builds_dir: Path | None,
+    as_json: bool,
+) -> None:
+    """Wrap prebuilt binaries (e.g. your CI's artefacts) into a build with a manifest.
+
+    DIRECTORY holds bin/ and lib/, or the files flat (executables go to bin/, *.so to lib/).
+    Host binaries named llama-bench are asked for their --version to fill in version and commit.
+
+    \b
+    Example:
+      harness build import ./artifacts/android-arm64 --name nightly-2026-11-29 --abi arm64-v8a
+    """
+    abi = abi_name(abi) if abi in ABIS else abi
+    made = import_build(directory, builds_root(builds_dir), name, abi=abi, engine=engine,
+                        replace=replace)
+    _report(made, as_json)
+
+
+@click.command("builds")
+@click.option("--verify", is_flag=True, help="Re-hash every file and report differences.")
+@BUILDS_OPTION
+@JSON_OPTION
+def builds(verify: bool, builds_dir: Path | None, as_json: bool) -> None:
+    """List the engine builds under the builds root.
+
+    \b
+    Example:
+      harness builds
+      harness builds --json | jq -r '.[].name'
+    """
+    found = list_builds(builds_root(builds_dir))
+    problems = {b.name: verify_build(b) for b in found} if verify else {}
+    if as_json:
+        rows = [{**_summary(b), **({"problems": problems[b.name]} if verify else {})}
+                for b in found]
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        table = Table(title=f"builds in {builds_root(builds_dir)}")
+        for column in ("name", "engine", "version", "commit", "abi", "files", "path"):
+            table.add_column(column, overflow="fold")
+        if verify:
+            table.add_column("verify")
+        for b in found:
+            m = b.manifest
+            row = [m.name, m.engine, m.version or "?", (m.commit or "?")[:12], m.abi,
+                   str(len(m.files)), str(b.path)]
+            if verify:
+                row.append("; ".join(problems[b.name]) or "ok")
+            table.add_row(*row)
+        Console().print(table)
+    if any(problems.values()):
+        raise SystemExit(1)
+
+
+COMMANDS: list[click.Command] = [build, builds]

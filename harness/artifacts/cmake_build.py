@@ -1,0 +1,360 @@
+"""Configure and compile llama.cpp with cmake, for this host or for Android (arm64-v8a).
+
+The command lines are made by pure functions (``cmake_defines``, ``configure_argv``,
+``build_argv``) so the Android path can be tested exactly on a machine without an NDK; running
+them is a thin layer (``compile_llama_cpp``) that streams cmake's output and reports progress.
+
+Choices, and why:
+- Host builds always pass ``GGML_NATIVE=OFF``: a native build on these machines enables AMX and
+  segfaults on the first quantised matmul. With native off, ggml still enables SSE4.2/AVX/AVX2/
+  BMI2/FMA/F16C, so a portable x86-64-v3 build is what "release" means here.
+- Android follows llama.cpp's docs/android.md: the NDK toolchain file, ``ANDROID_ABI``,
+  ``ANDROID_PLATFORM=android-28``, ``GGML_NATIVE/GGML_OPENMP/GGML_LLAMAFILE/LLAMA_OPENSSL=OFF``
+  and no global ``-march`` (the docs warn it raises the baseline for every source; pass one with
+  ``-D CMAKE_C_FLAGS=...`` when you mean it).
+- ``BUILD_SHARED_LIBS=OFF`` by default: one self-contained ``llama-bench`` to push to a phone, no
+  ``LD_LIBRARY_PATH``. ``-D BUILD_SHARED_LIBS=ON`` still works: the libraries are collected into
+  ``lib/`` and the binaries find them through an ``$ORIGIN/../lib`` rpath.
+- Tests, examples, the server and the unified app are off; only the requested targets are built.
+- The cmake work tree lives in the cache, one per (source tree, ABI): changing a flag recompiles
+  only what depends on it (the slow variant rebuilds ggml-cpu, not all of llama.cpp). Its
+  CMakeCache.txt is dropped before each configure so one variant's ``-D`` never leaks into the
+  next. A lock file keeps two builds out of the same tree.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from harness.artifacts.builds import (
+    MANIFEST,
+    Build,
+    copy_build,
+    git_commit,
+    open_build,
+    write_build,
+)
+from harness.artifacts.llama_source import (
+    LLAMA_CPP_PYTHON_VERSION,
+    cache_root,
+    ensure_llama_source,
+    read_source_info,
+)
+from harness.errors import BuildError
+
+ABIS = ("host", "arm64-v8a")
+ANDROID_PLATFORM = "android-28"
+DEFAULT_TARGETS = ("llama-bench",)
+NDK_TOOLCHAIN = Path("build/cmake/android.toolchain.cmake")
+
+# Options for every llama.cpp build: fewer targets, fewer dependencies.
+_COMMON = {
+    "CMAKE_BUILD_TYPE": "Release",
+    "BUILD_SHARED_LIBS": "OFF",
+    "LLAMA_BUILD_TESTS": "OFF",
+    "LLAMA_BUILD_EXAMPLES": "OFF",
+    "LLAMA_BUILD_SERVER": "OFF",
+    "LLAMA_BUILD_APP": "OFF",
+    "LLAMA_CURL": "OFF",
+    "LLAMA_OPENSSL": "OFF",
+    "CMAKE_BUILD_RPATH": "$ORIGIN/../lib",
+}
+_HOST = {"GGML_NATIVE": "OFF"}
+# docs/android.md of the vendored llama.cpp ("Cross-compile using Android NDK").
+_ANDROID = {
+    "GGML_NATIVE": "OFF",
+    "GGML_OPENMP": "OFF",
+    "GGML_LLAMAFILE": "OFF",
+}
+
+_PERCENT = re.compile(r"^\[\s*(\d{1,3})%\]")  # Unix Makefiles: "[ 42%] Building C object ..."
+_NINJA = re.compile(r"^\[(\d+)/(\d+)\]")  # Ninja: "[12/80] Building C object ..."
+_DEFINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?::[A-Z]+)?=(.*)$")
+_CMAKE_VERSION = re.compile(r"set\(LLAMA_VERSION_(MAJOR|MINOR|PATCH)\s+(\d+)\)")
+_SONAME_LIKE = re.compile(r"^lib.+\.so\.\d+$")  # libllama.so.0: what binaries link against
+
+# Host variants for tests, the demo and build comparisons. "host-slow" switches off the x86 SIMD
+# paths above SSE4.2 (AVX, AVX2, FMA, F16C, BMI2): same code, same results, measurably slower
+# quantised matmuls, i.e. a true regression for the comparison layer to find.
+HOST_VARIANTS: dict[str, dict[str, str]] = {
+    "host-release": {},
+    "host-slow": {
+        "GGML_AVX": "OFF", "GGML_AVX2": "OFF", "GGML_FMA": "OFF", "GGML_F16C": "OFF",
+        "GGML_BMI2": "OFF",
+    },
+}
+
+
+def abi_name(abi: str) -> str:
+    """The ABI as a manifest records it: ``host`` becomes this machine's architecture."""
+    if abi not in ABIS:
+        raise BuildError(f"unknown --abi {abi!r}; use one of {', '.join(ABIS)}")
+    return os.uname().machine if abi == "host" else abi
+
+
+def parse_defines(items: Sequence[str]) -> dict[str, str]:
+    """``-D KEY=VAL`` options (``KEY:TYPE=VAL`` accepted, type dropped) in the order given."""
+    defines: dict[str, str] = {}
+    for item in items:
+        match = _DEFINE.match(item)
+        if not match:
+            raise BuildError(f"-D {item!r}: expected KEY=VALUE, e.g. -D GGML_AVX2=OFF")
+        defines[match.group(1)] = match.group(2)
+    return defines
+
+
+def cmake_defines(
+    abi: str, ndk: Path | None = None, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Every ``-D`` for one build: defaults for the ABI, then the user's overrides."""
+    defines = dict(_COMMON)
+    if abi == "host":
+        defines.update(_HOST)
+    elif abi == "arm64-v8a":
+        if ndk is None:
+            raise BuildError(
+                "--abi arm64-v8a needs the Android NDK: pass --ndk PATH or set ANDROID_NDK"
+            )
+        defines = {
+            "CMAKE_TOOLCHAIN_FILE": str(ndk / NDK_TOOLCHAIN),
+            "ANDROID_ABI": "arm64-v8a",
+            "ANDROID_PLATFORM": ANDROID_PLATFORM,
+            **defines,
+            **_ANDROID,
+        }
+    else:
+        abi_name(abi)  # raises with the list of ABIs
+    defines.update(extra or {})
+    if abi == "host" and defines.get("GGML_NATIVE", "OFF").upper() not in ("OFF", "0", "FALSE"):
+        raise BuildError("-D GGML_NATIVE=ON: native builds use AMX on these machines and crash")
+    return defines
+
+
+def configure_argv(
+    source: Path, work: Path, defines: Mapping[str, str], generator: str | None = None
+) -> list[str]:
+    """``cmake -S source -B work [-G gen] -DK=V ...`` in a stable order."""
+    argv = ["cmake", "-S", str(source), "-B", str(work)]
+    if generator:
+        argv += ["-G", generator]
+    argv += [f"-D{key}={value}" for key, value in defines.items()]
+    return argv
+
+
+def build_argv(work: Path, targets: Sequence[str], jobs: int) -> list[str]:
+    """``cmake --build work --config Release -j N --target t ...``."""
+    argv = ["cmake", "--build", str(work), "--config", "Release", "-j", str(jobs)]
+    for target in targets:
+        argv += ["--target", target]
+    return argv
+
+
+def parse_progress(line: str) -> float | None:
+    """Fraction done (0..1) from a Makefile ``[ 42%]`` or Ninja ``[12/80]`` line, else None."""
+    match = _PERCENT.match(line)
+    if match:
+        return min(int(match.group(1)), 100) / 100
+    match = _NINJA.match(line)
+    if match and int(match.group(2)) > 0:
+        return int(match.group(1)) / int(match.group(2))
+    return None
+
+
+def work_dir(cache: Path, source: Path, abi: str) -> Path:
+    """The cmake tree for one (source, ABI): reused across flag changes for incremental builds."""
+    digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]
+    return cache / "cmake" / f"{source.resolve().name}-{digest}-{abi}"
+
+
+def default_generator() -> str | None:
+    return "Ninja" if shutil.which("ninja") else None
+
+
+Progress = Callable[[float, str], None]
+
+
+def compile_llama_cpp(
+    source: Path,
+    work: Path,
+    defines: Mapping[str, str],
+    targets: Sequence[str] = DEFAULT_TARGETS,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    nice: bool = False,
+) -> Path:
+    """Configure + build; return the folder holding the products (``<work>/bin``)."""
+    if not (source / "CMakeLists.txt").is_file():
+        raise BuildError(f"{source}: no CMakeLists.txt; --source must be a llama.cpp checkout")
+    if shutil.which("cmake") is None:
+        raise BuildError("cmake is not installed; install it (apt-get install cmake) and retry")
+    work.mkdir(parents=True, exist_ok=True)
+    prefix = ["nice", "-n", "15"] if nice and shutil.which("nice") else []
+    with _locked(work / ".harness.lock"):
+        # A fresh cache each time: -D values of an earlier variant must not leak into this one.
+        # Unchanged compile commands are not re-run, so only objects whose flags differ rebuild.
+        (work / "CMakeCache.txt").unlink(missing_ok=True)
+        generator = default_generator()
+        _run(prefix + configure_argv(source, work, defines, generator), work, None)
+        _run(prefix + build_argv(work, targets, jobs or os.cpu_count() or 2), work, progress)
+    return work / "bin"
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _run(argv: list[str], work: Path, progress: Progress | None) -> None:
+    """Run one cmake step, feeding progress lines; on failure keep the log and name it."""
+    log = work / "harness-build.log"
+    tail: list[str] = []
+    with open(log, "a") as out:
+        out.write("$ " + " ".join(argv) + "\n")
+        process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+        assert process.stdout is not None
+        for line in process.stdout:
+            out.write(line)
+            tail = ([*tail, line.rstrip()])[-15:]
+            fraction = parse_progress(line)
+            if progress is not None and fraction is not None:
+                progress(fraction, line.strip())
+        code = process.wait()
+    if code != 0:
+        detail = "\n".join(tail)
+        raise BuildError(f"{argv[argv.index('cmake')]} failed (exit {code}); log: {log}\n{detail}")
+
+
+def source_version(cmakelists: str) -> str | None:
+    """``MAJOR.MINOR.PATCH`` from llama.cpp's top-level CMakeLists.txt (None if not declared)."""
+    parts = dict(_CMAKE_VERSION.findall(cmakelists))
+    if {"MAJOR", "MINOR", "PATCH"} <= parts.keys():
+        return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}"
+    return None
+
+
+def source_commit(source: Path) -> tuple[str | None, str | None]:
+    """(commit, origin): git HEAD of a checkout, else the vendored tree's recorded commit."""
+    commit = git_commit(source)
+    if commit:
+        return commit, str(source.resolve())
+    info = read_source_info(source)
+    if info:
+        return info.commit, info.origin
+    return None, str(source.resolve())
+
+
+def collect_products(products: Path, targets: Sequence[str]) -> dict[str, Path]:
+    """The built executables plus shared libraries under the names the loader asks for.
+
+    cmake leaves ``libllama.so -> libllama.so.0 -> libllama.so.0.5.0``; binaries are linked
+    against the soname (``libllama.so.0``), so that is the one name kept, as a plain file.
+    """
+    files: dict[str, Path] = {}
+    for target in targets:
+        path = products / target
+        if not path.is_file():
+            raise BuildError(f"{path}: target {target!r} was not produced; is it a llama.cpp tool?")
+        files[f"bin/{target}"] = path
+    libraries = sorted(products.glob("lib*.so*"))
+    chosen: dict[Path, Path] = {}
+    for path in libraries:
+        real = path.resolve()
+        best = chosen.get(real)
+        if best is None or _soname_rank(path) < _soname_rank(best):
+            chosen[real] = path
+    for path in chosen.values():
+        files[f"lib/{path.name}"] = path
+    return files
+
+
+def _soname_rank(path: Path) -> int:
+    """0 for ``libx.so.N``, 1 for the real file, 2 for a development link such as ``libx.so``."""
+    if _SONAME_LIKE.match(path.name):
+        return 0
+    return 2 if path.is_symlink() else 1
+
+
+def build_llama_cpp(
+    source: Path,
+    root: Path,
+    name: str,
+    *,
+    abi: str = "host",
+    ndk: Path | None = None,
+    extra: Mapping[str, str] | None = None,
+    targets: Sequence[str] = DEFAULT_TARGETS,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    nice: bool = True,
+    replace: bool = False,
+    cache: Path | None = None,
+) -> Build:
+    """``harness build llama.cpp``: compile in the cache, then copy the products into a build."""
+    source = source.resolve()
+    if ndk is not None and not (ndk / NDK_TOOLCHAIN).is_file():
+        raise BuildError(f"{ndk}: not an Android NDK (no {NDK_TOOLCHAIN}); check --ndk")
+    target = root / name
+    if target.exists() and not replace:
+        raise BuildError(f"{target}: build exists; pick another --name or pass --replace")
+    commit, origin = source_commit(source)
+    overrides: dict[str, str] = {}
+    if commit and git_commit(source) is None:  # cmake cannot ask git: tell it the commit
+        overrides["LLAMA_BUILD_COMMIT"] = commit[:7]
+    overrides.update(extra or {})
+    defines = cmake_defines(abi, ndk, overrides)
+    work = work_dir(cache or cache_root(), source, abi)
+    products = compile_llama_cpp(source, work, defines, targets, jobs, progress, nice)
+    cmakelists = source / "CMakeLists.txt"
+    return write_build(
+        root, name, collect_products(products, targets), engine="llama.cpp", abi=abi_name(abi),
+        version=None if abi == "host" else source_version(cmakelists.read_text()),
+        commit=commit, cmake_flags=[f"-D{k}={v}" for k, v in defines.items()], source=origin,
+        replace=replace,
+    )
+
+
+def host_variant_key(variant: str) -> str:
+    """Cache key of a host variant: llama.cpp source version + every cmake flag + machine."""
+    if variant not in HOST_VARIANTS:
+        raise BuildError(f"unknown host build {variant!r}; known: {', '.join(HOST_VARIANTS)}")
+    defines = cmake_defines("host", None, HOST_VARIANTS[variant])
+    text = json.dumps([LLAMA_CPP_PYTHON_VERSION, defines, os.uname().machine], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def ensure_host_build(
+    variant: str, root: Path, *, cache: Path | None = None, progress: Progress | None = None
+) -> Build:
+    """A host build of the vendored llama.cpp, compiled once per content key, copied to ``root``.
+
+    The compiled build lives in ``$HARNESS_CACHE/builds/<variant>-<key>``; each builds root gets
+    a copy named ``variant`` (reused when its files already match).
+    """
+    cache = cache or cache_root()
+    cached_root = cache / "builds"
+    cached_name = f"{variant}-{host_variant_key(variant)}"
+    if (cached_root / cached_name / MANIFEST).is_file():
+        cached = open_build(cached_root, cached_name)
+    else:
+        source = ensure_llama_source(root=cache / "src")
+        cached = build_llama_cpp(
+            source, cached_root, cached_name, extra=HOST_VARIANTS[variant], progress=progress,
+            nice=True, replace=True, cache=cache,
+        )
+    return copy_build(cached, root, variant)

@@ -1,0 +1,43 @@
+"""Engine adapters: a cell in, an argv out; engine output in, measurements out.
+
+``get_engine`` maps a matrix's engine name to its adapter: ``llama-bench``, ``llama-cpp-python``
+(the in-process bench) or a path to a YAML-declared generic engine. The protocol is in
+``harness.engines.base`` and described in docs/engines.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.engines.base import Engine, Measurement, Record
+from harness.engines.generic import GenericEngine, load_generic_engine
+from harness.engines.llama_bench import Dialect, LlamaBench, parse_output
+from harness.engines.pybench import PyBench
+from harness.errors import ConfigError
+
+__all__ = [
+    "Dialect",
+    "Engine",
+    "GenericEngine",
+    "LlamaBench",
+    "Measurement",
+    "PyBench",
+    "Record",
+    "get_engine",
+    "parse_output",
+]
+
+BUILTIN = ("llama-bench", "llama-cpp-python")
+
+
+def get_engine(name: str) -> Engine:
+    """The adapter for an engine name, or for a generic engine's YAML file."""
+    if name == "llama-bench":
+        return LlamaBench()
+    if name == "llama-cpp-python":
+        return PyBench()
+    if name.endswith((".yaml", ".yml")):
+        return load_generic_engine(Path(name))
+    raise ConfigError(
+        f"unknown engine {name!r}; use {', '.join(BUILTIN)} or a generic engine's .yaml file"
+    )

@@ -1,0 +1,118 @@
+"""The YAML-declared generic engine: loading with clear errors, argv templates, output mapping."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from harness.cell import Cell
+from harness.engines import get_engine
+from harness.engines.generic import engine_from_dict, load_generic_engine
+from harness.errors import ConfigError
+
+CELL = Cell(
+    build="mnn-1", model="tiny", quant="Q4_K_M", n_ctx=512, type_k="f16", type_v="f16",
+    threads=4, affinity="all", flash_attn="auto", mmap=False, n_batch=512, n_ubatch=256,
+    n_prompt=64, n_gen=32, repetitions=2,
+)
+
+MNN_YAML = """\
+name: mnn-llm-bench
+argv: ["{binary}", "{model}", "-t", "{threads}", "-p", "{n_prompt}", "-n", "{n_gen}",
+       "--mmap={mmap}", "-r", "{repetitions}"]
+supports:
+  type_k: [f16]
+  affinity: [all]
+output:
+  format: regex
+  prompt_tps: 'prefill speed = ([0-9.]+) tok/s'
+  gen_tps: 'decode speed = ([0-9.]+) tok/s'
+  ttft: {pattern: 'prefill time = ([0-9.]+) ms', scale: 0.001}
+"""
+
+MNN_OUTPUT = """\
+load model ... done
+run 1: prefill time = 50.0 ms, prefill speed = 1280.0 tok/s, decode speed = 40.5 tok/s
+run 2: prefill time = 40.0 ms, prefill speed = 1600.0 tok/s, decode speed = 42.0 tok/s
+"""
+
+
+@pytest.fixture
+def mnn(tmp_path: Path) -> Path:
+    path = tmp_path / "mnn.yaml"
+    path.write_text(MNN_YAML)
+    return path
+
+
+def test_argv_template_renders_cell_fields_and_booleans_as_digits(mnn: Path) -> None:
+    engine = get_engine(str(mnn))
+    assert engine.name == "mnn-llm-bench"
+    assert engine.argv(CELL, "/d/llm_bench", "/d/m.mnn") == [
+        "/d/llm_bench", "/d/m.mnn", "-t", "4", "-p", "64", "-n", "32", "--mmap=0", "-r", "2",
+    ]
+
+
+def test_supports_lists_the_allowed_values(mnn: Path) -> None:
+    engine = load_generic_engine(mnn)
+    reason = engine.supports(dataclasses.replace(CELL, type_k="q8_0"))
+    assert reason == "mnn-llm-bench supports type_k in ['f16'], not 'q8_0'"
+    assert engine.supports(CELL) is None
+
+
+def test_regex_output_gives_one_measurement_per_match_scaled(mnn: Path) -> None:
+    engine = load_generic_engine(mnn)
+    records = engine.parse(MNN_OUTPUT)
+    assert len(records) == 2
+    assert "decode speed = 40.5" in records[0].raw
+    got = [(m.rep, m.prompt_tps, m.gen_tps, m.ttft_s) for m in engine.measure(records)]
+    assert got == [(0, 1280.0, 40.5, 0.05), (1, 1600.0, 42.0, 0.04)]
+
+
+def test_jsonl_output_maps_engine_keys_and_skips_a_truncated_line() -> None:
+    engine = engine_from_dict(
+        {
+            "name": "et-runner",
+            "argv": ["{binary}", "--model", "{model}"],
+            "output": {"format": "jsonl", "prompt_tps": "prefill_tps", "gen_tps": "decode_tps",
+                       "ttft": {"key": "ttft_ms", "scale": 0.001}},
+        },
+        "inline",
+    )
+    text = '{"prefill_tps": 900, "decode_tps": 30, "ttft_ms": 120, "rss": 5}\n{"prefill_tps": 9'
+    records = engine.parse(text)
+    assert records[0].as_dict()["rss"] == 5
+    (measurement,) = engine.measure(records)
+    assert (measurement.prompt_tps, measurement.gen_tps, measurement.ttft_s) == (900.0, 30.0, 0.12)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"argv": ["x"], "output": {"format": "jsonl", "gen_tps": "g"}}, "key 'name'"),
+        ({"name": "e", "argv": [], "output": {"format": "jsonl"}}, "key 'argv'"),
+        ({"name": "e", "argv": ["{binray}"], "output": {"format": "jsonl", "gen_tps": "g"}},
+         r"uses \{binray\}"),
+        ({"name": "e", "argv": ["x"], "output": {"format": "xml", "gen_tps": "g"}},
+         "key 'output.format'"),
+        ({"name": "e", "argv": ["x"], "output": {"format": "regex", "gen_tps": "no group"}},
+         "exactly one"),
+        ({"name": "e", "argv": ["x"], "output": {"format": "regex", "gen_tps": "(["}},
+         "not a valid regex"),
+        ({"name": "e", "argv": ["x"], "output": {"format": "jsonl", "speed": "s"}},
+         "'output.speed' is unknown"),
+        ({"name": "e", "argv": ["x"], "output": {"format": "jsonl"}}, "maps none of"),
+        ({"name": "e", "argv": ["x"], "output": {"format": "jsonl", "gen_tps": "g"},
+          "supports": {"colour": ["red"]}}, "'supports.colour' is not a cell field"),
+    ],
+)
+def test_bad_declarations_name_the_file_and_key(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as error:
+        engine_from_dict(data, "engines/x.yaml")
+    assert str(error.value).startswith("engines/x.yaml: ")
+
+
+def test_unknown_engine_name_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="unknown engine 'mlc'"):
+        get_engine("mlc")

@@ -1,0 +1,251 @@
+"""Build manifests: writing, importing, listing, validation and the `harness build(s)` CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from harness.artifacts.builds import (
+    MANIFEST,
+    Build,
+    builds_root,
+    copy_build,
+    import_build,
+    list_builds,
+    load_manifest,
+    open_build,
+    parse_version_output,
+    verify_build,
+    write_build,
+)
+from harness.artifacts.llama_source import ensure_llama_source, read_source_info
+from harness.cli import main
+from harness.engines.llama_bench import parse_output
+from harness.errors import BuildError, ConfigError
+
+
+def _executable(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def prebuilt(tmp_path: Path) -> Path:
+    """A folder laid out like CI artefacts: bin/ with a tool, lib/ with a versioned library."""
+    folder = tmp_path / "artefacts"
+    _executable(folder / "bin" / "llama-bench", "#!/bin/sh\necho bench\n")
+    (folder / "lib").mkdir()
+    (folder / "lib" / "libllama.so.0.5.0").write_bytes(b"\x7fELF fake library")
+    os.symlink("libllama.so.0.5.0", folder / "lib" / "libllama.so.0")
+    return folder
+
+
+def test_write_build_records_size_and_sha256_of_every_file(tmp_path: Path, prebuilt: Path) -> None:
+    build = write_build(
+        tmp_path / "builds", "b1", {"bin/llama-bench": prebuilt / "bin" / "llama-bench"},
+        engine="llama.cpp", abi="x86_64", version="0.5.0", commit="abc1234",
+        cmake_flags=["-DGGML_NATIVE=OFF"],
+    )
+    entry = build.manifest.file("bin/llama-bench")
+    assert entry is not None
+    assert entry.sha256 == _sha(build.path / "bin" / "llama-bench")
+    assert entry.size == (build.path / "bin" / "llama-bench").stat().st_size
+    assert load_manifest(build.path) == build.manifest
+    assert build.manifest.cmake_flags == ("-DGGML_NATIVE=OFF",)
+    assert not [p for p in (tmp_path / "builds").iterdir() if p.name.startswith(".")]
+
+
+def test_existing_build_is_not_overwritten_without_replace(tmp_path: Path, prebuilt: Path) -> None:
+    files = {"bin/llama-bench": prebuilt / "bin" / "llama-bench"}
+    write_build(tmp_path, "b", files, engine="llama.cpp", abi="x86_64", version="1", commit="c")
+    with pytest.raises(BuildError, match="build exists"):
+        write_build(tmp_path, "b", files, engine="llama.cpp", abi="x86_64", version="1", commit="c")
+    write_build(tmp_path, "b", files, engine="llama.cpp", abi="x86_64", version="2", commit="c",
+                replace=True)
+    assert open_build(tmp_path, "b").manifest.version == "2"
+
+
+def test_import_dereferences_library_symlinks_into_plain_files(
+    tmp_path: Path, prebuilt: Path
+) -> None:
+    build = import_build(prebuilt, tmp_path / "builds", "ci", abi="arm64-v8a")
+    paths = [f.path for f in build.manifest.files]
+    assert paths == ["bin/llama-bench", "lib/libllama.so.0", "lib/libllama.so.0.5.0"]
+    linked = build.path / "lib" / "libllama.so.0"
+    assert not linked.is_symlink()
+    assert linked.read_bytes() == b"\x7fELF fake library"
+    assert build.manifest.abi == "arm64-v8a"
+    assert verify_build(build) == []
+
+
+def test_import_of_a_flat_folder_sorts_executables_and_libraries(tmp_path: Path) -> None:
+    flat = tmp_path / "flat"
+    _executable(flat / "llama-cli", "#!/bin/sh\n")
+    (flat / "libggml.so").write_bytes(b"lib")
+    (flat / "README.txt").write_text("not a binary")
+    build = import_build(flat, tmp_path / "builds", "flat", abi="arm64-v8a")
+    assert [f.path for f in build.manifest.files] == ["bin/llama-cli", "lib/libggml.so"]
+
+
+def test_import_without_executables_is_a_clean_error(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BuildError, match="no executables"):
+        import_build(tmp_path / "empty", tmp_path / "builds", "x", abi="x86_64")
+
+
+def test_verify_reports_a_file_changed_after_the_build(tmp_path: Path, prebuilt: Path) -> None:
+    build = import_build(prebuilt, tmp_path / "builds", "ci", abi="arm64-v8a")
+    (build.path / "bin" / "llama-bench").write_text("tampered")
+    assert verify_build(build) == ["bin/llama-bench: content differs from the manifest"]
+
+
+def _manifest(tmp_path: Path, prebuilt: Path) -> tuple[Path, dict[str, object]]:
+    build = import_build(prebuilt, tmp_path / "builds", "ci", abi="arm64-v8a")
+    return build.path, json.loads((build.path / MANIFEST).read_text())
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.pop("abi"), "key 'abi' is missing"),
+        (lambda d: d.update(files=[{"path": "../escape", "size": 1, "sha256": "0" * 64}]),
+         r"key 'files\[0\].path' \('../escape'\) must be a relative path inside"),
+        (lambda d: d.update(files=[{"path": "/etc/passwd", "size": 1, "sha256": "0" * 64}]),
+         "must be a relative path inside"),
+        (lambda d: d.update(files=[{"path": "bin/x", "size": -1, "sha256": "0" * 64}]),
+         r"files\[0\].size"),
+        (lambda d: d.update(files=[{"path": "bin/x", "size": 1, "sha256": "xyz"}]),
+         r"files\[0\].sha256"),
+        (lambda d: d.update(format=99), "key 'format' is 99"),
+        (lambda d: d.update(cmake_flags="-DX=1"), "key 'cmake_flags'"),
+    ],
+)
+def test_invalid_manifest_names_file_and_key(
+    tmp_path: Path, prebuilt: Path, mutate: object, message: str
+) -> None:
+    folder, data = _manifest(tmp_path, prebuilt)
+    mutate(data)  # type: ignore[operator]
+    (folder / MANIFEST).write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=message) as error:
+        load_manifest(folder)
+    assert str(folder / MANIFEST) in str(error.value)
+
+
+def test_manifest_that_is_not_json_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / MANIFEST).write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_manifest(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("version: 0.5.0-dev (build 0, commit 0c1e570)\nbuilt with GNU", ("0.5.0-dev", "0c1e570")),
+        ("version: 4589 (3e4b7a6d)\nbuilt with cc", ("4589", "3e4b7a6d")),
+        ("version: 0.5.0-dev (build 0, commit unknown)", ("0.5.0-dev", None)),
+        ("no version here", (None, None)),
+    ],
+)
+def test_version_output_of_old_and_new_llama_cpp(
+    text: str, expected: tuple[str | None, str | None]
+) -> None:
+    assert parse_version_output(text) == expected
+
+
+def test_builds_root_prefers_option_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_BUILDS", "/from/env")
+    assert builds_root("/explicit") == Path("/explicit")
+    assert builds_root(None) == Path("/from/env")
+    monkeypatch.delenv("HARNESS_BUILDS")
+    assert builds_root(None) == Path("builds")
+
+
+def test_copy_build_renames_and_reuses_an_identical_copy(tmp_path: Path, prebuilt: Path) -> None:
+    cached = import_build(prebuilt, tmp_path / "cache", "host-release-abcd", abi="x86_64")
+    first = copy_build(cached, tmp_path / "builds", "host-release")
+    assert first.name == "host-release"
+    assert first.manifest.files == cached.manifest.files
+    mtime = (first.path / MANIFEST).stat().st_mtime_ns
+    again = copy_build(cached, tmp_path / "builds", "host-release")
+    assert (again.path / MANIFEST).stat().st_mtime_ns == mtime  # reused, not rewritten
+
+
+def test_cli_import_then_list_as_json(tmp_path: Path, prebuilt: Path) -> None:
+    runner = CliRunner()
+    root = tmp_path / "builds"
+    result = runner.invoke(main, ["build", "import", str(prebuilt), "--name", "ci",
+                                  "--abi", "arm64-v8a", "--builds", str(root)])
+    assert result.exit_code == 0, result.output
+    assert "ci: llama.cpp" in result.output
+    listed = runner.invoke(main, ["builds", "--json", "--builds", str(root)])
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.output)
+    assert [(r["name"], r["abi"], r["files"]) for r in rows] == [("ci", "arm64-v8a", 3)]
+    assert list_builds(root)[0].path == root / "ci"
+
+
+def test_cli_verify_exits_nonzero_on_a_tampered_build(tmp_path: Path, prebuilt: Path) -> None:
+    build = import_build(prebuilt, tmp_path, "ci", abi="arm64-v8a")
+    (build.path / "lib" / "libllama.so.0").write_bytes(b"other")
+    result = CliRunner().invoke(main, ["builds", "--verify", "--json", "--builds", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "lib/libllama.so.0: content differs" in result.output
+
+
+def test_cli_unknown_define_syntax_is_a_one_line_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["build", "llama.cpp", "--source", str(tmp_path),
+                                       "--name", "x", "-D", "NOEQUALS", "--builds", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "expected KEY=VALUE" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cli_android_build_without_ndk_is_a_clean_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANDROID_NDK", raising=False)
+    (tmp_path / "CMakeLists.txt").write_text("project(x)\n")
+    result = CliRunner().invoke(main, ["build", "llama.cpp", "--source", str(tmp_path),
+                                       "--name", "phone", "--abi", "arm64-v8a",
+                                       "--builds", str(tmp_path / "builds")])
+    assert result.exit_code == 2
+    assert "needs the Android NDK" in result.output
+
+
+@pytest.mark.slow
+def test_cli_builds_the_vendored_llama_cpp_for_the_host(
+    tmp_path: Path, host_build: Build, tiny_ladder: dict[str, Path]
+) -> None:
+    """The command of the issue's "done when": a build whose llama-bench runs, sha256s match."""
+    source = ensure_llama_source()
+    root = tmp_path / "builds"
+    result = CliRunner().invoke(main, ["build", "llama.cpp", "--source", str(source),
+                                       "--name", "host-release", "--builds", str(root), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert (summary["name"], summary["abi"], summary["engine"]) == (
+        "host-release", os.uname().machine, "llama.cpp")
+    build = open_build(root, "host-release")
+    assert build.manifest.commit == read_source_info(source).commit  # type: ignore[union-attr]
+    assert "-DGGML_NATIVE=OFF" in build.manifest.cmake_flags
+    for entry in build.manifest.files:
+        assert _sha(build.path / entry.path) == entry.sha256
+    run = subprocess.run(
+        [str(build.binary()), "-m", str(tiny_ladder["Q4_K_M"]), "-p", "32", "-n", "16", "-r", "2",
+         "-o", "jsonl"], capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert [(r.n_prompt, r.n_gen) for r in parse_output(run.stdout)] == [(32, 0), (0, 16)]
