@@ -16,7 +16,9 @@ from harness import __version__
 from harness.errors import HarnessError
 
 # Sub-modules of harness.cli whose COMMANDS are registered, in --help order.
-COMMAND_MODULES = ["plan", "run", "models", "sim", "devices", "build", "demo"]
+COMMAND_MODULES = [
+    "plan", "run", "analysis", "models", "sim", "devices", "build", "demo",
+]
 
 
 class UserError(click.ClickException):

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,41 +13,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from harness.device import Device, get_device, list_devices
 from harness.errors import ConfigError
 from harness.plan import parse_size
+from harness.run.devices import open_devices
 from harness.run.runner import RunOptions, RunSummary, execute, load_run_meta
-
-
-@contextmanager
-def _devices(spec: str, profile: str, ram_mb: int | None) -> Iterator[list[Device]]:
-    """Devices named by --devices; ``sim:N`` starts what is missing and stops it afterwards."""
-    started: list[str] = []
-    if spec.startswith("sim:"):
-        from harness.virtual.control import list_phones, start_phones, stop_phones
-
-        count_text = spec[4:]
-        if not count_text.isdigit() or int(count_text) < 1:
-            raise ConfigError(f"--devices {spec!r}: write sim:N with N >= 1, e.g. sim:2")
-        count = int(count_text)
-        running = [p.serial for p in list_phones() if p.running][:count]
-        if len(running) < count:
-            new = start_phones(profile, count - len(running), ram_mb=ram_mb)
-            started = [p.serial for p in new]
-        serials = running + started
-        try:
-            yield [get_device(s) for s in serials]
-        finally:
-            if started:
-                stop_phones(started)
-        return
-    if spec == "all":
-        devices = list_devices()
-        if not devices:
-            raise ConfigError("--devices all: no device is attached (`harness devices` lists them)")
-        yield devices
-        return
-    yield [get_device(s.strip()) for s in spec.split(",") if s.strip()]
 
 
 class _Progress:
@@ -135,7 +102,7 @@ def run_command(matrix: Path | None, devices_spec: str, results: Path, builds: P
                          reserve_bytes=parse_size(reserve, "--reserve"), no_skip=no_skip,
                          sample_interval_s=sample_interval)
     console = Console(stderr=True)
-    with _devices(devices_spec, profile, ram_mb) as devices:
+    with open_devices(devices_spec, profile, ram_mb) as devices:
         if not devices:
             raise ConfigError(f"--devices {devices_spec!r} names no device")
         progress = _Progress(console)

@@ -1,0 +1,133 @@
+"""The nightly recipe as one function: run, compare, look at history, report, decide.
+
+Why a function with injected steps: the recipe is the same on a laptop with virtual phones and on
+a farm, only the runner differs, and its tests must not need phones. ``run`` is
+``harness.run.runner.execute``-shaped (matrix, results -> a summary with ``run_id``), ``report``
+writes the dated HTML report when that command exists.
+
+Two comparisons per nightly build: against the baseline (cumulative drift since the release;
+tonight's baseline trials when the matrix ran it tonight, else every stored baseline trial) and
+against the previous night (what changed since yesterday: the same configs, the previous run's
+trials). Gates apply to both; history runs over every night except the baseline build's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas as pd
+
+from harness.analysis.ab import BuildComparison, compare_builds
+from harness.analysis.frames import DEFAULT_METRICS, load_trials, nights
+from harness.analysis.gates import Gate
+from harness.analysis.trend import Change, Series, nightly_history
+from harness.errors import ConfigError
+
+
+class RunResult(Protocol):
+    run_id: str
+
+
+Runner = Callable[[Path, Path], RunResult]  # (matrix, results) -> summary with run_id
+Reporter = Callable[[Path, str, Path], Path | None]  # (results, run_id, out) -> written file
+
+
+@dataclass(frozen=True)
+class NightlyComparison:
+    title: str  # "vs baseline" / "vs previous night"
+    result: BuildComparison
+
+
+@dataclass(frozen=True)
+class NightlyResult:
+    run_id: str
+    night: str
+    comparisons: tuple[NightlyComparison, ...]
+    history: tuple[Series, ...]
+    report: Path | None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.result.passed for c in self.comparisons)
+
+    def changes(self) -> list[tuple[Series, Change]]:
+        return [(s, c) for s in self.history for c in s.changes]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "night": self.night, "passed": self.passed,
+            "comparisons": [{"title": c.title, **c.result.to_json()} for c in self.comparisons],
+            "change_points": [s.to_json() for s in self.history if s.changes],
+            "report": str(self.report) if self.report else None, "notes": list(self.notes),
+        }
+
+
+def _relabel(rows: pd.DataFrame, label: str) -> pd.DataFrame:
+    return rows.assign(build_id=label)
+
+
+def _main_build(rows: pd.DataFrame, baseline: str) -> str | None:
+    others = rows[rows["build_id"] != baseline]["build_id"]
+    return None if others.empty else str(others.value_counts().index[0])
+
+
+def run_nightly(
+    matrix: Path,
+    *,
+    baseline: str,
+    results: Path,
+    run: Runner,
+    gates: Sequence[Gate] = (),
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    report: Reporter | None = None,
+    reports_dir: Path = Path("reports"),
+) -> NightlyResult:
+    """Run ``matrix`` once and analyse that night; see the module docstring."""
+    summary = run(matrix, results)
+    trials = load_trials(results)
+    tonight = trials[trials["run_id"] == summary.run_id]
+    if tonight.empty:
+        raise ConfigError(f"run {summary.run_id} stored no trials in {results}")
+    night = str(nights(tonight).max())
+    notes: list[str] = []
+    comparisons: list[NightlyComparison] = []
+    base_rows = tonight[tonight["build_id"] == baseline]
+    if base_rows.empty:
+        base_rows = trials[trials["build_id"] == baseline]
+        if base_rows.empty:
+            raise ConfigError(f"--baseline {baseline!r}: no trials of that build, tonight or "
+                              "before; add it to the matrix's build axis")
+        notes.append(f"baseline {baseline} did not run tonight: compared with its stored trials")
+    for build in sorted(set(tonight["build_id"]) - {baseline}):
+        frame = pd.concat([base_rows, tonight[tonight["build_id"] == build]])
+        comparisons.append(NightlyComparison(
+            f"{build} vs baseline {baseline}",
+            compare_builds(frame, baseline, build, metrics, gates)))
+    previous = trials[(trials["run_id"] != summary.run_id) & (trials["build_id"] != baseline)]
+    current = _main_build(tonight, baseline)
+    if current is not None and not previous.empty:
+        last_run = previous.sort_values("started_at").iloc[-1]["run_id"]
+        last = previous[previous["run_id"] == last_run]
+        old = _main_build(last, baseline) or str(last["build_id"].iloc[0])
+        old_night = str(nights(last).max())
+        a, b = f"{old}@{old_night}", f"{current}@{night}"
+        frame = pd.concat([_relabel(last[last["build_id"] == old], a),
+                           _relabel(tonight[tonight["build_id"] == current], b)])
+        comparisons.append(NightlyComparison(
+            f"{current} vs previous night ({old}, {old_night})",
+            compare_builds(frame, a, b, metrics, gates)))
+    elif current is not None:
+        notes.append("no previous night in the store: nothing to compare tonight against")
+    history = [s for metric in metrics
+               for s in nightly_history(trials, metric, exclude_builds=[baseline])]
+    written = None
+    if report is not None:
+        written = report(results, summary.run_id, reports_dir / f"nightly-{night}.html")
+    else:
+        notes.append("no `harness report` command installed: dated report skipped")
+    return NightlyResult(summary.run_id, night, tuple(comparisons), tuple(history), written,
+                         tuple(notes))

@@ -1,0 +1,406 @@
+"""Analysis commands: compare, history, recommend, quality, export, import, nightly.
+
+Thin click layer: each command reads its inputs, calls ``harness.analysis`` and prints a rich
+table or, with ``--json``, a document for scripts. Exit codes: 0 done, 1 a gate failed
+(``compare``, ``nightly``), 2 bad input (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from harness.analysis.ab import BuildComparison, canonical_gates, compare_builds
+from harness.analysis.frames import load_trials, parse_metrics
+from harness.analysis.nightly import Reporter, Runner, run_nightly
+from harness.errors import ConfigError
+from harness.plan import parse_size
+
+RESULTS = click.option("--results", type=click.Path(path_type=Path), default=Path("results"),
+                       show_default=True, help="Results store root.")
+JSON = click.option("--json", "as_json", is_flag=True, help="Print a JSON document for scripts.")
+GATE = click.option("--gate", "gate_specs", multiple=True, metavar="SPEC",
+                    help="Regression gate, e.g. tg_tps:-3% or peak_pss:+5% (repeatable).")
+
+
+def _console() -> Console:
+    return Console(width=None if sys.stdout.isatty() else 220, highlight=False)
+
+
+def _pct(ratio: float) -> str:
+    return f"{(ratio - 1) * 100:+.1f}%" if math.isfinite(ratio) else "-"
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    if abs(value) >= 1e6:
+        return f"{value / 2**20:,.0f} MiB"
+    return f"{value:,.{digits}f}"
+
+
+_COLOURS = {"regression": "red", "improvement": "green", "same": "", "unstable": "yellow"}
+
+
+def comparison_table(result: BuildComparison, title: str | None = None) -> Table:
+    table = Table(title=title or f"{result.candidate} vs {result.baseline}")
+    for name in ("device", "config", "metric", "baseline", "candidate", "change", "95% CI",
+                 "p_adj", "delta", "verdict"):
+        table.add_column(name, justify="left" if name in ("device", "config", "metric",
+                                                          "verdict") else "right")
+    table.add_column("why", overflow="fold")
+    for cell in result.cells:
+        c = cell.comparison
+        colour = _COLOURS[c.verdict]
+        verdict = f"[{colour}]{c.verdict}[/{colour}]" if colour else c.verdict
+        why = ", ".join(c.causes) if c.causes else ""
+        table.add_row(cell.key.device, cell.label, cell.metric, _fmt(cell.median_baseline),
+                      _fmt(cell.median_candidate), _pct(c.ratio),
+                      f"[{_pct(c.ci_low)}, {_pct(c.ci_high)}]",
+                      f"{c.p_adjusted:.3g}" if math.isfinite(c.p_adjusted) else "-",
+                      f"{c.cliffs_delta:+.2f}" if math.isfinite(c.cliffs_delta) else "-",
+                      verdict, why)
+    return table
+
+
+def _gate_lines(result: BuildComparison) -> list[str]:
+    failed = [g for g in result.gates if not g.passed]
+    lines = [f"FAIL {g.message}" for g in failed]
+    if result.gates:
+        lines.append(f"gates: {len(failed)} failed of {len(result.gates)} checks")
+    return lines
+
+
+@click.command("compare")
+@click.option("--baseline", required=True, metavar="BUILD", help="Build id of the reference.")
+@click.option("--candidate", required=True, metavar="BUILD", help="Build id to judge.")
+@RESULTS
+@click.option("--metric", "metric_text", default="tg_tps,pp_tps,peak_pss", show_default=True,
+              help="Comma-separated metrics: tg_tps, pp_tps, ttft_ms, peak_pss, peak_rss.")
+@GATE
+@click.option("--junit", type=click.Path(path_type=Path), default=None,
+              help="Also write JUnit XML here (one testcase per device x config x metric).")
+@click.option("--include-throttled", is_flag=True,
+              help="Keep throttled trials (excluded by default).")
+@JSON
+def compare_command(baseline: str, candidate: str, results: Path, metric_text: str,
+                    gate_specs: tuple[str, ...], junit: Path | None, include_throttled: bool,
+                    as_json: bool) -> None:
+    """A/B verdict per device and config: ratio of medians, 95% CI, BH-adjusted p, Cliff's delta.
+
+    Exit code 1 when a gate fails (docs/statistics.md gives the rules), 0 otherwise.
+
+    \b
+    Example:
+      harness compare --baseline b4100 --candidate b4101
+      harness compare --baseline b4100 --candidate b4101 --gate tg_tps:-3% --junit out.xml
+    """
+    gates = canonical_gates(gate_specs)
+    result = compare_builds(load_trials(results), baseline, candidate,
+                            parse_metrics(metric_text), gates,
+                            include_throttled=include_throttled)
+    if junit is not None:
+        from harness.analysis.junit import write_junit
+
+        write_junit(result, junit)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        _console().print(comparison_table(result))
+        counts = ", ".join(f"{v} {k}" for k, v in result.verdict_counts().items()) or "none"
+        click.echo(f"{len(result.cells)} comparisons: {counts}")
+        for line in _gate_lines(result):
+            click.echo(line)
+    if not result.passed:
+        sys.exit(1)
+
+
+@click.command("history")
+@RESULTS
+@click.option("--metric", default="tg_tps", show_default=True, help="Metric to follow.")
+@click.option("--device", default=None, help="Only this serial (or device model).")
+@click.option("--cell", "config_id", default=None, metavar="CONFIG_ID", help="Only this config.")
+@click.option("--build", "builds", multiple=True, help="Only these builds (repeatable).")
+@click.option("--exclude-build", "exclude", multiple=True,
+              help="Leave out a build, e.g. the reference run next to the nightly (repeatable).")
+@JSON
+def history_command(results: Path, metric: str, device: str | None, config_id: str | None,
+                    builds: tuple[str, ...], exclude: tuple[str, ...], as_json: bool) -> None:
+    """Nightly medians per device and config, and the change points in them.
+
+    Each change point names the nights and builds on either side, its size and its p-value; a
+    level shift is reported once.
+
+    \b
+    Example:
+      harness history --metric tg_tps
+      harness history --device SYN0000 --exclude-build release --json
+    """
+    from harness.analysis.trend import nightly_history
+
+    series = nightly_history(load_trials(results), metric, device=device, config_id=config_id,
+                             builds=builds, exclude_builds=exclude)
+    if as_json:
+        click.echo(json.dumps({"schema_version": 1, "metric": metric,
+                               "series": [s.to_json() for s in series]}, indent=2))
+        return
+    table = Table(title=f"change points in {metric}")
+    for name in ("device", "config", "first night", "builds", "change", "p"):
+        table.add_column(name)
+    changes = [(s, c) for s in series for c in s.changes]
+    for s, c in changes:
+        table.add_row(s.device, s.label, c.night_after, f"{c.build_before} -> {c.build_after}",
+                      f"{c.magnitude * 100:+.1f}%", f"{c.p_value:.2g}")
+    if changes:
+        _console().print(table)
+    click.echo(f"{len(series)} series, {len(changes)} change points")
+
+
+@click.command("recommend")
+@click.option("--device", "device_name", required=True, metavar="SERIAL_OR_PROFILE",
+              help="A serial in the store, or a device profile name (devices/NAME.yaml).")
+@RESULTS
+@click.option("--reserve", default="1.5GiB", show_default=True,
+              help="Memory left free for the rest of the phone.")
+@click.option("--memory", default=None, metavar="SIZE",
+              help="Available memory, instead of the profile's or the estimate.")
+@click.option("--objective", type=click.Choice(["tg_tps", "pp_tps", "ttft"]), default="tg_tps",
+              show_default=True, help="What to rank by.")
+@click.option("--max-quality-loss", type=float, default=None, metavar="KL",
+              help="Largest KL divergence (nats, from `harness quality`) allowed.")
+@click.option("--matrix", type=click.Path(path_type=Path), default=None,
+              help="Also rank cells of this matrix that were not measured (predicted).")
+@click.option("--build", default=None, help="Use this build's trials (default: each config's "
+              "latest build).")
+@click.option("--top", default=10, show_default=True, help="Picks to show.")
+@JSON
+def recommend_command(device_name: str, results: Path, reserve: str, memory: str | None,
+                      objective: str, max_quality_loss: float | None, matrix: Path | None,
+                      build: str | None, top: int, as_json: bool) -> None:
+    """Rank the configs that fit this device without OOM or throttling, best first.
+
+    \b
+    Example:
+      harness recommend --device midrange-8gb
+      harness recommend --device SYN0000 --reserve 1GiB --objective pp_tps --json
+    """
+    from harness.analysis.devicemem import resolve_device
+    from harness.analysis.quality import (
+        cached_quality_files,
+        load_quality_files,
+        quality_for_trials,
+    )
+    from harness.analysis.recommend import recommend
+
+    trials = load_trials(results)
+    reserve_bytes = parse_size(reserve, "--reserve")
+    target = resolve_device(trials, device_name,
+                            parse_size(memory, "--memory") if memory else None)
+    scores = quality_for_trials(trials, load_quality_files(cached_quality_files()))
+    predictions = _predictions(matrix, target.available_bytes, reserve_bytes) if matrix else None
+    rec = recommend(trials, target.device, reserve_bytes=reserve_bytes,
+                    available_bytes=target.available_bytes, objective=objective,
+                    max_quality_loss=max_quality_loss, quality=scores, predictions=predictions,
+                    build=build)
+    if as_json:
+        click.echo(json.dumps({**rec.to_json(), "memory_source": target.source}, indent=2))
+        return
+    click.echo(f"{device_name}: {target.source}")
+    table = Table(title=f"recommended for {device_name} (objective {objective})")
+    for name in ("#", "config", "tg t/s", "pp t/s", "ttft ms", "peak", "headroom", "source"):
+        table.add_column(name)
+    table.add_column("why", overflow="fold")
+    for p in rec.picks[:top]:
+        table.add_row(str(p.rank), p.label, _fmt(p.tg_tps), _fmt(p.pp_tps), _fmt(p.ttft_ms),
+                      _fmt(p.peak_bytes), _fmt(p.headroom_bytes), p.source, p.explanation)
+    if rec.picks:
+        _console().print(table)
+    for note in rec.notes:
+        click.echo(f"note: {note}")
+    click.echo(f"{len(rec.picks)} configs fit, {len(rec.rejected)} rejected; Pareto front: "
+               f"{len(rec.pareto)}")
+    if rec.suggestion is not None:
+        click.echo(f"nothing fits; turn {rec.suggestion.knob} first: {rec.suggestion.text}")
+
+
+def _predictions(matrix: Path, available: int | None, reserve: int) -> list[Any]:
+    from harness.matrix import expand, load_matrix
+    from harness.plan import plan_cells, resolve_models
+
+    loaded = load_matrix(matrix)
+    cells = expand(loaded)
+    return plan_cells(cells, resolve_models(loaded, cells), available or 0, reserve)
+
+
+@click.command("quality")
+@click.option("--size", type=click.Choice(["tiny", "bench"]), default="tiny", show_default=True,
+              help="Which synthetic ladder to score.")
+@click.option("--tokens", default=128, show_default=True, help="Length of the token sequence.")
+@JSON
+def quality_command(size: str, tokens: int, as_json: bool) -> None:
+    """KL divergence and top-1 agreement of each quant against the ladder's F16 (host, cached).
+
+    \b
+    Example:
+      harness quality --size tiny
+      harness quality --size bench --json
+    """
+    from harness.analysis.quality import ensure_quality
+
+    scores, path, measured = ensure_quality(size, n_tokens=tokens)
+    if as_json:
+        click.echo(json.dumps({"schema_version": 1, "ladder": size, "file": str(path),
+                               "measured_now": measured,
+                               "scores": [vars(s) for s in scores]}, indent=2))
+        return
+    table = Table(title=f"quality of the {size} ladder against F16 ({tokens} tokens)")
+    for name in ("quant", "KL mean", "KL max", "top-1"):
+        table.add_column(name, justify="left" if name == "quant" else "right")
+    for s in scores:
+        table.add_row(s.quant, f"{s.kl:.5f}", f"{s.kl_max:.5f}", f"{s.top1:.1%}")
+    _console().print(table)
+    click.echo(f"{'measured' if measured else 'cached'}: {path}")
+
+
+@click.command("export")
+@click.option("--format", "fmt", type=click.Choice(["llama-bench-jsonl", "llama-bench-sql"]),
+              required=True, help="JSONL lines or a SQLite database, as llama-bench writes.")
+@RESULTS
+@click.option("--run", "run_id", default=None, metavar="RUN_ID", help="Only this run.")
+@click.option("--build-key", type=click.Choice(["id", "commit"]), default="id", show_default=True,
+              help="What goes in build_commit: the harness build id, or the engine's commit.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="File to write.")
+def export_command(fmt: str, results: Path, run_id: str | None, build_key: str,
+                   output: Path) -> None:
+    """Write trials in the schema llama.cpp's scripts/compare-llama-bench.py reads.
+
+    \b
+    Example:
+      harness export --format llama-bench-sql -o bench.sqlite
+      compare-llama-bench.py -i bench.sqlite -b b4100 -c b4101
+    """
+    from harness.analysis.interop import export
+
+    count = export(load_trials(results), fmt, output, run_id=run_id,
+                   build_key="commit" if build_key == "commit" else "id")
+    click.echo(f"wrote {count} llama-bench records to {output}")
+
+
+@click.command("import")
+@click.argument("source", type=click.Path(path_type=Path))
+@RESULTS
+@click.option("--device", default=None, help="Device serial to file them under "
+              "(default: imported).")
+@click.option("--run-id", default=None, help="Run id of the imported trials.")
+def import_command(source: Path, results: Path, device: str | None, run_id: str | None) -> None:
+    """Bring llama-bench results (JSONL, JSON, `-o sql` text or SQLite) into the store.
+
+    \b
+    Example:
+      harness import laptop.jsonl --device my-laptop
+    """
+    from harness.analysis.importing import to_trials
+    from harness.analysis.interop import default_run_id, read_llama_bench
+    from harness.store import write_part
+
+    if not source.is_file():
+        raise ConfigError(f"{source}: no such file")
+    run = run_id or default_run_id()
+    trials = to_trials(read_llama_bench(source), run_id=run, device=device)
+    write_part(results, "trials", trials, run)
+    click.echo(f"imported {len(trials)} trials into {results} (run id {run})")
+
+
+def make_runner(devices_spec: str, profile: str) -> Runner:
+    """The real runner: ``harness run``'s device handling and ``execute`` (tests replace it)."""
+    from harness.run.devices import open_devices
+    from harness.run.runner import RunOptions, execute
+
+    def run(matrix: Path, results: Path) -> Any:
+        with open_devices(devices_spec, profile, None) as devices:
+            return execute(matrix, devices, RunOptions(results=results))
+
+    return run
+
+
+def report_step() -> Reporter | None:
+    """Write the dated report with `harness report` when that command is installed."""
+    if importlib.util.find_spec("harness.cli.report") is None:
+        return None
+
+    def write(results: Path, run_id: str, out: Path) -> Path | None:
+        from harness.cli import main
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        main.main(["report", "--results", str(results), "--run", run_id, "-o", str(out)],
+                  standalone_mode=False)
+        return out
+
+    return write
+
+
+@click.command("nightly")
+@click.argument("matrix", type=click.Path(path_type=Path))
+@click.option("--baseline", required=True, metavar="BUILD", help="Reference build id.")
+@click.option("--devices", "devices_spec", default="all", show_default=True,
+              help="Comma-separated serials, 'all' attached devices, or sim:N virtual phones.")
+@click.option("--profile", default="midrange-8gb", show_default=True,
+              help="Profile of phones started by --devices sim:N.")
+@RESULTS
+@GATE
+@click.option("--metric", "metric_text", default="tg_tps,pp_tps,peak_pss", show_default=True,
+              help="Metrics to compare and follow.")
+@click.option("--reports", type=click.Path(path_type=Path), default=Path("reports"),
+              show_default=True, help="Folder of the dated report.")
+@JSON
+def nightly_command(matrix: Path, baseline: str, devices_spec: str, profile: str, results: Path,
+                    gate_specs: tuple[str, ...], metric_text: str, reports: Path,
+                    as_json: bool) -> None:
+    """Run MATRIX, compare with the baseline and the previous night, report, exit by the gates.
+
+    \b
+    Example:
+      harness nightly matrices/nightly.yaml --baseline release --gate tg_tps:-3%
+      harness nightly matrices/smoke.yaml --baseline host-release --devices sim:2
+    """
+    if not matrix.is_file():
+        raise ConfigError(f"{matrix}: no such matrix file")
+    gates = canonical_gates(gate_specs)
+    result = run_nightly(matrix, baseline=baseline, results=results,
+                         run=make_runner(devices_spec, profile), gates=gates,
+                         metrics=parse_metrics(metric_text), report=report_step(),
+                         reports_dir=reports)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        console = _console()
+        for comparison in result.comparisons:
+            console.print(comparison_table(comparison.result, comparison.title))
+            for line in _gate_lines(comparison.result):
+                click.echo(line)
+        for series, change in result.changes():
+            click.echo(f"change point: {series.device} {series.label}: "
+                       f"{change.describe(series.metric)}")
+        for note in result.notes:
+            click.echo(f"note: {note}")
+        if result.report is not None:
+            click.echo(f"report: {result.report}")
+        click.echo(f"night {result.night} (run {result.run_id}): "
+                   f"{'gates passed' if result.passed else 'a gate failed'}")
+    if not result.passed:
+        sys.exit(1)
+
+
+COMMANDS: list[click.Command] = [
+    compare_command, history_command, recommend_command, quality_command, export_command,
+    import_command, nightly_command,
+]

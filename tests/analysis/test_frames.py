@@ -1,0 +1,77 @@
+"""Trials become per-cell groups: which trials count, how throttled ones are counted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.analysis.frames import (
+    CellKey,
+    build_groups,
+    load_trials,
+    metric_name,
+    paired_groups,
+    parse_metrics,
+)
+from harness.errors import ConfigError, StoreError
+from harness.store import read_table
+
+from .factory import cell, trial, write
+
+
+@pytest.mark.parametrize(("alias", "name"), [
+    ("peak_pss", "peak_pss"), ("peak_pss_bytes", "peak_pss"), ("tg", "tg_tps"),
+    ("TG_TPS", "tg_tps"), ("ttft", "ttft_ms"), ("peak_rss_bytes", "peak_rss"),
+])
+def test_metric_aliases_resolve_to_canonical_names(alias: str, name: str) -> None:
+    assert metric_name(alias) == name
+
+
+def test_unknown_metric_is_a_config_error_naming_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"unknown metric 'tokens'.*tg_tps"):
+        metric_name("tokens")
+
+
+def test_parse_metrics_keeps_order_and_drops_duplicates() -> None:
+    assert parse_metrics("tg_tps, peak_pss,tg") == ("tg_tps", "peak_pss")
+
+
+def test_throttled_and_failed_trials_are_excluded_and_counted(tmp_path: Path) -> None:
+    c = cell()
+    write(tmp_path, [
+        trial(c, rep=0, tg_tps=20.0), trial(c, rep=1, tg_tps=21.0),
+        trial(c, rep=2, tg_tps=12.0, throttled=True),
+        trial(c, rep=3, tg_tps=None, pp_tps=None, outcome="crashed"),
+    ])
+    frame = read_table(tmp_path, "trials")
+    group = build_groups(frame, "b1", ["tg_tps"])[CellKey("SER1", c.config_id)]
+    assert sorted(group.values["tg_tps"]) == [20.0, 21.0]
+    assert (group.n_trials, group.n_ok, group.n_throttled_excluded) == (4, 3, 1)
+    assert group.outcomes == {"ok": 3, "crashed": 1}
+    kept = build_groups(frame, "b1", ["tg_tps"], include_throttled=True)
+    assert sorted(kept[CellKey("SER1", c.config_id)].values["tg_tps"]) == [12.0, 20.0, 21.0]
+
+
+def test_pairs_only_cells_measured_with_both_builds(tmp_path: Path) -> None:
+    write(tmp_path, [
+        trial(cell(build="a")), trial(cell(build="b")),
+        trial(cell(build="a", quant="Q8_0")),  # only the baseline measured this config
+        trial(cell(build="b"), serial="SER2"),  # only the candidate ran on SER2
+    ])
+    pairs = paired_groups(read_table(tmp_path, "trials"), "a", "b")
+    assert list(pairs) == [CellKey("SER1", cell().config_id)]
+    base, cand = pairs[CellKey("SER1", cell().config_id)]
+    assert (base.build_id, cand.build_id) == ("a", "b")
+    assert base.label == "tiny Q4_K_M ctx512 kv=f16 t4 p32/g16"
+
+
+def test_an_absent_build_names_the_builds_the_store_holds(tmp_path: Path) -> None:
+    write(tmp_path, [trial(cell(build="a")), trial(cell(build="b"))])
+    with pytest.raises(ConfigError, match=r"--candidate 'c'.*builds: a, b"):
+        paired_groups(read_table(tmp_path, "trials"), "a", "c")
+
+
+def test_a_folder_without_a_store_is_a_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no results store"):
+        load_trials(tmp_path)

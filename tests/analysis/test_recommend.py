@@ -1,0 +1,163 @@
+"""recommend(): what is eligible, how picks rank, and which knob to turn when nothing fits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.analysis.knobs import lower_quant
+from harness.analysis.quality import QualityScore
+from harness.analysis.recommend import recommend
+from harness.errors import ConfigError
+from harness.memory import MemoryPrediction
+from harness.plan import PlannedCell
+from harness.store import read_table
+
+from .factory import cell, trial, write
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+def _frame(tmp_path: Path, records: list) -> pd.DataFrame:
+    write(tmp_path, records)
+    return read_table(tmp_path, "trials")
+
+
+def _reps(c, tg: float, peak: int, n: int = 3, **kw):  # type: ignore[no-untyped-def]
+    return [trial(c, rep=i, tg_tps=tg, peak_pss_bytes=peak, **kw) for i in range(n)]
+
+
+def test_ranks_eligible_configs_and_explains_each(tmp_path: Path) -> None:
+    fast, slow = cell(quant="Q4_K_M"), cell(quant="Q8_0")
+    oom, big, hot = cell(quant="Q2_K"), cell(n_ctx=8192), cell(threads=8)
+    records = [
+        *_reps(fast, 30.0, 2 * GIB), *_reps(slow, 20.0, 3 * GIB),
+        *_reps(oom, 40.0, GIB), trial(oom, rep=9, outcome="oom_killed", tg_tps=None),
+        *_reps(big, 50.0, 5 * GIB),
+        *_reps(hot, 60.0, GIB, throttled=True), trial(hot, rep=9, tg_tps=60.0),
+    ]
+    rec = recommend(_frame(tmp_path, records), "SER1", reserve_bytes=GIB,
+                    available_bytes=5 * GIB)
+    assert [p.config_id for p in rec.picks] == [fast.config_id, slow.config_id]
+    best = rec.picks[0]
+    assert (best.rank, best.source, best.tg_tps, best.peak_bytes) == (1, "measured", 30.0,
+                                                                      2 * GIB)
+    assert best.headroom_bytes == 2 * GIB
+    assert best.explanation.startswith("tg_tps 30.0 tok/s measured; peak 2,048 MiB")
+    reasons = {r.config_id: r.reason_code for r in rec.rejected}
+    assert reasons == {oom.config_id: "oom_killed", big.config_id: "over_budget",
+                       hot.config_id: "throttled"}
+    assert rec.suggestion is None
+
+
+def test_the_same_device_model_name_selects_trials_like_a_serial(tmp_path: Path) -> None:
+    frame = _frame(tmp_path, _reps(cell(), 30.0, GIB))
+    by_model = recommend(frame, "Pixel Test", reserve_bytes=0, available_bytes=None)
+    assert len(by_model.picks) == 1
+    assert "available memory unknown" in by_model.notes[0]
+
+
+def test_pareto_front_keeps_only_undominated_speed_memory_points(tmp_path: Path) -> None:
+    a, b, c = cell(quant="Q4_K_M"), cell(quant="Q8_0"), cell(quant="Q6_K")
+    records = [*_reps(a, 30.0, 2 * GIB), *_reps(b, 20.0, GIB), *_reps(c, 19.0, 3 * GIB)]
+    rec = recommend(_frame(tmp_path, records), "SER1", reserve_bytes=0,
+                    available_bytes=8 * GIB)
+    assert set(rec.pareto) == {a.config_id, b.config_id}  # c is slower and bigger than both
+    assert "Pareto" in rec.picks[0].explanation
+
+
+def test_ttft_objective_ranks_lowest_first(tmp_path: Path) -> None:
+    a, b = cell(quant="Q4_K_M"), cell(quant="Q8_0")
+    records = [*_reps(a, 30.0, GIB, ttft_ms=90.0), *_reps(b, 20.0, GIB, ttft_ms=40.0)]
+    rec = recommend(_frame(tmp_path, records), "SER1", reserve_bytes=0, available_bytes=None,
+                    objective="ttft")
+    assert [p.config_id for p in rec.picks] == [b.config_id, a.config_id]
+    with pytest.raises(ConfigError, match="objective 'speed'"):
+        recommend(_frame(tmp_path / "x", records), "SER1", reserve_bytes=0,
+                  available_bytes=None, objective="speed")
+
+
+def test_quality_bound_rejects_lossy_and_unmeasured_quants(tmp_path: Path) -> None:
+    good, lossy, unknown = cell(quant="Q8_0"), cell(quant="Q2_K"), cell(quant="Q4_0")
+    records = [*_reps(good, 10.0, GIB), *_reps(lossy, 30.0, GIB), *_reps(unknown, 25.0, GIB)]
+    quality = {
+        ("tiny", "Q8_0"): QualityScore("Q8_0", "x", 0.001, 0.01, 0.98, 64, "F16"),
+        ("tiny", "Q2_K"): QualityScore("Q2_K", "y", 0.2, 0.9, 0.4, 64, "F16"),
+    }
+    rec = recommend(_frame(tmp_path, records), "SER1", reserve_bytes=0, available_bytes=None,
+                    max_quality_loss=0.05, quality=quality)
+    assert [p.config_id for p in rec.picks] == [good.config_id]
+    assert rec.picks[0].kl == 0.001 and rec.picks[0].top1 == 0.98
+    codes = {r.config_id: r.reason_code for r in rec.rejected}
+    assert codes == {lossy.config_id: "quality", unknown.config_id: "quality_unknown"}
+
+
+def _planned(c, total: int, code: str = "fits") -> PlannedCell:  # type: ignore[no-untyped-def]
+    prediction = MemoryPrediction(weights=total, kv=0, compute=0, overhead=0, n_ctx=c.n_ctx,
+                                  n_ubatch=c.n_ubatch, flash_attn=True, weights_source="gguf")
+    return PlannedCell(c, prediction, 0, code == "fits", code, "why", 1.0)
+
+
+def test_unmeasured_planned_cells_follow_measured_ones_marked_predicted(tmp_path: Path) -> None:
+    measured, small, huge = cell(quant="Q8_0"), cell(quant="Q4_0"), cell(quant="F16")
+    frame = _frame(tmp_path, _reps(measured, 10.0, GIB))
+    rec = recommend(frame, "SER1", reserve_bytes=GIB, available_bytes=4 * GIB,
+                    predictions=[_planned(measured, GIB), _planned(small, GIB // 2),
+                                 _planned(huge, 6 * GIB, "over_budget")])
+    assert [(p.config_id, p.source) for p in rec.picks] == [
+        (measured.config_id, "measured"), (small.config_id, "predicted")]
+    assert rec.picks[1].tg_tps is None
+    assert rec.picks[1].explanation.startswith("predicted to fit, not measured")
+    assert [r.reason_code for r in rec.rejected] == ["predicted_over_budget"]
+
+
+@pytest.mark.parametrize(("overrides", "knob", "text"), [
+    ({"n_ctx": 4096}, "n_ctx", "lower n_ctx from 4096 to 2048"),
+    ({"n_ctx": 256, "type_k": "f16", "type_v": "f16"}, "kv", "KV cache as q8_0 instead of f16"),
+    ({"n_ctx": 256, "type_k": "q4_0", "type_v": "q4_0", "quant": "Q8_0"}, "quant",
+     "quantise the weights to Q6_K instead of Q8_0"),
+    ({"n_ctx": 256, "type_k": "q4_0", "type_v": "q4_0", "quant": "IQ1_S"}, "model",
+     "use a smaller model than tiny (1.0B parameters)"),
+])
+def test_nothing_fits_names_the_first_knob_with_room(tmp_path: Path, overrides: dict, knob: str,
+                                                     text: str) -> None:
+    c = cell(**overrides)
+    rec = recommend(_frame(tmp_path, _reps(c, 10.0, 3 * GIB)), "SER1", reserve_bytes=GIB,
+                    available_bytes=3 * GIB)
+    assert rec.picks == ()
+    assert rec.suggestion is not None
+    assert rec.suggestion.knob == knob
+    assert "needs 1,024 MiB less" in rec.suggestion.text
+    assert text in rec.suggestion.text
+
+
+def test_a_faster_config_over_budget_yields_to_a_slower_one_that_fits(tmp_path: Path) -> None:
+    long, short = cell(n_ctx=8192), cell(n_ctx=1024)
+    records = [*_reps(long, 12.0, 4 * GIB), *_reps(short, 11.0, GIB)]
+    rec = recommend(_frame(tmp_path, records), "SER1", reserve_bytes=GIB,
+                    available_bytes=int(2.5 * GIB))
+    assert [p.config_id for p in rec.picks] == [short.config_id]
+    assert [r.reason for r in rec.rejected] == [
+        "peak 4,096 MiB + reserve 1,024 MiB > available 2,560 MiB"]
+
+
+def test_knob_suggestion_uses_measured_evidence(tmp_path: Path) -> None:
+    from harness.analysis.knobs import suggest
+
+    row = {"config_id": "c", "label": "tiny Q8_0 ctx8192", "model_name": "tiny", "quant": "Q8_0",
+           "type_k": "f16", "type_v": "f16", "n_ctx": 8192, "n_prompt": 32, "n_gen": 16,
+           "over_bytes": 100 * MIB}
+    fitting = [{**row, "n_ctx": 2048, "peak_bytes": GIB}]
+    found = suggest([row], fitting)
+    assert found is not None
+    assert found.text == ("tiny Q8_0 ctx8192 needs 100 MiB less: lower n_ctx from 8192 to 2048 "
+                          "(measured on this device: peak 1,024 MiB, which fits)")
+
+
+def test_quant_ladder_steps_down_one_rung() -> None:
+    assert lower_quant("Q4_K_M") == "Q4_K_S"
+    assert lower_quant("q8_0") == "Q6_K"
+    assert lower_quant("weird") is None
