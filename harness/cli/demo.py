@@ -29,7 +29,7 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path) -> None:
     """
     from harness.cli.run import run_command
 
-    paths = DemoPaths(root)
+    paths = DemoPaths(root.absolute())
     say = lambda text: click.echo(f"demo: {text}", err=True)  # noqa: E731
     prepare_artifacts(paths, say)
     with demo_environment(paths):

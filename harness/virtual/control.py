@@ -47,10 +47,11 @@ class PhoneInfo:
 
 
 def sim_home(home: Path | None = None) -> Path:
+    """Where phones keep their state; absolute, since each phone's daemon has its own cwd."""
     if home is not None:
-        return home
+        return home.absolute()
     if os.environ.get("HARNESS_HOME"):
-        return Path(os.environ["HARNESS_HOME"]) / "sim"
+        return (Path(os.environ["HARNESS_HOME"]) / "sim").absolute()
     return Path.home() / ".local" / "state" / "harness" / "sim"
 
 
