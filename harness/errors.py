@@ -30,6 +30,10 @@ class DeviceLostError(DeviceError):
     """The connection to a device is gone (unplugged, adb transport offline)."""
 
 
+class DeviceTimeoutError(DeviceError):
+    """A device command did not finish within its timeout (the command was stopped)."""
+
+
 class EngineError(HarnessError):
     """An engine adapter could not build a command line or parse the output."""
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 from harness.device.base import (
     Device,
     DeviceFacts,
-    DeviceTimeoutError,
     Progress,
     ShellResult,
     shell_command,
     spawn_command,
 )
 from harness.device.local import LOCAL_SERIAL, LocalDevice
-from harness.errors import DeviceError
+from harness.errors import DeviceError, DeviceTimeoutError
 
 
 def list_devices() -> list[Device]:

@@ -23,7 +23,6 @@ from adbutils.errors import AdbConnectionError
 
 from harness.device.base import (
     DeviceFacts,
-    DeviceTimeoutError,
     Progress,
     ShellResult,
     is_running_state,
@@ -32,7 +31,7 @@ from harness.device.base import (
     spawn_command,
 )
 from harness.device.facts import gather_facts
-from harness.errors import DeviceError, DeviceLostError
+from harness.errors import DeviceError, DeviceLostError, DeviceTimeoutError
 
 DEVICE_TMP = "/data/local/tmp"
 _LOST_MARKERS = ("not found", "offline", "closed", "no devices", "disconnected")

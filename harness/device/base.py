@@ -20,10 +20,6 @@ Progress = Callable[[int, int], None]
 """Called as ``progress(bytes_done, bytes_total)`` while a push runs."""
 
 
-class DeviceTimeoutError(DeviceError):
-    """A device command did not finish within its timeout (the command was stopped)."""
-
-
 @dataclass(frozen=True)
 class ShellResult:
     exit_code: int

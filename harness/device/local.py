@@ -19,14 +19,13 @@ from pathlib import Path
 
 from harness.device.base import (
     DeviceFacts,
-    DeviceTimeoutError,
     Progress,
     ShellResult,
     is_running_state,
     shell_command,
 )
 from harness.device.facts import gather_facts
-from harness.errors import DeviceError
+from harness.errors import DeviceError, DeviceTimeoutError
 
 LOCAL_SERIAL = "local"
 _CHUNK = 1 << 20
