@@ -1,0 +1,78 @@
+"""``harness report``: one self-contained HTML report from the results store."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import date, datetime
+from pathlib import Path
+
+import click
+
+from harness.errors import ConfigError
+
+
+def _since(value: str | None) -> date | None:
+    if value is None:
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise ConfigError(
+            f"--since {value!r}: write a date as YYYY-MM-DD, e.g. 2026-01-31") from None
+
+
+@click.command("report")
+@click.option("--results", type=click.Path(path_type=Path), default=Path("results"),
+              show_default=True, help="Results store to read.")
+@click.option("--run", "run_id", default=None, help="Only this run's trials.")
+@click.option("--since", default=None, metavar="YYYY-MM-DD",
+              help="Only trials started on or after this date (UTC).")
+@click.option("--baseline", default=None, help="Baseline build of the comparison.")
+@click.option("--candidate", default=None, help="Candidate build of the comparison.")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+              default=Path("reports/report.html"), show_default=True, help="HTML file to write.")
+@click.option("--top", default=6, show_default=True, type=click.IntRange(1, 50),
+              help="Charts per section (devices, timelines, history series).")
+@click.option("--title", default="Benchmark report", show_default=True, help="Report title.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
+def report(results: Path, run_id: str | None, since: str | None, baseline: str | None,
+           candidate: str | None, output: Path, top: int, title: str, as_json: bool) -> None:
+    """Write one self-contained HTML report (inline CSS and SVG, no network, no JavaScript).
+
+    Sections: run summary with the failed trials, throughput heatmaps, memory (measured against
+    predicted, timelines with thermal status), thermal, build comparison (when two builds are in
+    scope or --baseline/--candidate are given), nightly history with change points, and
+    recommendations per device.
+
+    \b
+    Example:
+      harness report --results results -o reports/nightly.html
+      harness report --since 2026-01-01 --baseline b4100 --candidate b4101 -o reports/ab.html
+    """
+    from harness.report import ReportOptions, write_report
+
+    if run_id and since:
+        raise ConfigError("--run and --since exclude each other: give one of them")
+    start = time.perf_counter()
+    options = ReportOptions(results=results, run_id=run_id, since=_since(since),
+                            baseline=baseline, candidate=candidate, top=top, title=title)
+    data = write_report(options, output)
+    seconds = time.perf_counter() - start
+    comparison = data.comparison
+    if as_json:
+        click.echo(json.dumps({
+            "output": str(output), "trials": data.summary.trials, "scope": data.scope,
+            "outcomes": {o.name: o.trials for o in data.summary.outcomes},
+            "baseline": comparison.baseline, "candidate": comparison.candidate,
+            "verdicts": dict(comparison.counts),
+            "change_points": len(data.history.changes), "bytes": output.stat().st_size,
+            "seconds": round(seconds, 3), "timings": data.timings,
+            "generated_at": datetime.isoformat(data.generated_at),
+        }, indent=2))
+        return
+    click.echo(f"report: {output} ({data.summary.trials} trials, {output.stat().st_size // 1024} "
+               f"KiB, {seconds:.1f} s)")
+
+
+COMMANDS: list[click.Command] = [report]

@@ -1,0 +1,296 @@
+"""Plain data for the report, prepared from the store with pandas (no matplotlib, no HTML).
+
+Why aggregate here: a farm store holds millions of rows; every section is a groupby to at most a
+few thousand numbers, and plots and tables are bounded (``top``) so a report stays a readable,
+few-megabyte file whatever the store's size. Labels are built once per device and config.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import pandas as pd
+
+from harness.errors import StoreError
+from harness.records import OUTCOMES
+from harness.report import trends
+from harness.report.load import find_trial_ids, load_samples, load_trials
+from harness.report.model import (
+    CountRow,
+    DeviceRecommendations,
+    DeviceRow,
+    FailureRow,
+    Heatmap,
+    MemoryCell,
+    ReportData,
+    Summary,
+    ThermalPoint,
+    ThermalRow,
+    Timeline,
+)
+
+QUANT_LADDER = ("Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_XS", "Q4_0", "Q4_K_S", "Q4_K_M",
+                "Q5_0", "Q5_K_S", "Q5_K_M", "Q6_K", "Q8_0", "F16", "BF16", "F32")
+MAX_FAILURES = 50
+MAX_THERMAL_POINTS = 3000
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    results: Path
+    run_id: str | None = None
+    since: date | None = None
+    baseline: str | None = None
+    candidate: str | None = None
+    top: int = 6  # plots per section (devices, history series, timelines)
+    max_per_side: int = 20  # most recent trials per build per cell in comparisons
+    title: str = "Benchmark report"
+
+
+def _text(value: Any) -> str:
+    return "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
+
+
+def quant_order(quants: Sequence[str]) -> list[str]:
+    """Quants from fewest to most bits; unknown names last, alphabetically."""
+    rank = {q: i for i, q in enumerate(QUANT_LADDER)}
+    return sorted(quants, key=lambda q: (rank.get(q.upper(), len(rank)), q))
+
+
+def _labelled(codes: np.ndarray, labels: Sequence[str]) -> pd.Categorical:
+    """A categorical from integer codes and a label per code (labels may repeat)."""
+    categories = sorted(set(labels))
+    remap = np.array([categories.index(label) for label in labels] or [0], dtype=np.int64)
+    safe = np.where(codes < 0, 0, codes)
+    return pd.Categorical.from_codes(np.where(codes < 0, -1, remap[safe]), categories=categories)
+
+
+def _group_labels(df: pd.DataFrame, columns: list[str], name: Callable[..., str]
+                  ) -> pd.Categorical:
+    """One label per distinct combination of ``columns``, computed once per combination."""
+    grouped = df.groupby(columns, observed=True, sort=True, dropna=False)
+    codes = grouped.ngroup().to_numpy()
+    keys = grouped.size().index
+    labels = [name(*(k if isinstance(k, tuple) else (k,))) for k in keys]
+    return _labelled(codes, labels)
+
+
+def _config_label(several_models: bool) -> Callable[..., str]:
+    def label(model: Any, quant: Any, n_ctx: Any, type_k: Any, type_v: Any, threads: Any) -> str:
+        kv = type_k if type_k == type_v else f"{type_k}/{type_v}"
+        base = f"{quant} · ctx {n_ctx} · KV {kv} · {threads}t"
+        return f"{model} {base}" if several_models else base
+    return label
+
+
+def prepare(df: pd.DataFrame) -> pd.DataFrame:
+    """Add the label and flag columns every section uses; labels are categoricals made once
+    per distinct value, never per row (a million rows, a few hundred labels)."""
+    df = df.copy(deep=False)
+    df["throttled"] = df["throttled"].fillna(False).astype(bool)
+    df["ok"] = (df["outcome"] == "ok").to_numpy()
+    df["good"] = df["ok"] & ~df["throttled"]
+    firsts = df.groupby("device_serial", observed=True, sort=True)["device_model"].first()
+    df["device"] = _group_labels(df, ["device_serial"], lambda s: (
+        f"{firsts[s]} · {s}" if isinstance(firsts.get(s), str) and firsts[s] else str(s)))
+    several = df["model_name"].nunique() > 1
+    config_cols = ["model_name", "quant", "n_ctx", "type_k", "type_v", "threads"]
+    per_config = df.groupby("config_id", observed=True, sort=True)[config_cols].first()
+    make = _config_label(several)
+    df["config"] = _group_labels(df, ["config_id"], lambda c: make(*per_config.loc[c]))
+    df["kv"] = _group_labels(df, ["type_k", "type_v"],
+                             lambda k, v: str(k) if k == v else f"{k}/{v}")
+    days = df["started_at"].dt.tz_convert(None).to_numpy().astype("datetime64[D]")
+    unique_days, inverse = np.unique(days, return_inverse=True)
+    df["night"] = pd.Categorical.from_codes(inverse.ravel(),
+                                            categories=[str(d) for d in unique_days])
+    return df
+
+
+def _failure_rows(rows: pd.DataFrame) -> tuple[FailureRow, ...]:
+    return tuple(
+        FailureRow(r.started_at.to_pydatetime(), str(r.device), str(r.build_id), str(r.config),
+                   str(r.outcome), _text(r.error), _text(r.evidence))
+        for r in rows.itertuples(index=False))
+
+
+def summarise(df: pd.DataFrame) -> Summary:
+    per_device = df.groupby("device_serial", observed=True).agg(
+        device=("device", "first"), soc=("device_soc", "first"),
+        ram=("device_ram_bytes", "max"), trials=("ok", "size"), ok=("ok", "sum"))
+    devices = tuple(
+        DeviceRow(str(s), str(r.device), _text(r.soc),
+                  None if pd.isna(r.ram) else int(r.ram), int(r.trials), int(r.ok))
+        for s, r in per_device.sort_values("device").iterrows())
+    builds = df.groupby("build_id", observed=True)["started_at"].agg(["size", "min", "max"])
+    build_rows = tuple(
+        CountRow(str(b), int(r["size"]), f"{r['min']:%Y-%m-%d} → {r['max']:%Y-%m-%d}")
+        for b, r in builds.sort_values("min").iterrows())
+    models = df.groupby("model_name", observed=True)["quant"].agg(
+        ["size", lambda q: ", ".join(quant_order([str(x) for x in q.unique()]))])
+    model_rows = tuple(CountRow(str(m), int(r.iloc[0]), str(r.iloc[1]))
+                       for m, r in models.iterrows())
+    counts = df["outcome"].value_counts()
+    counts = counts[counts > 0]
+    known = [o for o in OUTCOMES if o in counts] + sorted(set(counts.index) - set(OUTCOMES))
+    outcomes = tuple(CountRow(o, int(counts[o])) for o in known)
+    failed = df[~df["ok"]]
+    listed = failed.nlargest(MAX_FAILURES, "started_at") if len(failed) else failed
+    return Summary(
+        trials=len(df), runs=tuple(sorted(str(r) for r in df["run_id"].unique())),
+        first=df["started_at"].min().to_pydatetime(), last=df["started_at"].max().to_pydatetime(),
+        devices=devices, builds=build_rows, models=model_rows, outcomes=outcomes,
+        failures=_failure_rows(listed), failures_total=len(failed))
+
+
+def latest_build(df: pd.DataFrame) -> str | None:
+    if df.empty:
+        return None
+    return str(df.groupby("build_id", observed=True)["started_at"].max().idxmax())
+
+
+def top_devices(df: pd.DataFrame, top: int) -> list[str]:
+    counts = df.groupby("device", observed=True).size().sort_values(ascending=False)
+    return sorted(str(d) for d in counts.index[:top])
+
+
+def heatmaps(df: pd.DataFrame, build: str | None, top: int) -> tuple[Heatmap, ...]:
+    """Median over good trials per cell, best thread count, per device, KV type and metric."""
+    good = df[df["good"] & (df["build_id"] == (build or ""))]
+    if good.empty:
+        return ()
+    out: list[Heatmap] = []
+    for metric in ("tg_tps", "pp_tps"):
+        med = good.groupby(["device", "kv", "quant", "n_ctx", "threads"], observed=True)[
+            metric].median().groupby(level=[0, 1, 2, 3], observed=True).max()
+        for device in top_devices(good, top):
+            for kv in sorted(str(k) for k in good["kv"].unique()):
+                try:
+                    grid = med.loc[(device, kv)].unstack("n_ctx")
+                except KeyError:
+                    continue
+                rows = quant_order([str(q) for q in grid.index])
+                cols = tuple(sorted(int(c) for c in grid.columns))
+                grid = grid.reindex(index=rows, columns=list(cols))
+                values = tuple(tuple(None if pd.isna(v) else float(v) for v in r)
+                               for r in grid.to_numpy())
+                out.append(Heatmap(device, kv, metric, tuple(rows), cols, values))
+    return tuple(sorted(out, key=lambda h: (h.device, h.metric != "tg_tps", h.kv)))
+
+
+def memory_cells(df: pd.DataFrame, build: str | None) -> tuple[MemoryCell, ...]:
+    measured = df[df["ok"] & (df["build_id"] == (build or ""))]
+    grouped = measured.groupby(["device", "config"], observed=True).agg(
+        measured=("peak_pss_bytes", "median"), predicted=("predicted_peak_bytes", "median"))
+    grouped = grouped.dropna(subset=["measured"])
+    return tuple(MemoryCell(str(d), str(c), float(r.measured),
+                            None if pd.isna(r.predicted) else float(r.predicted))
+                 for (d, c), r in grouped.iterrows())
+
+
+def pick_timeline_trials(df: pd.DataFrame, top: int) -> pd.DataFrame:
+    """A few telling trials: the biggest ok peak, the hottest throttled, one of each failure."""
+    picks = []
+    good = df[df["good"]]
+    if not good.empty and good["peak_pss_bytes"].notna().any():
+        picks.append(good.loc[[good["peak_pss_bytes"].idxmax()]])
+    hot = df[df["throttled"] & df["max_temp_c"].notna()]
+    if not hot.empty:
+        picks.append(hot.loc[[hot["max_temp_c"].idxmax()]])
+    for outcome in ("oom_killed", "crashed", "timeout"):
+        rows = df[df["outcome"] == outcome]
+        if not rows.empty:
+            picks.append(rows.loc[[rows["started_at"].idxmax()]])
+    if not picks:
+        return df.iloc[:0]
+    keys = ["run_id", "device_serial", "config_id", "started_at"]
+    return pd.concat(picks).drop_duplicates(keys).head(top)
+
+
+def _numbers(column: pd.Series) -> tuple[float | None, ...]:
+    return tuple(None if pd.isna(v) else float(v) for v in column)
+
+
+def timelines(root: Path, df: pd.DataFrame, top: int) -> tuple[Timeline, ...]:
+    chosen = pick_timeline_trials(df, top).copy()
+    chosen["trial_id"] = find_trial_ids(root, chosen)
+    chosen = chosen[chosen["trial_id"].notna()]
+    samples = load_samples(root, chosen[["run_id", "trial_id"]])
+    out = []
+    for row in chosen.itertuples(index=False):
+        s = samples[samples["trial_id"].astype(str) == str(row.trial_id)].sort_values("t_ms")
+        if s.empty:
+            continue
+        title = f"{row.device} · {row.config} · {row.build_id} · {row.outcome}"
+        out.append(Timeline(title, str(row.outcome), bool(row.throttled),
+                            tuple(float(t) / 1000 for t in s["t_ms"]), _numbers(s["pss_bytes"]),
+                            _numbers(s["thermal_status"]), _numbers(s["max_temp_c"])))
+    return tuple(out)
+
+
+def thermal(df: pd.DataFrame) -> tuple[tuple[ThermalRow, ...], tuple[ThermalPoint, ...], int]:
+    rows = df.groupby("device", observed=True).agg(
+        trials=("throttled", "size"), throttled=("throttled", "sum"),
+        median=("max_temp_c", "median"), max=("max_temp_c", "max"))
+    table = tuple(ThermalRow(str(d), int(r.trials), int(r.throttled),
+                             None if pd.isna(r["median"]) else float(r["median"]),
+                             None if pd.isna(r["max"]) else float(r["max"]))
+                  for d, r in rows.iterrows())
+    temps = df[df["max_temp_c"].notna()]
+    hot, cool = temps[temps["throttled"]], temps[~temps["throttled"]]
+    hot = hot.sample(n=min(len(hot), MAX_THERMAL_POINTS // 10), random_state=0)
+    cool = cool.sample(n=min(len(cool), MAX_THERMAL_POINTS - len(hot)), random_state=0)
+    shown = pd.concat([cool, hot])
+    points = tuple(ThermalPoint(str(d), t.to_pydatetime(), float(m), bool(h)) for d, t, m, h in zip(
+        shown["device"], shown["started_at"], shown["max_temp_c"], shown["throttled"], strict=True))
+    return table, points, len(temps)
+
+
+def _timed(timings: dict[str, float], name: str, fn: Callable[[], T]) -> T:
+    start = time.perf_counter()
+    result = fn()
+    timings[name] = round(time.perf_counter() - start, 3)
+    return result
+
+
+def build_report_data(
+    options: ReportOptions,
+    recommendations: Sequence[DeviceRecommendations] | None = None,
+) -> ReportData:
+    """Read the store and prepare every section; a StoreError when nothing matches."""
+    timings: dict[str, float] = {}
+    raw = _timed(timings, "load", lambda: load_trials(options.results, options.run_id,
+                                                      options.since))
+    if raw.empty:
+        where = (f"run {options.run_id!r}" if options.run_id else
+                 f"since {options.since}" if options.since else "the store")
+        raise StoreError(f"no trials in {options.results} for {where}; run `harness run` first "
+                         "or check --results/--run/--since")
+    df = _timed(timings, "prepare", lambda: prepare(raw))
+    summary = _timed(timings, "summary", lambda: summarise(df))
+    comparison = _timed(timings, "compare", lambda: trends.comparison(
+        df, options.baseline, options.candidate, options.max_per_side))
+    build = comparison.candidate or latest_build(df)
+    maps = _timed(timings, "heatmaps", lambda: heatmaps(df, build, options.top))
+    cells = _timed(timings, "memory", lambda: memory_cells(df, build))
+    lines = _timed(timings, "timelines", lambda: timelines(options.results, df, options.top))
+    rows, points, total = _timed(timings, "thermal", lambda: thermal(df))
+    throttled = df[df["throttled"]].nlargest(20, "started_at")
+    history = _timed(timings, "history", lambda: trends.history(df, "tg_tps", options.top))
+    recs = tuple(recommendations) if recommendations is not None else _timed(
+        timings, "recommend", lambda: trends.recommend(df, build))
+    scope = (f"run {options.run_id}" if options.run_id else
+             f"since {options.since}" if options.since else "whole store")
+    return ReportData(
+        title=options.title, scope=scope, generated_at=datetime.now(UTC), summary=summary,
+        heatmap_build=build, heatmaps=maps, memory_cells=cells, timelines=lines,
+        thermal_rows=rows, thermal_points=points, thermal_points_total=total,
+        throttled_trials=_failure_rows(throttled), comparison=comparison, history=history,
+        recommendations=recs, timings=timings)

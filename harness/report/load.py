@@ -1,0 +1,183 @@
+"""Reading only what the report needs from the results store.
+
+Why not ``harness.store.read_table``: it reads every column of every part, which at farm scale
+(a million trials, ten million samples) costs gigabytes. Here the report names its columns, skips
+partitions and part files that cannot match ``--run`` / ``--since`` by their paths alone, reads
+low-cardinality strings as categoricals, and reads samples only for the few trials it plots. It
+keeps the store's tolerance: a missing column reads as null and an unreadable part is skipped
+with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import date
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from harness.errors import StoreError
+from harness.store import SCHEMAS, part_files
+
+log = logging.getLogger(__name__)
+
+# trial_id is left out on purpose: a million unique ids cost more to read than everything else;
+# the few trials whose samples are plotted are looked up by ``find_trial_ids``.
+TRIAL_COLUMNS = (
+    "run_id", "config_id", "started_at", "device_serial", "device_model",
+    "device_manufacturer", "device_soc", "device_ram_bytes", "build_id", "model_name", "quant",
+    "n_ctx", "type_k", "type_v", "threads", "outcome", "error", "evidence", "pp_tps", "tg_tps",
+    "peak_pss_bytes", "predicted_peak_bytes", "max_temp_c", "max_thermal_status", "throttled",
+)
+# strings with few distinct values: read as categoricals (trial_id, error, evidence stay strings)
+DICTIONARY_COLUMNS = frozenset(
+    f.name for f in SCHEMAS["trials"] if f.type == pa.string()
+) - {"trial_id", "error", "evidence"}
+SAMPLE_COLUMNS = ("trial_id", "t_ms", "pss_bytes", "thermal_status", "max_temp_c")
+
+
+def _partition_date(path: Path) -> date | None:
+    name = path.parent.name
+    try:
+        return date.fromisoformat(name.removeprefix("date="))
+    except ValueError:
+        return None
+
+
+def select_files(root: Path, table: str, run_id: str | None = None,
+                 since: date | None = None) -> list[Path]:
+    """Part files that may hold matching rows, decided from their paths only.
+
+    A part lands in the partition of the day it was written, never before its trials started,
+    so a partition older than ``since`` cannot hold a trial started on or after it.
+    """
+    files = part_files(root, table)
+    if run_id is not None:
+        files = [p for p in files if p.name.startswith(f"part-{run_id}-")]
+    if since is not None:
+        files = [p for p in files if (d := _partition_date(p)) is None or d >= since]
+    return files
+
+
+def _read_one(path: Path, columns: Sequence[str], schema: pa.Schema,
+              filters: list[tuple[str, str, object]] | None,
+              dictionary: Sequence[str]) -> pa.Table | None:
+    """One part's columns; low-cardinality strings stay dictionary-encoded, as Parquet has them."""
+    try:
+        part = pq.ParquetFile(path, read_dictionary=list(dictionary))
+        present = set(part.schema_arrow.names)
+        if filters and any(f[0] not in present for f in filters):
+            return None  # a filter on a column the part lacks matches nothing
+        wanted = [c for c in columns if c in present]
+        if filters:
+            table = pq.read_table(path, columns=wanted, filters=filters)
+        else:
+            table = part.read(columns=wanted, use_threads=False)
+    except (OSError, pa.ArrowException) as error:
+        log.warning("skipping unreadable part %s: %s", path, error)
+        return None
+    arrays = []
+    fields = []
+    for name in columns:
+        field = schema.field(name)
+        if name not in table.column_names:
+            arrays.append(pa.nulls(table.num_rows, field.type))
+            fields.append(field)
+            continue
+        column = table.column(name)
+        if pa.types.is_dictionary(column.type) and column.type.value_type == field.type:
+            arrays.append(column)
+            fields.append(pa.field(name, column.type, nullable=True))
+            continue
+        try:
+            arrays.append(column.cast(field.type))
+        except pa.ArrowException as error:
+            log.warning("skipping part %s: column %s: %s", path, name, error)
+            return None
+        fields.append(field)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def read_columns(files: Iterable[Path], table: str, columns: Sequence[str],
+                 filters: list[tuple[str, str, object]] | None = None,
+                 dictionary: Sequence[str] = ()) -> pa.Table:
+    """The named columns of ``files`` concatenated; two threads, as pyarrow releases the GIL.
+
+    Columns named in ``dictionary`` come back dictionary-encoded (pandas: categorical) when
+    the part stores them so; a part that stores one plainly is encoded to match.
+    """
+    schema = SCHEMAS[table]
+    unknown = [c for c in columns if c not in schema.names]
+    if unknown:
+        raise StoreError(f"unknown {table} column(s): {', '.join(unknown)}")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        parts = [t for t in pool.map(
+            lambda p: _read_one(p, columns, schema, filters, dictionary), files)
+            if t is not None and t.num_rows]
+    if not parts:
+        return pa.schema([schema.field(c) for c in columns]).empty_table()
+    return pa.concat_tables(_same_types(parts))
+
+
+def _same_types(parts: list[pa.Table]) -> list[pa.Table]:
+    """Dictionary-encode a column wherever another part has it encoded, so parts concatenate."""
+    encoded = {f.name: f.type for t in parts for f in t.schema if pa.types.is_dictionary(f.type)}
+    if not encoded:
+        return parts
+    out = []
+    for t in parts:
+        for name, kind in encoded.items():
+            column = t.column(name)
+            if column.type != kind:
+                index = t.schema.get_field_index(name)
+                column = pc.dictionary_encode(column.cast(kind.value_type)).cast(kind)
+                t = t.set_column(index, pa.field(name, kind), column)
+        out.append(t)
+    return out
+
+
+def load_trials(root: Path, run_id: str | None = None, since: date | None = None,
+                columns: Sequence[str] = TRIAL_COLUMNS) -> pd.DataFrame:
+    """Trials matching ``run_id`` / ``since`` with strings as categoricals (compact at scale)."""
+    if not (root / "trials").is_dir():
+        raise StoreError(f"no results store at {root}: no trials/ folder (see --results)")
+    table = read_columns(select_files(root, "trials", run_id, since), "trials", columns,
+                         dictionary=[c for c in columns if c in DICTIONARY_COLUMNS])
+    if run_id is not None and table.num_rows:
+        table = table.filter(pc.equal(table.column("run_id"), run_id))
+    if since is not None and table.num_rows:
+        start = pa.scalar(pd.Timestamp(since, tz="UTC"), type=table.schema.field("started_at").type)
+        table = table.filter(pc.greater_equal(table.column("started_at"), start))
+    return table.to_pandas()
+
+
+def find_trial_ids(root: Path, trials: pd.DataFrame) -> list[str | None]:
+    """The trial_id of each given trial (run_id, device_serial, config_id, started_at),
+    reading only its run's parts; None where no stored row matches."""
+    key_columns = ["run_id", "device_serial", "config_id", "started_at"]
+    found: dict[tuple[object, ...], str] = {}
+    for run in sorted({str(r) for r in trials["run_id"]}):
+        table = read_columns(select_files(root, "trials", run_id=run), "trials",
+                             ["trial_id", *key_columns], filters=[("run_id", "==", run)])
+        for row in table.to_pylist():
+            found[tuple(str(row[k]) for k in key_columns)] = row["trial_id"]
+    return [found.get((str(r.run_id), str(r.device_serial), str(r.config_id),
+                       str(r.started_at.to_pydatetime())))
+            for r in trials.itertuples(index=False)]
+
+
+def load_samples(root: Path, trials: pd.DataFrame) -> pd.DataFrame:
+    """Samples of the given trials (columns run_id, trial_id), reading only their runs' parts."""
+    if trials.empty:
+        return pd.DataFrame(columns=list(SAMPLE_COLUMNS))
+    ids = [str(t) for t in trials["trial_id"]]
+    files: list[Path] = []
+    for run in sorted({str(r) for r in trials["run_id"]}):
+        files.extend(select_files(root, "samples", run_id=run))
+    table = read_columns(files, "samples", SAMPLE_COLUMNS, filters=[("trial_id", "in", ids)])
+    return table.to_pandas()

@@ -1,0 +1,331 @@
+"""A realistic synthetic results store, written fast enough to test the report at farm scale.
+
+Why it exists: the report, ``compare`` and ``history`` must be exercised on stores far larger than
+a test run can make (a year of nights on a farm is a million trials and ten million samples), and
+their tests need known answers (an injected regression, throttled trials, a few failures). Every
+column is generated with numpy for one night at a time and written with pyarrow straight into the
+store's layout and schema (``harness.store.SCHEMAS``), one trials part and one samples part per
+night, so readers see exactly what ``harness run`` writes, only in larger part files.
+
+The model of a trial is deliberately simple: throughput is a product of device speed, bits per
+weight, context length, KV precision and build factors with lognormal noise; throttled trials run
+about 30% slower; memory is weights + KV cache + compute buffers, measured a little above the
+prediction; a small fraction of trials ends ``oom_killed``, ``crashed`` or ``timeout``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from harness.store import SCHEMAS
+
+GIB = 1 << 30
+BITS_PER_WEIGHT = {
+    "Q2_K": 2.6, "Q3_K_M": 3.9, "Q4_0": 4.5, "Q4_K_M": 4.8, "Q5_K_M": 5.7, "Q6_K": 6.6,
+    "Q8_0": 8.5, "F16": 16.0,
+}
+KV_BYTES = {"f16": 2.0, "q8_0": 1.0625, "q4_0": 0.5625}
+_PHONES = (  # (model, manufacturer, soc, ram GiB, speed factor)
+    ("Pixel 8", "Google", "Tensor G3", 8, 1.0),
+    ("Galaxy S23", "samsung", "SM8550", 8, 1.25),
+    ("Redmi Note 12", "Xiaomi", "SM6225", 6, 0.45),
+    ("OnePlus 12", "OnePlus", "SM8650", 16, 1.4),
+    ("Galaxy A54", "samsung", "Exynos 1380", 8, 0.6),
+    ("Pixel 7a", "Google", "Tensor G2", 8, 0.85),
+)
+Schedule = Literal["sequential", "interleaved"]
+
+
+@dataclass(frozen=True)
+class SynthSpec:
+    """Shape of the synthetic store.
+
+    ``schedule``: ``sequential`` runs one build per night, the builds taking turns in contiguous
+    blocks of nights (a nightly farm moving from one build to the next, so history sees a step);
+    ``interleaved`` runs every build every night. Trials = devices × configs × reps × nights
+    (× builds when interleaved); configs = quants × n_ctx × kv_types × threads.
+    """
+
+    devices: int = 3
+    builds: tuple[str, ...] = ("b4100", "b4101")
+    regressed_build: str | None = "b4101"
+    regression: float = 0.08  # fractional tg_tps drop of the regressed build (pp drops half)
+    quants: tuple[str, ...] = ("Q4_0", "Q4_K_M", "Q8_0")
+    n_ctx: tuple[int, ...] = (512, 2048)
+    kv_types: tuple[str, ...] = ("f16", "q8_0")
+    threads: tuple[int, ...] = (4,)
+    reps: int = 3
+    nights: int = 6
+    schedule: Schedule = "sequential"
+    samples_per_trial: int = 10
+    throttle_rate: float = 0.05
+    fail_rate: float = 0.005  # oom_killed + crashed + timeout, besides one of each forced
+    cv: float = 0.03
+    device_names: tuple[str, ...] | None = None  # device_model overrides (hostile-name tests)
+    model: str = "qwen2.5-1.5b-instruct"
+    n_params: int = 1_540_000_000
+    start: date = date(2026, 1, 5)
+    seed: int = 7
+
+    @property
+    def configs(self) -> int:
+        return len(self.quants) * len(self.n_ctx) * len(self.kv_types) * len(self.threads)
+
+    @property
+    def trials(self) -> int:
+        per_night = self.devices * self.configs * self.reps
+        return per_night * self.nights * (len(self.builds) if self.schedule == "interleaved" else 1)
+
+
+@dataclass(frozen=True)
+class SynthSummary:
+    """What was written: counts the tests compare the report's data preparation against."""
+
+    trials: int
+    samples: int
+    outcomes: dict[str, int]
+    throttled: int
+    files: int
+    bytes: int
+    run_ids: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """Per-config axes as arrays, indexed by config number."""
+
+    quant: np.ndarray
+    n_ctx: np.ndarray
+    kv: np.ndarray
+    threads: np.ndarray
+    config_id: np.ndarray
+
+
+def _grid(spec: SynthSpec) -> _Grid:
+    q, c, k, t = np.meshgrid(
+        np.arange(len(spec.quants)), np.arange(len(spec.n_ctx)), np.arange(len(spec.kv_types)),
+        np.arange(len(spec.threads)), indexing="ij",
+    )
+    quant = np.asarray(spec.quants)[q.ravel()]
+    n_ctx = np.asarray(spec.n_ctx, dtype=np.int64)[c.ravel()]
+    kv = np.asarray(spec.kv_types)[k.ravel()]
+    threads = np.asarray(spec.threads, dtype=np.int64)[t.ravel()]
+    ids = np.asarray([
+        f"{spec.model}:{qq}:c{cc}:{kk}:t{tt}" for qq, cc, kk, tt in zip(quant, n_ctx, kv, threads,
+                                                                        strict=True)
+    ])
+    return _Grid(quant, n_ctx, kv, threads, ids)
+
+
+def _predicted_bytes(spec: SynthSpec, grid: _Grid) -> np.ndarray:
+    bpw = np.array([BITS_PER_WEIGHT.get(q, 5.0) for q in grid.quant])
+    kv_bytes = np.array([KV_BYTES.get(k, 2.0) for k in grid.kv])
+    weights = spec.n_params * bpw / 8
+    kv_cache = grid.n_ctx * 28 * 2 * 256 * kv_bytes  # layers × (K, V) × kv width × bytes
+    compute = 48e6 + 300e6 * grid.n_ctx / 4096
+    return (weights + kv_cache + compute + 80e6).astype(np.int64)
+
+
+def _night_table(spec: SynthSpec, grid: _Grid, night: int, builds: list[int],
+                 rng: np.random.Generator, force_failures: bool) -> tuple[pa.Table, pa.Table]:
+    """Trials and samples of one night, every column a vectorised draw."""
+    d_n, c_n, r_n = spec.devices, grid.quant.size, spec.reps
+    dev, cfg, bld, rep = (a.ravel() for a in np.meshgrid(
+        np.arange(d_n), np.arange(c_n), np.asarray(builds), np.arange(r_n), indexing="ij"))
+    n = dev.size
+    phones = [_PHONES[i % len(_PHONES)] for i in range(d_n)]
+    names = [spec.device_names[i % len(spec.device_names)] if spec.device_names else p[0]
+             for i, p in enumerate(phones)]
+    serials = np.asarray([f"SYN{i:04d}" for i in range(d_n)])
+    ram = np.asarray([p[3] * GIB for p in phones], dtype=np.int64)
+    speed = np.asarray([p[4] for p in phones])
+    build_ids = np.asarray(spec.builds)
+    run_id = f"night-{spec.start + timedelta(days=night):%Y%m%d}"
+    day0 = datetime.combine(spec.start + timedelta(days=night), datetime.min.time(), UTC)
+    spacing = min(20.0, 20 * 3600 / n)
+    order = rng.permutation(n)  # A/B interleaved run order within the night
+    started = np.datetime64(day0.replace(tzinfo=None) + timedelta(hours=1), "us") + (
+        order * spacing * 1e6).astype("timedelta64[us]")
+
+    bpw = np.array([BITS_PER_WEIGHT.get(q, 5.0) for q in grid.quant])[cfg]
+    ctx = grid.n_ctx[cfg]
+    kv_q = (grid.kv[cfg] != "f16")
+    thr = grid.threads[cfg]
+    thr_factor = np.minimum(thr, 6) / 4.0
+    regressed = (build_ids[bld] == spec.regressed_build)
+    throttled = rng.random(n) < spec.throttle_rate
+    noise_tg = rng.lognormal(0.0, spec.cv, n)
+    noise_pp = rng.lognormal(0.0, spec.cv, n)
+    slow = np.where(throttled, 0.7, 1.0)
+    tg = (speed[dev] * 60.0 / bpw * (1 - 0.04 * np.log2(ctx / 512)) * np.where(kv_q, 0.97, 1.0)
+          * thr_factor ** 0.5 * np.where(regressed, 1 - spec.regression, 1.0) * slow * noise_tg)
+    pp = (speed[dev] * 420.0 * np.where(np.char.startswith(grid.quant[cfg], "Q4_0"), 1.2, 1.0)
+          * (1 - 0.06 * np.log2(ctx / 512)) * thr_factor * slow * noise_pp
+          * np.where(regressed, 1 - spec.regression / 2, 1.0))
+    predicted = _predicted_bytes(spec, grid)[cfg]
+    peak_pss = (predicted * rng.lognormal(0.02, 0.02, n)).astype(np.int64)
+
+    outcome = np.full(n, "ok", dtype=object)
+    pressure = np.clip(predicted / (ram[dev] * 0.55), 0, 2)  # big cells on small phones die more
+    fail = rng.random(n) < spec.fail_rate * pressure
+    kinds = rng.choice(np.asarray(["oom_killed", "crashed", "timeout"], dtype=object), n,
+                       p=[0.6, 0.25, 0.15])
+    outcome[fail] = kinds[fail]
+    if force_failures and n >= 3:
+        outcome[order[:3]] = ["oom_killed", "crashed", "timeout"]
+    ok = outcome == "ok"
+    error = np.full(n, None, dtype=object)
+    evidence = np.full(n, None, dtype=object)
+    for kind, err, ev in (
+        ("oom_killed", "killed by the low-memory killer",
+         "lowmemorykiller: Kill 'llama-bench' (4242), uid 2000, oom_score_adj 0, to free {} kB"),
+        ("crashed", "engine exited with signal 11 (SIGSEGV)",
+         "ggml_backend_cpu: segmentation fault in ggml_vec_dot_q4_K_q8_K (peak {} kB)"),
+        ("timeout", "no result within 900 s", "last stderr: llama_decode: n_past = {} kB"),
+    ):
+        hit = outcome == kind
+        error[hit] = err
+        evidence[hit] = [ev.format(v // 1024) for v in peak_pss[hit]]
+
+    max_temp = 39 + 4 * speed[dev] + 3 * (ctx / 4096) + rng.normal(0, 1.2, n)
+    max_temp = np.where(throttled, np.maximum(max_temp, 47) + rng.uniform(0, 4, n), max_temp)
+    thermal = np.where(throttled, 2 + (rng.random(n) < 0.3), (max_temp > 44).astype(np.int64))
+    wall = 20 + 200 / speed[dev] * bpw / 4.5 * (ctx / 2048) ** 0.5 * np.where(throttled, 1.4, 1)
+    f = lambda v: np.where(ok, v, np.nan)  # noqa: E731 - no measurement when the trial failed
+    trial_ids = pc.binary_join_element_wise(
+        pa.array(np.full(n, run_id)), pa.array(serials[dev]),
+        pa.array(grid.config_id[cfg]), pa.array(build_ids[bld]), pa.array(rep.astype(str)), "/")
+    ok_pss = np.where(outcome == "timeout", peak_pss, np.where(ok, peak_pss, -1))
+    columns: dict[str, object] = {
+        "run_id": np.full(n, run_id), "trial_id": trial_ids,
+        "job_id": pc.binary_join_element_wise(pa.array(serials[dev]),
+                                              pa.array(grid.config_id[cfg]), "/"),
+        "cell_id": pc.binary_join_element_wise(pa.array(grid.config_id[cfg]),
+                                               pa.array(build_ids[bld]), "@"),
+        "config_id": grid.config_id[cfg], "rep": rep, "started_at": started, "wall_s": wall,
+        "device_serial": serials[dev], "device_model": np.asarray(names, dtype=object)[dev],
+        "device_manufacturer": np.asarray([p[1] for p in phones], dtype=object)[dev],
+        "device_soc": np.asarray([p[2] for p in phones], dtype=object)[dev],
+        "device_sdk": np.full(n, 34), "device_ram_bytes": ram[dev],
+        "build_id": build_ids[bld], "build_engine": np.full(n, "llama.cpp"),
+        "build_version": build_ids[bld], "build_commit": np.full(n, "0123abc"),
+        "build_abi": np.full(n, "arm64-v8a"), "model_name": np.full(n, spec.model),
+        "model_sha256": np.full(n, "ab" * 32), "quant": grid.quant[cfg],
+        "model_n_params": np.full(n, spec.n_params),
+        "model_file_bytes": (spec.n_params * bpw / 8).astype(np.int64),
+        "n_ctx": ctx, "n_prompt": np.full(n, 256), "n_gen": np.full(n, 64),
+        "n_depth": np.zeros(n, np.int64), "type_k": grid.kv[cfg], "type_v": grid.kv[cfg],
+        "flash_attn": np.full(n, "auto"), "threads": thr, "affinity": np.full(n, "big"),
+        "mmap": np.ones(n, bool), "n_batch": np.full(n, 2048), "n_ubatch": np.full(n, 512),
+        "outcome": outcome, "error": error, "pp_tps": f(pp), "tg_tps": f(tg),
+        "ttft_ms": f(256 / pp * 1000),
+        "peak_pss_bytes": pa.array(ok_pss, mask=ok_pss < 0),
+        "peak_rss_bytes": pa.array((ok_pss * 1.06).astype(np.int64), mask=ok_pss < 0),
+        "peak_swap_bytes": pa.array(np.zeros(n, np.int64), mask=ok_pss < 0),
+        "predicted_peak_bytes": predicted, "max_temp_c": max_temp,
+        "max_thermal_status": thermal, "throttled": throttled,
+        "cooldown_waited_s": rng.exponential(20, n), "start_thermal_status": np.zeros(n, np.int64),
+        "start_temp_c": max_temp - 6, "battery_level": rng.integers(60, 100, n),
+        "battery_temp_c": 30 + rng.normal(0, 1, n), "evidence": evidence,
+    }
+    trials = _as_table("trials", columns, n)
+    return trials, _samples(spec, trials, peak_pss, predicted, throttled, max_temp, wall, rng)
+
+
+def _as_table(name: str, columns: dict[str, object], n: int) -> pa.Table:
+    schema = SCHEMAS[name]
+    arrays = []
+    for f in schema:
+        value = columns.get(f.name)
+        if value is None:
+            arrays.append(pa.nulls(n, f.type))
+        elif isinstance(value, pa.Array | pa.ChunkedArray):
+            arrays.append(value.cast(f.type))
+        else:
+            arr = np.asarray(value)
+            mask = None
+            if arr.dtype.kind == "f" and pa.types.is_floating(f.type):
+                mask = np.isnan(arr)
+            arrays.append(pa.array(arr, type=f.type, mask=mask, from_pandas=True))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _samples(spec: SynthSpec, trials: pa.Table, peak: np.ndarray, predicted: np.ndarray,
+             throttled: np.ndarray, max_temp: np.ndarray, wall: np.ndarray,
+             rng: np.random.Generator) -> pa.Table:
+    """A thermal and memory timeline per trial: memory ramps to its peak, heat builds up."""
+    s = spec.samples_per_trial
+    n = trials.num_rows
+    idx = np.repeat(np.arange(n), s)
+    frac = np.tile(np.linspace(0.0, 1.0, s), n)
+    pss = (peak[idx] * (0.25 + 0.75 * (1 - np.exp(-6 * frac)) / (1 - np.exp(-6)))).astype(np.int64)
+    start_temp = max_temp[idx] - 6
+    temp = start_temp + (max_temp[idx] - start_temp) * frac + rng.normal(0, 0.2, idx.size)
+    hot = throttled[idx] & (frac >= 0.5)
+    status = np.where(hot, 2, 0) + (frac > 0.8) * hot
+    big_max = np.full(idx.size, 3_000_000)
+    columns: dict[str, object] = {
+        "run_id": trials.column("run_id").take(pa.array(idx)),
+        "trial_id": trials.column("trial_id").take(pa.array(idx)),
+        "t_ms": (frac * wall[idx] * 1000).astype(np.int64),
+        "pss_bytes": pss, "rss_bytes": (pss * 1.06).astype(np.int64),
+        "swap_bytes": np.zeros(idx.size, np.int64),
+        "pss_anon_bytes": (pss * 0.3).astype(np.int64),
+        "pss_file_bytes": (pss * 0.7).astype(np.int64),
+        "thermal_status": status, "max_temp_c": temp,
+        "big_cur_khz": np.where(hot, 1_800_000, 3_000_000), "big_max_khz": big_max,
+        "battery_level": np.full(idx.size, 80), "battery_temp_c": 30 + frac * 2,
+        "source": np.full(idx.size, "smaps_rollup"),
+    }
+    del predicted
+    return _as_table("samples", columns, idx.size)
+
+
+def _write(root: Path, name: str, table: pa.Table, run_id: str, day: date) -> Path:
+    folder = root / name / f"date={day:%Y-%m-%d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"part-{run_id}-000000000000-{uuid.uuid4().hex[:8]}"
+    tmp, final = folder / f".{stem}.parquet.tmp", folder / f"{stem}.parquet"
+    pq.write_table(table, tmp, compression="snappy", row_group_size=1 << 20)
+    os.replace(tmp, final)
+    return final
+
+
+def write_synthetic_store(root: Path, spec: SynthSpec | None = None) -> SynthSummary:
+    """Write ``spec``'s store under ``root`` (which may already hold other runs); deterministic."""
+    spec = spec or SynthSpec()
+    if spec.regressed_build is not None and spec.regressed_build not in spec.builds:
+        raise ValueError(f"regressed_build {spec.regressed_build!r} is not one of {spec.builds}")
+    rng = np.random.default_rng(spec.seed)
+    grid = _grid(spec)
+    outcomes: Counter[str] = Counter()
+    trials_n = samples_n = throttled = files = size = 0
+    runs = []
+    for night in range(spec.nights):
+        if spec.schedule == "interleaved":
+            builds = list(range(len(spec.builds)))
+        else:
+            builds = [night * len(spec.builds) // spec.nights]
+        trials, samples = _night_table(spec, grid, night, builds, rng, force_failures=night == 0)
+        day = spec.start + timedelta(days=night)
+        run_id = trials.column("run_id")[0].as_py()
+        runs.append(run_id)
+        for name, table in (("samples", samples), ("trials", trials)):
+            size += _write(root, name, table, run_id, day).stat().st_size
+            files += 1
+        outcomes.update(trials.column("outcome").to_pylist())
+        throttled += int(pc.sum(trials.column("throttled")).as_py() or 0)
+        trials_n += trials.num_rows
+        samples_n += samples.num_rows
+    return SynthSummary(trials_n, samples_n, dict(outcomes), throttled, files, size, tuple(runs))
