@@ -188,7 +188,8 @@ def heatmaps(df: pd.DataFrame, build: str | None, top: int) -> tuple[Heatmap, ..
 def memory_cells(df: pd.DataFrame, build: str | None) -> tuple[MemoryCell, ...]:
     measured = df[df["ok"] & (df["build_id"] == (build or ""))]
     grouped = measured.groupby(["device", "config"], observed=True).agg(
-        measured=("peak_pss_bytes", "median"), predicted=("predicted_peak_bytes", "median"))
+        # the predictor models resident memory (weights + KV + compute + overhead): RSS
+        measured=("peak_rss_bytes", "median"), predicted=("predicted_peak_bytes", "median"))
     grouped = grouped.dropna(subset=["measured"])
     return tuple(MemoryCell(str(d), str(c), float(r.measured),
                             None if pd.isna(r.predicted) else float(r.predicted))

@@ -28,7 +28,10 @@ def _num(value: Any, fmt: str = "{:.1f}") -> str:
 
 
 def _gib(value: Any) -> str:
-    return "–" if value is None else f"{value / GIB:.2f} GiB"
+    """A byte size in GiB, or MiB below 1 GiB (small test models would all read 0.01 GiB)."""
+    if value is None:
+        return "–"
+    return f"{value / GIB:.2f} GiB" if value >= GIB else f"{value / 2**20:.1f} MiB"
 
 
 def _pct(ratio: Any) -> str:

@@ -32,7 +32,8 @@ TRIAL_COLUMNS = (
     "run_id", "config_id", "started_at", "device_serial", "device_model",
     "device_manufacturer", "device_soc", "device_ram_bytes", "build_id", "model_name", "quant",
     "n_ctx", "type_k", "type_v", "threads", "outcome", "error", "evidence", "pp_tps", "tg_tps",
-    "peak_pss_bytes", "predicted_peak_bytes", "max_temp_c", "max_thermal_status", "throttled",
+    "peak_pss_bytes", "peak_rss_bytes", "predicted_peak_bytes", "max_temp_c",
+    "max_thermal_status", "throttled",
 )
 # strings with few distinct values: read as categoricals (trial_id, error, evidence stay strings)
 DICTIONARY_COLUMNS = frozenset(

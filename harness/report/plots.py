@@ -78,18 +78,21 @@ def memory_scatter(cells: Sequence[MemoryCell]) -> str:
         legend = _text_width([*devices[: len(PALETTE)], "measured = predicted"], 7) + 0.5
         fig = _figure(4.8 + legend, 3.6, right=legend, bottom=0.5, top=0.15)
         ax = fig.subplots()
+        biggest = max((v for c in cells for v in (c.measured_bytes, c.predicted_bytes) if v),
+                      default=GIB)
+        unit, name = (GIB, "GiB") if biggest >= GIB else (2**20, "MiB")
         for i, device in enumerate(devices[: len(PALETTE)]):
-            pts = [(c.predicted_bytes / GIB, c.measured_bytes / GIB) for c in cells
+            pts = [(c.predicted_bytes / unit, c.measured_bytes / unit) for c in cells
                    if c.device == device and c.predicted_bytes]
             if pts:
                 x, y = zip(*pts, strict=True)
                 ax.scatter(x, y, s=14, color=PALETTE[i], label=device, alpha=0.8)
-        values = [v / GIB for c in cells for v in (c.measured_bytes, c.predicted_bytes) if v]
+        values = [v / unit for c in cells for v in (c.measured_bytes, c.predicted_bytes) if v]
         low, high = min(values, default=0.0) * 0.95, max(values, default=1.0) * 1.05
         ax.plot([low, high], [low, high], color="#555", lw=0.8, ls="--",
                 label="measured = predicted")
-        ax.set_xlabel("predicted peak (GiB)")
-        ax.set_ylabel("measured peak PSS (GiB)")
+        ax.set_xlabel(f"predicted peak ({name})")
+        ax.set_ylabel(f"measured peak RSS ({name})")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         return to_svg(fig)
 
