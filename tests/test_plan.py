@@ -268,3 +268,13 @@ def test_bad_memory_size_is_one_line_and_exit_2() -> None:
     assert result.output == (
         "Error: --memory: 'lots' is not a size (examples: 6GiB, 512MiB, 6G, 6000MB, 1073741824)\n"
     )
+
+
+def test_plan_for_an_attached_device_uses_its_live_available_memory(virtual_phones) -> None:
+    (phone,) = virtual_phones(1, profile="budget-4gb", ram_mb=300)
+    result = CliRunner().invoke(
+        main, ["plan", str(REPO / "matrices" / "smoke.yaml"), "--device", phone.serial, "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert document["device"]["name"] == phone.serial
+    assert document["available_bytes"] == 300 * 1024 * 1024

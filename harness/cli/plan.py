@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from harness.errors import ConfigError, HarnessError
 from harness.matrix import expand, load_matrix
 from harness.plan import (
     DEFAULT_RESERVE_BYTES,
@@ -23,7 +24,7 @@ from harness.plan import (
     resolve_models,
     summarize,
 )
-from harness.profiles import DeviceProfile, find_profile, list_profiles
+from harness.profiles import Cluster, DeviceProfile, find_profile, list_profiles
 
 MB = 1024 * 1024
 
@@ -42,6 +43,31 @@ def _duration(seconds: float) -> str:
 def _console() -> Console:
     # Wide when piped, so labels stay on one line in files and CI logs.
     return Console(width=None if sys.stdout.isatty() else 220, highlight=False)
+
+
+def _device_profile(name: str) -> DeviceProfile:
+    """A profile by name or path, else the live facts of an attached device with that serial."""
+    try:
+        return find_profile(name)
+    except ConfigError as not_a_profile:
+        from harness.device import get_device
+
+        try:
+            facts = get_device(name).facts()
+        except HarnessError:
+            raise not_a_profile from None
+        if not facts.available_ram_kb:
+            raise ConfigError(f"{name}: the device did not report its available memory; "
+                              "give --memory") from None
+        return DeviceProfile(
+            name=name, description=f"attached device {facts.model or ''}".strip(),
+            props={"ro.product.model": facts.model or "unknown"},
+            ram_mb=(facts.total_ram_kb or facts.available_ram_kb) // 1024,
+            available_mb=facts.available_ram_kb // 1024,
+            storage_free_mb=(facts.free_storage_kb or 0) // 1024,
+            clusters=(Cluster("all", facts.cpu_count or 1, 0, 0, 1024, "unknown"),),
+            source=f"live facts of {name}",
+        )
 
 
 def _device_json(profile: DeviceProfile | None, memory: str | None) -> dict[str, Any]:
@@ -86,8 +112,9 @@ def _summary_line(name: str, available: int, reserve: int, planned: list[Planned
 
 @click.command("plan")
 @click.argument("matrix_path", metavar="MATRIX", type=click.Path(path_type=Path))
-@click.option("--device", "-d", "device", metavar="PROFILE",
-              help="Device profile name (devices/NAME.yaml) or path to a profile YAML.")
+@click.option("--device", "-d", "device", metavar="PROFILE_OR_SERIAL",
+              help="Device profile name (devices/NAME.yaml), path to a profile YAML, or the "
+                   "serial of an attached device (its live available memory is used).")
 @click.option("--memory", metavar="SIZE",
               help="Available memory instead of the profile's (e.g. 6GiB, 5500MiB).")
 @click.option("--reserve", metavar="SIZE", default=None,
@@ -114,7 +141,7 @@ def plan_command(
     reserve_bytes = parse_size(reserve, "--reserve") if reserve else DEFAULT_RESERVE_BYTES
     targets: list[tuple[DeviceProfile | None, int]] = []
     if device is not None or memory is not None:
-        profile = find_profile(device) if device is not None else None
+        profile = _device_profile(device) if device is not None else None
         available = (
             parse_size(memory, "--memory") if memory is not None
             else profile.available_mb * MB if profile is not None else 0
