@@ -14,7 +14,8 @@ ROOT = Path(__file__).parent
 
 
 def _llama_wheel_dir() -> str:
-    spec = importlib.util.spec_from_file_location("llama_wheel", ROOT / "scripts" / "llama_wheel.py")
+    script = ROOT / "scripts" / "llama_wheel.py"
+    spec = importlib.util.spec_from_file_location("llama_wheel", script)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
