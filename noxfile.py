@@ -41,6 +41,14 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def reliability(session: nox.Session) -> None:
+    """Fault injection, leases, bad input, injection, 500-trial soak (docs/reliability.md)."""
+    _install(session)
+    session.run("pytest", "tests/reliability", *session.posargs,
+                env={"PYTHONFAULTHANDLER": "1", "HARNESS_SOAK": "1"})
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff and mypy, both must be clean."""
     _install(session)
@@ -53,3 +61,10 @@ def demo(session: nox.Session) -> None:
     """The README's first command: plan the smoke matrix and make the test models."""
     _install(session)
     session.run("harness", "demo", *session.posargs, env={"HARNESS_DEMO_ROOT": os.getcwd()})
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks of the harness itself (docs/benchmarks.md); `nox -s bench -- --quick` < 5 min."""
+    _install(session)
+    session.run("python", "-m", "bench.run", *session.posargs, env={"PYTHONFAULTHANDLER": "1"})

@@ -1,0 +1,174 @@
+"""Items 1, 4 and half of 2: sampler cost, harness overhead per trial, repeat-run pushes.
+
+One virtual phone, one trial at a time (the host has 2 cores; a threads=1 cell leaves the other
+to the phone daemon, the adb server and the harness). Each round runs the same bench-ladder cell
+with the sampler at its default interval, with no sampler, (some rounds) at 10 Hz, and (some
+rounds) the same llama-bench command directly on the host with no harness at all; the order
+rotates every round so slow drift in the machine's load hits every arm alike. Ratios are taken
+within a round, then summarised over rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from bench.common import MATRICES, Figure, Lab, Timeline, iqr_text, summarize
+
+MATRIX = MATRICES / "sampler.yaml"  # quick: ~1 s of generation, inside the 2 s fast start
+LONG = MATRICES / "sampler-long.yaml"  # full: ~4 s of generation, mostly at the set interval
+TEN_HZ = 0.1
+ARMS = ("default", "none", "10hz", "direct")
+
+
+def default_interval() -> float:
+    """The interval a user gets from ``harness run`` without options."""
+    from harness.run.runner import RunOptions
+
+    value = {f.name: f.default for f in fields(RunOptions)}["sample_interval_s"]
+    assert isinstance(value, float)
+    return value
+
+
+def round_arms(index: int, ten_hz: bool, direct: bool) -> list[str]:
+    """The arms of round ``index``, rotated by the round number (pure, tested)."""
+    arms = [a for a in ARMS if (a != "10hz" or ten_hz) and (a != "direct" or direct)]
+    shift = index % len(arms)
+    return arms[shift:] + arms[:shift]
+
+
+def engine_seconds(engine_record: str | None) -> float | None:
+    """The engine's own measured time: the sum of llama-bench's samples_ns over its tests."""
+    if not engine_record:
+        return None
+    total = sum(sum(r.get("samples_ns") or []) for r in json.loads(engine_record))
+    return total / 1e9 if total else None
+
+
+def direct_command(lab: Lab, matrix: Path) -> list[str]:
+    """The exact llama-bench command of the matrix's cell, with host paths (no harness)."""
+    from harness.artifacts.builds import open_build
+    from harness.artifacts.testmodels import ensure_ladder
+    from harness.engines.llama_bench import LlamaBench
+    from harness.matrix import expand, load_matrix
+
+    (cell,) = expand(load_matrix(matrix))
+    build = open_build(lab.builds, cell.build)
+    model = ensure_ladder("bench")[cell.quant]
+    return LlamaBench().argv(cell, str(build.binary()), str(model))
+
+
+def run_direct(argv: list[str]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-direct-") as cwd:
+        start = time.monotonic()
+        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600,
+                              check=False)
+        wall = time.monotonic() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"llama-bench failed on the host: {done.stderr[-1500:]}")
+    from harness.engines.llama_bench import parse_output
+
+    tg = [r.avg_ts for r in parse_output(done.stdout) if r.kind == "tg"]
+    return {"wall_s": wall, "tg_tps": float(tg[0]) if tg and tg[0] else None}
+
+
+def measure(lab: Lab, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
+    rounds = 10 if quick else 20
+    every = 2 if quick else 1  # 10 Hz and direct arms: every other round in quick mode
+    device = lab.devices(1)[0]
+    results = lab.work / "sampler-results"
+    interval = {"default": default_interval(), "none": 0.0, "10hz": TEN_HZ}
+    matrix = MATRIX if quick else LONG
+    argv = direct_command(lab, matrix)
+
+    first = lab.run(matrix, [device], results, interval["default"])  # warm-up: pushes, caches
+    first_pushed = sum(d.bytes_pushed for d in first.devices)
+    rows: list[dict[str, Any]] = []
+    for index in range(rounds):
+        arms = round_arms(index, ten_hz=index % every == 0, direct=index % every == 0)
+        for arm in arms:
+            row: dict[str, Any] = {"round": index, "arm": arm}
+            if arm == "direct":
+                row.update(run_direct(argv))
+            else:
+                timeline = Timeline()
+                summary = lab.run(matrix, [device], results, interval[arm], timeline)
+                spans = timeline.trial_spans()
+                row.update(run_id=summary.run_id, run_wall_s=summary.wall_s,
+                           bytes_pushed=sum(d.bytes_pushed for d in summary.devices),
+                           outcome=spans[0]["outcome"] if spans else None,
+                           tg_tps=spans[0]["tg_tps"] if spans else None,
+                           span_s=spans[0]["span_s"] if spans else None)
+            rows.append(row)
+    _join_store(rows, results)
+    context = ("trials inside the 2 s fast start (reads every 50 ms)" if quick
+               else "generation outlasts the 2 s fast start")
+    return _figures(rows, first_pushed, interval["default"], context), {
+        "rounds": rounds, "matrix": str(matrix.relative_to(matrix.parents[2])),
+        "direct_argv": argv, "first_run_bytes_pushed": first_pushed, "trials": rows}
+
+
+def _join_store(rows: list[dict[str, Any]], results: Path) -> None:
+    """Add each trial's stored wall_s and the engine's own time (samples_ns) to its row."""
+    from harness import store
+
+    trials = store.read_table(results, "trials").set_index("run_id")
+    for row in rows:
+        if row.get("run_id") in trials.index:
+            stored = trials.loc[row["run_id"]]
+            row["trial_wall_s"] = float(stored["wall_s"])
+            row["engine_s"] = engine_seconds(stored["engine_record"])
+
+
+def _by_round(rows: list[dict[str, Any]], arm: str, key: str) -> dict[int, float]:
+    return {r["round"]: float(r[key]) for r in rows
+            if r["arm"] == arm and r.get(key) is not None and r.get("outcome", "ok") == "ok"}
+
+
+def ratios(rows: list[dict[str, Any]], arm: str, base: str = "none") -> list[float]:
+    """tg tok/s of ``arm`` over ``base`` within each round that has both (pure, tested)."""
+    a, b = _by_round(rows, arm, "tg_tps"), _by_round(rows, base, "tg_tps")
+    return [a[i] / b[i] for i in sorted(a) if i in b and b[i] > 0]
+
+
+def overheads(rows: list[dict[str, Any]]) -> list[float]:
+    """Per round: the harness's span of a default trial minus the bare engine's wall time."""
+    span, direct = _by_round(rows, "default", "span_s"), _by_round(rows, "direct", "wall_s")
+    return [span[i] - direct[i] for i in sorted(span) if i in direct]
+
+
+def _figures(rows: list[dict[str, Any]], first_pushed: int, default_s: float,
+             context: str) -> list[Figure]:
+    figs = []
+    for arm, label, target in (("default", f"default {default_s:g} s", 0.99),
+                               ("10hz", "10 Hz", None)):
+        values = ratios(rows, arm)
+        stats = summarize(values)
+        median = stats.get("median")
+        low, high = stats.get("median_ci95", [None, None])
+        figs.append(Figure(
+            f"1 sampler: tg ratio {label} / none", median, "ratio", iqr_text(values),
+            ">= 0.99" if target else "(info)",
+            None if target is None or median is None else median >= target,
+            (f"median CI95 {low:.3f}-{high:.3f}; " if low is not None else "") + context))
+    repeat = [int(r["bytes_pushed"]) for r in rows if "bytes_pushed" in r]
+    figs.append(Figure("2 push: bytes pushed, repeat runs", float(max(repeat, default=0)), "B",
+                       f"max of {len(repeat)} runs", "0", max(repeat, default=0) == 0,
+                       f"first run pushed {first_pushed:,} B"))
+    over = overheads(rows)
+    stats = summarize(over)
+    figs.append(Figure("4 overhead per trial (span - bare engine)", stats.get("median"), "s",
+                       iqr_text(over, "{:.2f}"), "<= 1 s",
+                       None if not over else stats["median"] <= 1.0,
+                       "span = runner's trial..done events; engine run alone on the host"))
+    inner = [r["span_s"] - r["engine_s"] for r in rows
+             if r["arm"] == "default" and r.get("engine_s") and r.get("span_s")]
+    figs.append(Figure("4 span - llama-bench samples_ns", summarize(inner).get("median"), "s",
+                       iqr_text(inner, "{:.2f}"), "(info)", None,
+                       "includes model load and warm-up, which llama-bench does not time"))
+    return figs

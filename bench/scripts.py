@@ -1,0 +1,104 @@
+"""Items 5 and 6: figures produced by scripts/bench_report.py and scripts/bench_detector.py.
+
+Both scripts are run as they are (they own their JSON files in bench/results/); this module
+adds the compare query on the report's synthetic store and turns their output into table rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS, ROOT, Figure
+
+GIB = 2**30
+
+
+def run_child(argv: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Wall seconds of one child process run from the repository root, and its output."""
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
+    return time.perf_counter() - start, done
+
+
+def compare_query(store: Path, baseline: str, candidate: str) -> dict[str, Any]:
+    """``harness compare`` on the report's store, in a child, timed with its peak RSS."""
+    code = ("import resource, sys; from harness.cli import main; rc = 0\n"
+            "try:\n    main.main(standalone_mode=False)\n"
+            "except SystemExit as e:\n    rc = e.code or 0\n"
+            "sys.stderr.write('@@maxrss %d\\n' % resource.getrusage(resource.RUSAGE_SELF)"
+            ".ru_maxrss)\nsys.exit(rc)\n")
+    argv = [sys.executable, "-c", code, "compare", "--baseline", baseline, "--candidate",
+            candidate, "--results", str(store), "--json"]
+    seconds, done = run_child(argv)
+    peak = [int(line.split()[1]) * 1024 for line in done.stderr.splitlines()
+            if line.startswith("@@maxrss ")]
+    if done.returncode not in (0, 1):  # 1 = a gate failed; none is given, so not expected
+        raise RuntimeError(f"harness compare failed: {done.stderr[-1500:]}")
+    answer = json.loads(done.stdout) if done.stdout.strip() else {}
+    return {"seconds": seconds, "peak_rss_bytes": peak[0] if peak else None,
+            "exit_code": done.returncode, "cells": len(answer.get("cells", [])),
+            "verdicts": answer.get("verdicts")}
+
+
+def report(work: Path, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
+    store = work / "report-store"
+    out = RESULTS / "report.json"
+    argv = [sys.executable, "scripts/bench_report.py", "--store", str(store), "--out", str(out)]
+    if quick:
+        argv.insert(2, "--quick")
+    _, done = run_child(argv)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench_report.py failed: {done.stderr[-2000:]}")
+    result = json.loads(out.read_text())
+    spec = result["spec"]
+    query = compare_query(store, spec["builds"][0], spec["builds"][1])
+    shutil.rmtree(store, ignore_errors=True)
+    scale = f"{result['trials']:,} trials"
+    figures = [
+        Figure("5 report: build time", result["report_seconds"], "s", scale, "<= 30 s",
+               result["report_seconds"] <= 30.0,
+               f"its compare stage {result.get('compare_seconds')} s"),
+        Figure("5 report: peak RSS", result["peak_rss_bytes"] / GIB, "GiB", scale, "<= 4 GiB",
+               result["peak_rss_bytes"] <= 4 * GIB, ""),
+        Figure("5 compare query (harness compare)", query["seconds"], "s", scale, "<= 30 s",
+               query["seconds"] <= 30.0,
+               f"peak RSS {query['peak_rss_bytes'] / GIB:.2f} GiB"
+               if query["peak_rss_bytes"] else ""),
+    ]
+    return figures, {"bench_report": result, "compare_query": query,
+                     "stdout": done.stdout[-3000:]}
+
+
+def detector(quick: bool) -> tuple[list[Figure], dict[str, Any]]:
+    out = RESULTS / "detector.json"
+    argv = [sys.executable, "scripts/bench_detector.py", "--out", str(out)]
+    if not quick:
+        argv.append("--full")
+    _, done = run_child(argv)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench_detector.py failed: {done.stderr[-2000:]}")
+    result = json.loads(out.read_text())
+    figures = []
+    for raw in result["figures"]:
+        name = raw["name"]
+        keep = raw["met"] is not None or name.startswith(("history: delay in nights, median",
+                                                          "history: 5% step found"))
+        if not keep:
+            continue
+        value = raw["value"]
+        is_rate = "nights" not in name or "within" in name
+        spread = (f"CI95 {100 * raw['low']:.1f}-{100 * raw['high']:.1f}%"
+                  if raw.get("low") is not None else "-")
+        figures.append(Figure(f"6 detector: {name}", 100 * value if is_rate else value,
+                              "%" if is_rate else "nights", spread, raw["target"], raw["met"],
+                              raw.get("note", "")))
+    return figures, {"detector": {k: result[k] for k in ("mode", "params", "elapsed_s")
+                                  if k in result},
+                     "load_average": os.getloadavg()}

@@ -1,0 +1,10 @@
+"""bench/ is a folder of the repository, not an installed package: make it importable here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = str(Path(__file__).resolve().parents[2])
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
