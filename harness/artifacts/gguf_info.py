@@ -7,6 +7,7 @@ naming the file and the problem, never in a numpy or struct traceback.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 import threading
@@ -105,12 +106,21 @@ def _optional_int(fields: dict[str, Any], key: str, default: int) -> int:
 
 
 def read_model_info(path: Path | str) -> ModelInfo:
-    """Architecture, sizes and file type of a GGUF model, from its metadata."""
+    """Architecture, sizes and file type of a GGUF model, from its metadata.
+
+    Cached in this process by (path, size, mtime): parsing a large model's header takes seconds
+    and every run and plan asks again.
+    """
     path = Path(path)
     try:
-        size = path.stat().st_size
+        stat = path.stat()
     except OSError as error:
         raise ModelError(f"{path}: cannot read ({error.strerror or error})") from error
+    return _read_model_info(path, str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _read_model_info(path: Path, resolved: str, size: int, mtime_ns: int) -> ModelInfo:
     if not path.is_file():
         raise ModelError(f"{path}: not a file")
     _check_header(path, size)

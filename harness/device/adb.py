@@ -13,6 +13,7 @@ import shlex
 import signal
 import socket
 import stat
+import struct
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,21 +57,42 @@ def translate_error(error: BaseException, serial: str, what: str) -> DeviceError
     return DeviceError(f"{what}: {text}", serial)
 
 
-class _ProgressReader:
-    """A file wrapper that reports bytes read, so sync push can drive a progress bar."""
+SYNC_CHUNK = 64 * 1024  # the sync protocol's largest DATA packet
+PROGRESS_EVERY = 1 << 20  # report push progress per MiB, not per packet
 
-    def __init__(self, stream: IO[bytes], total: int, progress: Progress | None) -> None:
-        self._stream, self._total, self._progress, self._done = stream, total, progress, 0
 
-    def read(self, size: int = -1) -> bytes:
-        chunk = self._stream.read(size)
-        self._done += len(chunk)
-        if self._progress is not None and chunk:
-            self._progress(self._done, self._total)
-        return chunk
+def _sync_send(conn: Any, stream: IO[bytes], remote: str, mode: int, total: int,
+               progress: Progress | None) -> None:
+    """Sync SEND with full 64 KiB DATA packets (adbutils sends 4 KiB ones, at half the speed)."""
+    target = f"{remote},{mode}".encode()
+    conn.sendall(b"SEND" + struct.pack("<I", len(target)) + target)
+    done = reported = 0
+    while chunk := stream.read(SYNC_CHUNK):
+        conn.sendall(b"DATA" + struct.pack("<I", len(chunk)) + chunk)
+        done += len(chunk)
+        if progress is not None and (done - reported >= PROGRESS_EVERY or done == total):
+            progress(done, total)
+            reported = done
+    conn.sendall(b"DONE" + struct.pack("<I", int(time.time())))
+    header = _recv_exact(conn, 8)
+    status, length = header[:4], struct.unpack("<I", header[4:])[0]
+    if status == b"FAIL":
+        message = _recv_exact(conn, length).decode(errors="replace")
+        raise OSError(message)
+    if status != b"OKAY":
+        raise OSError(f"unexpected sync reply {status!r}")
+    if progress is not None and total == 0:
+        progress(0, 0)
 
-    def close(self) -> None:
-        self._stream.close()
+
+def _recv_exact(conn: Any, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        part = conn.recv(size - len(data))
+        if not part:
+            raise ConnectionError("connection closed during sync")
+        data += part
+    return data
 
 
 class AdbDevice:
@@ -112,9 +134,14 @@ class AdbDevice:
         try:
             total = source.stat().st_size
             mode = 0o755 if os.access(source, os.X_OK) else 0o644
-            with source.open("rb") as stream:
-                reader = _ProgressReader(stream, total, progress)
-                self._adb.sync.push(reader, remote, mode=mode, check=True)
+            connection = self._adb.open_transport()
+            try:
+                connection.send_command("sync:")
+                connection.check_okay()
+                with source.open("rb") as stream:
+                    _sync_send(connection.conn, stream, remote, mode, total, progress)
+            finally:
+                connection.close()
         except OSError as error:
             raise DeviceError(f"{what}: {error}", self._serial) from error
         except Exception as error:
