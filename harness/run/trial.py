@@ -8,6 +8,7 @@ the sampler and the timeout watchdog address the engine process itself.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import shlex
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 
 from harness.android.lmkd import parse_lmkd_kills
 from harness.engines.base import Engine, Measurement
-from harness.errors import DeviceLostError, EngineError, HarnessError
+from harness.errors import DeviceError, EngineError, HarnessError
 from harness.records import SampleRecord, TrialRecord
 from harness.run.cooldown import CooldownPolicy, GateResult, wait_until_ready
 from harness.run.deploy import DEVICE_ROOT
@@ -28,7 +29,14 @@ from harness.run.order import TrialSpec
 from harness.run.outcome import Observation, Outcome, classify
 from harness.run.probe import memory_from_output, split_sections, state_command, state_from_output
 from harness.run.sampler import Sampler, Tick
-from harness.run.state import DeviceState, hottest, peak, throttled_during, worst_status
+from harness.run.state import (
+    DeviceState,
+    ProcessMemory,
+    hottest,
+    peak,
+    throttled_during,
+    worst_status,
+)
 
 KIB = 1024
 
@@ -70,7 +78,7 @@ class TrialContext:
 class TrialPolicy:
     cooldown: CooldownPolicy
     timeout_s: float
-    sample_interval_s: float = 0.5
+    sample_interval_s: float = 0.5  # <= 0: no sampling at all (to measure its cost)
     fast_start_s: float = 2.0  # sample quickly at first: short trials still get samples
     state_interval_s: float = 2.0
     throttle_status: int = 1  # a status above this during the trial marks it throttled
@@ -81,12 +89,35 @@ def _trial_dir(spec: TrialSpec) -> str:
     return f"{DEVICE_ROOT}/trials/{digest}"
 
 
-def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None) -> str:
+# An on-device watcher of the engine's /proc status, started by the launching shell just before it
+# becomes the engine ($$ in the subshell is the engine's pid after exec). Shell builtins only,
+# except one `sleep` per round, so it costs little; it keeps the kernel's peak (VmHWM) and the
+# largest VmRSS it saw in the file `mem`, so even a sub-second trial, too short for samples over
+# adb, has its peak. A zombie's status has no Vm lines, which leaves the last values in place.
+_WATCH = (
+    "(m=0; h=0; while [ -d /proc/$$ ]; do "
+    "while read -r k v u; do case $k in VmHWM:) h=$v;; "
+    "VmRSS:) [ \"$v\" -gt \"$m\" ] && m=$v;; esac; done < /proc/$$/status; "
+    "echo \"$h $m\" > mem; sleep {interval}; done) > /dev/null 2>&1 &"
+)
+
+
+def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None,
+                   watch_s: float | None = 0.05) -> str:
     """The shell line that records its pid and becomes the engine (every word quoted)."""
     env = ["env", f"LD_LIBRARY_PATH={lib_dir}"] if lib_dir else []
     words = " ".join(shlex.quote(word) for word in [*env, *argv])
     folder = shlex.quote(workdir)
-    return f"mkdir -p {folder} && cd {folder} && echo $$ > pid && exec {words}"
+    watch = f" {_WATCH.format(interval=float(watch_s))}" if watch_s else ""
+    return f"mkdir -p {folder} && cd {folder} && echo $$ > pid &&{watch} exec {words}"
+
+
+def watcher_memory(text: str) -> ProcessMemory | None:
+    """The watcher's `mem` file: "<VmHWM kB> <largest VmRSS kB>"."""
+    parts = text.split()
+    if len(parts) != 2 or not all(p.isdigit() for p in parts) or parts[0] == "0":
+        return None
+    return ProcessMemory(rss_kb=int(parts[1]), vm_hwm_kb=int(parts[0]), source="device-watch")
 
 
 def memory_read_command(workdir: str) -> str:
@@ -144,7 +175,9 @@ class TrialRunner:
                                 None, [], None, None), []
         gate = self.gate(ctx.big_cpu)
         workdir = _trial_dir(spec)
-        argv = ctx.engine.argv(spec.cell, ctx.binary, ctx.model, ctx.cpu_mask)
+        # One trial is one repetition: the engine runs the cell once, the run repeats trials.
+        once = dataclasses.replace(spec.cell, repetitions=1)
+        argv = ctx.engine.argv(once, ctx.binary, ctx.model, ctx.cpu_mask)
         sampler = Sampler(
             read_memory=lambda: memory_from_output(
                 self.device.shell(memory_read_command(workdir), timeout=30).stdout),
@@ -157,21 +190,28 @@ class TrialRunner:
 
         def watchdog() -> None:
             timed_out.set()
-            self.device.shell(f"kill -9 $(cat {shlex.quote(workdir + '/pid')})", timeout=30)
+            with contextlib.suppress(HarnessError):  # a lost device ends the launch anyway
+                self.device.shell(f"kill -9 $(cat {shlex.quote(workdir + '/pid')})",
+                                  timeout=30)
 
         timer = threading.Timer(self.policy.timeout_s, watchdog)
         start = self.clock()
-        sampler.start()
+        if self.policy.sample_interval_s > 0:
+            sampler.start()
         timer.start()
         lost = False
         exit_code: int | None = None
         stdout = stderr = ""
         try:
-            result = self.device.shell(launch_command(workdir, argv, ctx.lib_dir),
+            watch = 0.05 if self.policy.sample_interval_s > 0 else None
+            result = self.device.shell(launch_command(workdir, argv, ctx.lib_dir, watch),
                                        timeout=self.policy.timeout_s + 60)
             exit_code, stdout, stderr = result.exit_code, result.stdout, result.stderr
-        except DeviceLostError:
-            lost = True
+        except DeviceError as error:
+            # A command our watchdog gave up on is a timeout; any other transport failure
+            # (connection dropped, adb server gone) means the device was lost mid-trial.
+            lost = not timed_out.is_set()
+            stderr = str(error)
         finally:
             timer.cancel()
             ticks = sampler.stop()
@@ -185,14 +225,18 @@ class TrialRunner:
             try:
                 after = split_sections(self.device.shell(
                     f"echo @@harness:pid; cat {shlex.quote(workdir + '/pid')}; "
+                    f"echo @@harness:mem; cat {shlex.quote(workdir + '/mem')} 2>/dev/null; "
                     "echo @@harness:logcat; logcat -d 2>/dev/null | "
                     "grep -i -e lowmemorykiller -e 'out of memory' | tail -n 50; "
                     f"rm -rf {shlex.quote(workdir)}", timeout=60).stdout)
                 pid_text = after.get("pid", "").strip()
                 pid = int(pid_text) if pid_text.isdigit() else None
                 logcat = after.get("logcat", "")
-            except DeviceLostError:
-                lost = True
+                watched = watcher_memory(after.get("mem", ""))
+                if watched is not None:
+                    ticks.append(Tick(int(wall * 1000), watched, None))
+            except DeviceError:  # the engine's end was seen; only the evidence is missing
+                pass
         try:
             records = ctx.engine.parse(stdout)
         except EngineError as error:

@@ -60,7 +60,7 @@ def test_hot_phone_yields_throttled_and_slower_trials(
 ) -> None:
     cool, hot = virtual_phones(2, profile="midrange-8gb")
     hot.fault("thermal", 3)
-    matrix = write_matrix(tmp_path, "heat", [256], n_gen=128, reps=4)
+    matrix = write_matrix(tmp_path, "heat", [1024], n_gen=512, reps=4)
     results = tmp_path / "results"
     options = RunOptions(results=results, builds=host_build.path.parent)
     execute(matrix, [get_device(cool.serial), get_device(hot.serial)], options)
