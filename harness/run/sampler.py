@@ -36,6 +36,9 @@ class Sampler:
     state_interval_s: float = 2.0
     fast_start_s: float = 0.0  # sample every fast_interval_s at first, so short trials count
     fast_interval_s: float = 0.05
+    # a costlier cross-check (``dumpsys meminfo <pid>``) read every ``extra_every`` state rounds
+    read_extra: Callable[[], ProcessMemory | None] | None = None
+    extra_every: int = 3
     clock: Callable[[], float] = time.monotonic
     ticks: list[Tick] = field(default_factory=list)
     failures: int = 0
@@ -90,6 +93,21 @@ class Sampler:
             fast = self.clock() - self._start < self.fast_start_s
             self._stop.wait(self.fast_interval_s if fast else self.interval_s)
 
+    def sample_extra(self) -> None:
+        read_extra = self.read_extra
+        if read_extra is None:
+            return
+
+        def read() -> Tick | None:
+            t_ms, memory = self._elapsed_ms(), read_extra()
+            return Tick(t_ms, memory, None) if memory is not None else None
+
+        self._take(read)
+
     def _state_loop(self) -> None:
+        rounds = 0
         while not self._stop.wait(self.state_interval_s):
             self.sample_state()
+            rounds += 1
+            if rounds % max(self.extra_every, 1) == 0:
+                self.sample_extra()

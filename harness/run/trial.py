@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from harness.android.lmkd import parse_lmkd_kills
+from harness.android.meminfo import parse_meminfo
 from harness.engines.base import Engine, Measurement
 from harness.errors import DeviceError, EngineError, HarnessError
 from harness.records import SampleRecord, TrialRecord
@@ -112,6 +113,20 @@ def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None,
     return f"mkdir -p {folder} && cd {folder} && echo $$ > pid &&{watch} exec {words}"
 
 
+def dumpsys_command(workdir: str) -> str:
+    pid_file = shlex.quote(f"{workdir}/pid")
+    return f"p=$(cat {pid_file} 2>/dev/null); [ -n \"$p\" ] && dumpsys meminfo \"$p\""
+
+
+def dumpsys_memory(text: str) -> ProcessMemory | None:
+    """Android's own account of the engine (TOTAL PSS/RSS/SWAP), a cross-check of procfs."""
+    info = parse_meminfo(text)
+    if info is None or info.pss_kb is None:
+        return None
+    return ProcessMemory(pss_kb=info.pss_kb, rss_kb=info.rss_kb, swap_kb=info.swap_pss_kb,
+                         source="dumpsys")
+
+
 def watcher_memory(text: str) -> ProcessMemory | None:
     """The watcher's `mem` file: "<VmHWM kB> <largest VmRSS kB>"."""
     parts = text.split()
@@ -185,6 +200,8 @@ class TrialRunner:
             interval_s=self.policy.sample_interval_s,
             state_interval_s=self.policy.state_interval_s,
             fast_start_s=self.policy.fast_start_s,
+            read_extra=lambda: dumpsys_memory(
+                self.device.shell(dumpsys_command(workdir), timeout=30).stdout),
         )
         timed_out = threading.Event()
 

@@ -59,3 +59,18 @@ def test_threads_sample_memory_fast_and_state_slowly_until_stopped() -> None:
     assert states, "no state sample within 10 s"
     assert len(memory) > len(states)
     assert len(sampler.stop()) == len(ticks)  # nothing is added after stop returns
+
+
+def test_the_costly_cross_check_runs_every_few_state_rounds() -> None:
+    extra = iter([ProcessMemory(pss_kb=5, source="dumpsys")] * 10)
+    sampler = Sampler(lambda: None, DeviceState, state_interval_s=0.01,
+                      read_extra=lambda: next(extra), extra_every=3)
+    sampler.start()
+    deadline = time.monotonic() + 10
+    while sum(1 for t in sampler.ticks if t.state) < 7 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    ticks = sampler.stop()
+    states = sum(1 for t in ticks if t.state)
+    extras = [t for t in ticks if t.memory and t.memory.source == "dumpsys"]
+    assert states >= 7
+    assert len(extras) == states // 3

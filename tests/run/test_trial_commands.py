@@ -38,3 +38,16 @@ def test_watcher_records_the_peak_of_a_short_process(tmp_path: Path) -> None:
     assert memory is not None and memory.vm_hwm_kb is not None and memory.rss_kb is not None
     assert memory.vm_hwm_kb >= 40 * 1024
     assert memory.rss_kb >= 0.9 * memory.vm_hwm_kb
+
+
+def test_dumpsys_meminfo_of_the_engine_reads_as_a_memory_sample() -> None:
+    from harness.run.trial import dumpsys_memory
+    from harness.virtual.formats import meminfo_process
+
+    text = meminfo_process(4242, "llama-bench", {"Rss": 20000, "Pss": 15000, "SwapPss": 12},
+                           {"VmStk": 132}, sdk=34, uptime_ms=1000)
+    memory = dumpsys_memory(text)
+    assert memory is not None
+    assert (memory.pss_kb, memory.rss_kb, memory.swap_kb, memory.source) == (
+        15000, 20000, 12, "dumpsys")
+    assert dumpsys_memory("No process found for: 4242\n") is None
