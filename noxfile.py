@@ -52,7 +52,7 @@ def reliability(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff and mypy, both must be clean."""
     _install(session)
-    session.run("ruff", "check", "harness", "tests", "noxfile.py", "scripts")
+    session.run("ruff", "check", "harness", "tests", "noxfile.py", "scripts", "bench")
     session.run("mypy")
 
 
