@@ -93,6 +93,11 @@ def _need(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
+def _optional(data: Mapping[str, Any], key: str, default: int, where: str) -> int:
+    value: int = _need(data, key, int, where) if key in data else default
+    return value
+
+
 def parse_profile(data: Any, source: str) -> DeviceProfile:
     """Validate a profile mapping (already parsed from YAML)."""
     if not isinstance(data, Mapping):
@@ -123,7 +128,7 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
                 name=str(_need(raw, "name", str, where)),
                 cores=_need(raw, "cores", int, where),
                 max_khz=_need(raw, "max_khz", int, where),
-                min_khz=int(raw.get("min_khz", 300000)),
+                min_khz=_optional(raw, "min_khz", 300000, where),
                 capacity=_need(raw, "capacity", int, where),
                 part=str(raw.get("part", "0xd05")),
             )
@@ -144,7 +149,7 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
         storage_free_mb=_need(data, "storage_free_mb", int, source),
         clusters=tuple(clusters),
         thermal=dict(thermal),
-        battery_level=int(data.get("battery_level", 80)),
+        battery_level=_optional(data, "battery_level", 80, source),
         source=source,
     )
 
@@ -154,6 +159,8 @@ def load_profile_file(path: Path) -> DeviceProfile:
         data = yaml.safe_load(path.read_text())
     except OSError as error:
         raise ConfigError(f"{path}: cannot read ({error.strerror})") from error
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not a text file ({error.reason})") from error
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""

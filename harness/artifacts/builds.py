@@ -169,7 +169,19 @@ def load_manifest(build_dir: Path) -> Manifest:
         raise ConfigError(f"{path}: no manifest; make the build with `harness build`") from None
     except json.JSONDecodeError as error:
         raise ConfigError(f"{path}: not valid JSON ({error})") from None
-    return manifest_from_dict(data, path)
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid JSON (nested too deeply)") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not a text file ({error.reason})") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read ({error.strerror or error})") from None
+    manifest = manifest_from_dict(data, path)
+    root = build_dir.resolve()
+    for index, entry in enumerate(manifest.files):  # a symlink must not lead out of the build
+        if not (build_dir / entry.path).resolve().is_relative_to(root):
+            raise ConfigError(f"{path}: key 'files[{index}].path' ({entry.path!r}) resolves "
+                              "outside the build folder (a symlink); builds hold plain files")
+    return manifest
 
 
 def manifest_from_dict(data: Any, where: Path) -> Manifest:
@@ -194,8 +206,12 @@ def manifest_from_dict(data: Any, where: Path) -> Manifest:
     if not all(isinstance(flag, str) for flag in flags):
         raise ConfigError(f"{where}: key 'cmake_flags' must be a list of strings")
     files = tuple(_file_entry(entry, i, where) for i, entry in enumerate(need("files", list)))
+    name = need("name", str)
+    if not _NAME.match(name):
+        raise ConfigError(f"{where}: key 'name' ({name!r}) must use letters, digits, '.', '_' "
+                          "and '-' only")
     return Manifest(
-        name=check_name(need("name", str)),
+        name=name,
         engine=need("engine", str),
         version=need("version", str, optional=True),
         commit=need("commit", str, optional=True),

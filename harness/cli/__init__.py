@@ -17,7 +17,7 @@ from harness.errors import HarnessError
 
 # Sub-modules of harness.cli whose COMMANDS are registered, in --help order.
 COMMAND_MODULES = [
-    "plan", "run", "analysis", "report", "models", "sim", "devices", "build", "demo",
+    "plan", "run", "analysis", "report", "models", "sim", "devices", "build", "demo", "farm",
 ]
 
 

@@ -80,16 +80,23 @@ def _summary_table(summary: RunSummary) -> Table:
 @click.option("--profile", default="midrange-8gb", show_default=True,
               help="Profile of phones started by --devices sim:N.")
 @click.option("--ram-mb", type=int, default=None, help="RAM limit of phones started by sim:N.")
+@click.option("--backend", type=click.Choice(["local", "dask"]), default="local",
+              show_default=True,
+              help="local: this host's devices; dask: the farm's phones (docs/farm.md).")
+@click.option("--scheduler", default=None, envvar="HARNESS_SCHEDULER", metavar="ADDR",
+              help="Dask scheduler of the farm, for --backend dask (or $HARNESS_SCHEDULER).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 def run_command(matrix: Path | None, devices_spec: str, results: Path, builds: Path | None,
                 resume: str | None, reserve: str, no_skip: bool, sample_interval: float,
-                profile: str, ram_mb: int | None, as_json: bool) -> None:
+                profile: str, ram_mb: int | None, backend: str, scheduler: str | None,
+                as_json: bool) -> None:
     """Run MATRIX on devices, sampling memory and heat, and store every trial in Parquet.
 
     \b
     Example:
       harness run matrices/smoke.yaml --devices sim:2
       harness run --resume 20261129-091800-ab12cd --devices sim:2
+      harness run matrices/smoke.yaml --backend dask --scheduler tcp://lab1:8786
     """
     if resume:
         meta = load_run_meta(results, resume)
@@ -102,17 +109,41 @@ def run_command(matrix: Path | None, devices_spec: str, results: Path, builds: P
                          reserve_bytes=parse_size(reserve, "--reserve"), no_skip=no_skip,
                          sample_interval_s=sample_interval)
     console = Console(stderr=True)
-    with open_devices(devices_spec, profile, ram_mb) as devices:
-        if not devices:
-            raise ConfigError(f"--devices {devices_spec!r} names no device")
-        progress = _Progress(console)
-        with progress.progress:
-            summary = execute(matrix, devices, options, run_id=resume, on_event=progress)
+    if backend == "dask":
+        farm_summary = _run_on_farm(matrix, devices_spec, scheduler, options, resume, console)
+        summary, summary_json = farm_summary.run, farm_summary.to_json()
+    else:
+        with open_devices(devices_spec, profile, ram_mb) as devices:
+            if not devices:
+                raise ConfigError(f"--devices {devices_spec!r} names no device")
+            progress = _Progress(console)
+            with progress.progress:
+                summary = execute(matrix, devices, options, run_id=resume, on_event=progress)
+        summary_json = summary.to_json()
     if as_json:
-        click.echo(json.dumps(summary.to_json(), indent=2))
+        click.echo(json.dumps(summary_json, indent=2))
     else:
         Console(file=sys.stdout).print(_summary_table(summary))
         click.echo(f"results: {results}  (run id {summary.run_id})")
+
+
+def _run_on_farm(matrix: Path, devices_spec: str, scheduler: str | None, options: RunOptions,
+                 resume: str | None, console: Console) -> Any:
+    """The dask backend (harness.farm, which alone imports Dask)."""
+    from harness.farm.driver import execute_farm
+
+    if not scheduler:
+        raise ConfigError("--backend dask needs --scheduler ADDR (or $HARNESS_SCHEDULER), "
+                          "e.g. tcp://lab1:8786")
+    if devices_spec.startswith("sim:"):
+        raise ConfigError("--devices sim:N starts phones on this host; on the farm, start them "
+                          "with `harness sim start` where an agent runs and name their serials")
+    serials = None if devices_spec == "all" else [
+        s.strip() for s in devices_spec.split(",") if s.strip()]
+    progress = _Progress(console)
+    with progress.progress:
+        return execute_farm(matrix, scheduler, options, serials, run_id=resume,
+                            on_event=progress)
 
 
 COMMANDS: list[click.Command] = [run_command]

@@ -8,6 +8,7 @@ that looks complete.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -103,7 +104,13 @@ def ensure_artifacts(
             if progress is not None:
                 progress(name, done, total)
 
-        device.push(artifact.local, tmp, progress=tick)
+        try:
+            device.push(artifact.local, tmp, progress=tick)
+        except DeviceError:
+            # a full disk must not stay full of our own half file; a lost device keeps it
+            with contextlib.suppress(DeviceError):
+                device.shell(f"rm -f {shlex.quote(tmp)}", timeout=30)
+            raise
         mode = "755" if artifact.executable else "644"
         check = device.shell(
             f"chmod {mode} {shlex.quote(tmp)} && sha256sum < {shlex.quote(tmp)}")

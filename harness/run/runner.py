@@ -7,10 +7,12 @@ loses at most the trial in flight, and ``resume`` re-runs only trials with no st
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -23,17 +25,19 @@ from harness.artifacts.builds import Build, builds_root, open_build
 from harness.artifacts.gguf_info import ModelInfo, file_sha256
 from harness.cell import Cell
 from harness.device.base import Device, DeviceFacts
+from harness.device.lease import DEFAULT_TTL_S, DeviceBusyError, DeviceLease
 from harness.engines.llama_bench import LlamaBench
 from harness.errors import ConfigError, DeviceError, DeviceLostError, HarnessError
 from harness.matrix import Matrix, expand, load_matrix
 from harness.plan import DEFAULT_RESERVE_BYTES, PlannedCell, plan_cells, resolve_models
-from harness.records import TrialRecord
+from harness.records import SampleRecord, TrialRecord
 from harness.run import store_io
-from harness.run.deploy import Artifact, ensure_artifacts, model_remote_path
+from harness.run.deploy import Artifact, PushReport, ensure_artifacts, model_remote_path
 from harness.run.order import TrialSpec, interleave
 from harness.run.trial import TrialContext, TrialPolicy, TrialRunner
 
 Event = Callable[[str, str, dict[str, Any]], None]  # (kind, serial, details)
+Sink = Callable[[TrialRecord, Sequence[SampleRecord]], None]  # where each finished trial goes
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,9 @@ class RunOptions:
     builds: Path | None = None
     reserve_bytes: int = DEFAULT_RESERVE_BYTES
     no_skip: bool = False
-    sample_interval_s: float = 0.5
+    sample_interval_s: float = 0.5  # <= 0 disables the sampler (bench/sampler.py)
+    reconnect_s: float = 60.0  # how long a lost device is waited for before its jobs stop
+    lease_ttl_s: float = DEFAULT_TTL_S  # a device lease not renewed for this long expires
 
 
 @dataclass
@@ -130,18 +136,49 @@ def prepare(matrix_path: Path, options: RunOptions) -> Prepared:
     return Prepared(matrix, cells, models, builds)
 
 
+def jobs_of(trials: Sequence[TrialSpec]) -> list[list[TrialSpec]]:
+    """Consecutive trials of one ``job_id``, order kept: the unit both backends schedule."""
+    jobs: list[list[TrialSpec]] = []
+    for spec in trials:
+        if jobs and jobs[-1][0].job_id == spec.job_id:
+            jobs[-1].append(spec)
+        else:
+            jobs.append([spec])
+    return jobs
+
+
+@dataclass(frozen=True)
+class _Ready:
+    """A device after ``prepare_jobs``: its plan, its pushed artefacts, its trial runner."""
+
+    planned: Mapping[str, PlannedCell]
+    runnable_ids: frozenset[str]
+    contexts: Mapping[str, TrialContext] | None  # None: the push failed
+    runner: TrialRunner
+    todo_count: int
+
+
 class DeviceWorker:
-    """Everything one device does in a run, in order."""
+    """Everything one device does in a run, in order.
+
+    The local backend calls ``run`` (one thread per device); the farm backend calls
+    ``prepare_jobs`` once per worker process and ``run_job`` per job, with a ``sink`` that
+    collects the trials for the driver instead of writing them.
+    """
 
     def __init__(self, device: Device, prepared: Prepared, run_id: str, options: RunOptions,
-                 done: set[str], on_event: Event) -> None:
+                 done: set[str], on_event: Event, sink: Sink | None = None) -> None:
         self.device = device
         self.prepared = prepared
         self.run_id = run_id
         self.options = options
         self.done = done
         self.on_event = on_event
+        self.sink: Sink = sink or (
+            lambda trial, samples: store_io.append(options.results, run_id, trial, samples))
         self.summary = DeviceSummary(device.serial)
+        self.busy: DeviceBusyError | None = None
+        self._ready: _Ready | None = None
 
     def _emit(self, kind: str, **details: Any) -> None:
         self.on_event(kind, self.device.serial, details)
@@ -155,7 +192,12 @@ class DeviceWorker:
 
     def run(self) -> DeviceSummary:
         try:
-            self._run()
+            with DeviceLease(self.device, self.run_id, self.options.lease_ttl_s):
+                self._run()
+        except DeviceBusyError as error:  # another harness drives this phone: touch nothing
+            self.summary.error = str(error)
+            self.busy = error
+            self._emit("failed", error=str(error))
         except DeviceLostError as error:
             self.summary.error = str(error)
             self._emit("lost", error=str(error))
@@ -165,13 +207,18 @@ class DeviceWorker:
         return self.summary
 
     def _run(self) -> None:
-        serial = self.device.serial
+        index = 0
+        for job in self.prepare_jobs():
+            self.run_job(job, index)
+            index += len(job)
+
+    def prepare_jobs(self) -> list[list[TrialSpec]]:
+        """Plan this device's trials and push what the runnable ones need; its jobs, in order."""
         facts = self.device.facts()
         planned = self.plan(facts)
-        trials = interleave(self.prepared.cells, self.run_id, serial)
+        trials = interleave(self.prepared.cells, self.run_id, self.device.serial)
         todo = [t for t in trials if t.trial_id not in self.done]
         runnable = [t for t in todo if self.options.no_skip or planned[t.cell.cell_id].feasible]
-        runnable_ids = {t.trial_id for t in runnable}
         self._emit("planned", total=len(trials), todo=len(todo), runnable=len(runnable))
         contexts = self._deploy(runnable, planned, facts)
         runner = TrialRunner(self.device, TrialPolicy(
@@ -180,28 +227,80 @@ class DeviceWorker:
             sample_interval_s=self.options.sample_interval_s,
             throttle_status=self.prepared.matrix.cooldown.max_thermal_status,
         ))
-        for index, spec in enumerate(todo):
+        self._ready = _Ready(planned, frozenset(t.trial_id for t in runnable), contexts, runner,
+                             len(todo))
+        return jobs_of(todo)
+
+    def run_job(self, job: Sequence[TrialSpec], first_index: int = 0) -> None:
+        """One job's trials in order, each handed to the sink as it ends.
+
+        A device gone for good raises DeviceLostError after its trial in flight was recorded.
+        """
+        if self._ready is None:
+            raise RuntimeError("run_job before prepare_jobs")
+        serial = self.device.serial
+        planned, runnable_ids, contexts, runner = (
+            self._ready.planned, self._ready.runnable_ids, self._ready.contexts,
+            self._ready.runner)
+        for index, spec in enumerate(job, start=first_index):
             plan = planned[spec.cell.cell_id]
-            self._emit("trial", index=index, total=len(todo), label=spec.cell.label(),
-                       build=spec.cell.build)
+            self._emit("trial", index=index, total=self._ready.todo_count,
+                       label=spec.cell.label(), build=spec.cell.build, trial_id=spec.trial_id)
             if spec.trial_id in runnable_ids and contexts is not None:
-                try:
-                    trial, samples = runner.run(spec, contexts[spec.cell.cell_id])
-                except DeviceLostError:
-                    trial, samples = store_io.lost_trial(spec, plan), []
+                trial, samples = self._attempt(runner, spec, contexts[spec.cell.cell_id], plan)
+                if trial.outcome == "device_lost" and not self._device_back():
                     self._store(trial, samples)
-                    self.summary.not_run = len(todo) - index - 1
-                    raise
+                    self.summary.not_run = self._ready.todo_count - index - 1
+                    raise DeviceLostError(
+                        f"gone for more than {self.options.reconnect_s:.0f} s; "
+                        f"{self.summary.not_run} trials not run (finish them with --resume)",
+                        serial)
             elif contexts is None and spec.trial_id in runnable_ids:
                 trial, samples = store_io.push_failed_trial(spec, plan, self.summary.error), []
             else:
                 trial, samples = store_io.skipped_trial(spec, plan), []
             self._store(trial, samples)
 
+    def _attempt(self, runner: TrialRunner, spec: TrialSpec, ctx: TrialContext,
+                 plan: PlannedCell) -> tuple[TrialRecord, list[Any]]:
+        """One trial. A device that fails before its engine starts (the gate's reads) is
+        waited for and the trial tried once more, so a blip never costs a measurement."""
+        for attempt in (1, 2):
+            try:
+                return runner.run(spec, ctx)
+            except DeviceError:
+                if attempt == 2 or not self._device_back():
+                    break
+        return store_io.lost_trial(spec, plan), []
+
+    def _device_back(self) -> bool:
+        """Whether the device answers again within ``reconnect_s``.
+
+        adb reconnects a dropped TCP device by itself; a restarted adb server knows none of them,
+        so a ``host:port`` serial is also connected again explicitly.
+        """
+        deadline = time.monotonic() + self.options.reconnect_s
+        self._emit("reconnecting", seconds=self.options.reconnect_s)
+        while True:
+            with contextlib.suppress(Exception):
+                _reattach(self.device.serial)
+                if self.device.shell("echo ok", timeout=5).stdout.strip() == "ok":
+                    self._emit("reconnected")
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(1.0)
+
     def _store(self, trial: TrialRecord, samples: Sequence[Any]) -> None:
-        store_io.append(self.options.results, self.run_id, trial, samples)
+        self.sink(trial, samples)
         self.summary.outcomes[trial.outcome] += 1
         self._emit("done", outcome=trial.outcome, tg_tps=trial.tg_tps, pp_tps=trial.pp_tps)
+
+    def _push(self, artifacts: Sequence[Artifact]) -> PushReport:
+        return ensure_artifacts(
+            self.device, artifacts,
+            progress=lambda name, done, total: self._emit(
+                "push", name=name, done=done, total=total))
 
     def _deploy(self, runnable: Sequence[TrialSpec], planned: Mapping[str, PlannedCell],
                 facts: DeviceFacts) -> dict[str, TrialContext] | None:
@@ -238,10 +337,15 @@ class DeviceWorker:
                             "file_bytes": model.file_size},
             )
         try:
-            report = ensure_artifacts(
-                self.device, list(artifacts.values()),
-                progress=lambda name, done, total: self._emit(
-                    "push", name=name, done=done, total=total))
+            try:
+                report = self._push(list(artifacts.values()))
+            except DeviceError as error:
+                # adb reports a connection cut mid-push as a bare sync error: once the device
+                # answers again, push once more (what arrived intact is reused)
+                if not self._device_back():
+                    raise DeviceLostError(f"gone during the push ({error})",
+                                          self.device.serial) from error
+                report = self._push(list(artifacts.values()))
         except DeviceLostError:
             raise
         except (DeviceError, OSError) as error:
@@ -252,6 +356,15 @@ class DeviceWorker:
         self._emit("pushed", bytes=report.bytes_pushed, files=report.files_pushed,
                    reused=report.files_reused)
         return contexts
+
+
+def _reattach(serial: str) -> None:
+    """``adb connect`` a network serial (``host:port``); USB devices come back by themselves."""
+    host, _, port = serial.rpartition(":")
+    if host and port.isdigit():
+        from harness.device.adb import adb_client
+
+        adb_client().connect(serial, timeout=5)
 
 
 def execute(matrix_path: Path, devices: Sequence[Device], options: RunOptions,
@@ -274,6 +387,10 @@ def execute(matrix_path: Path, devices: Sequence[Device], options: RunOptions,
         thread.start()
     for thread in threads:
         thread.join()
+    refused = [w.busy for w in workers if w.busy is not None]
+    if refused:  # the others' trials are stored; say so, and fail the command (exit 2)
+        raise DeviceBusyError(f"{refused[0]}; the other devices finished, "
+                              f"--resume {run_id} runs this one's trials later")
     wall = (datetime.now(UTC) - started).total_seconds()
     return RunSummary(run_id, str(matrix_path), tuple(w.summary for w in workers), wall)
 

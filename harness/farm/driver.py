@@ -1,0 +1,330 @@
+"""The farm backend of ``harness run``: the driver side.
+
+The driver plans as the local backend does, then hands each phone's jobs to Dask one at a time,
+in order, each with the phone's ``device:`` resource so it runs only on that phone's worker (and
+the resource keeps any other run off the phone meanwhile). A job's key is ``<run_id>/<job_id>``.
+The driver is the only writer of the results store: it writes a job's trials as soon as its
+result arrives, skipping trial ids already stored (so a trial that ran twice keeps its first
+result), and then releases the future, so Dask never recomputes a finished job after a worker dies.
+
+Failures:
+- A worker killed mid-job: Dask puts the job back in the queue; it waits for a worker with the
+  phone's resource. If the phone's worker returns within the grace period (the agent restarts it),
+  the whole job runs again there: its trials were never written, so nothing is duplicated.
+- No worker for the phone for longer than the grace period: the trial in flight (known from the
+  worker's progress events) is recorded ``device_lost``; the job's later trials and the phone's
+  queued jobs are reported as not run (``--resume`` runs them later).
+- A job that keeps killing its worker (the scheduler's ``allowed-failures``): its trial in flight
+  is recorded ``device_lost``, its later trials are not run, and the phone goes on to its next job.
+- The phone itself lost (adb gone beyond the reconnect wait): as in the local backend, the trial in
+  flight is ``device_lost`` and the phone's remaining trials are not run.
+The other phones keep going in every case.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from harness.artifacts.builds import builds_root
+from harness.artifacts.gguf_info import ModelInfo
+from harness.errors import ConfigError
+from harness.farm import FarmError, require_distributed
+from harness.farm.job import JobReport, JobRequest, run_job
+from harness.farm.naming import farm_phones, resource_map
+from harness.records import TrialRecord
+from harness.run import store_io
+from harness.run.order import TrialSpec, interleave
+from harness.run.runner import (
+    DeviceSummary,
+    Event,
+    Prepared,
+    RunOptions,
+    RunSummary,
+    jobs_of,
+    new_run_id,
+    prepare,
+)
+
+DEFAULT_GRACE_S = 120.0
+_TICK_S = 0.05  # how often the driver looks for finished jobs
+_FORWARDED = {"job", "trial", "push", "pushed", "push_failed", "reconnecting", "reconnected"}
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """Where and when one job ran (placement, for the summary and the tests)."""
+
+    key: str
+    serial: str
+    worker: str
+    pid: int
+    started: float
+    finished: float
+    trials: int
+    written: int  # trials newly stored (a trial already stored is not written again)
+
+
+@dataclass(frozen=True)
+class FarmSummary:
+    run: RunSummary
+    jobs: tuple[JobRecord, ...]
+    duplicates_skipped: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.run.to_json(), "backend": "dask",
+                "duplicates_skipped": self.duplicates_skipped,
+                "jobs": [{"key": j.key, "serial": j.serial, "worker": j.worker, "pid": j.pid,
+                          "trials": j.trials, "written": j.written,
+                          "seconds": round(j.finished - j.started, 2)} for j in self.jobs]}
+
+
+@dataclass
+class _Job:
+    serial: str
+    specs: list[TrialSpec]
+    first_index: int
+    key: str
+
+
+def _absolute(prepared: Prepared) -> Prepared:
+    """Model paths made absolute: the workers resolve them, from another working directory."""
+    models = {key: replace(m, path=str(Path(m.path).resolve())) if isinstance(m, ModelInfo)
+              else m for key, m in prepared.models.items()}
+    return Prepared(prepared.matrix, prepared.cells, models, prepared.builds)
+
+
+def execute_farm(matrix_path: Path, scheduler: str, options: RunOptions,
+                 serials: Sequence[str] | None = None, run_id: str | None = None,
+                 on_event: Event | None = None, grace_s: float = DEFAULT_GRACE_S,
+                 poll_s: float = 0.5) -> FarmSummary:
+    """Run a matrix on the farm's phones (``serials``, or every phone with a worker)."""
+    distributed = require_distributed()
+    started = datetime.now(UTC)
+    resume = run_id is not None
+    run_id = run_id or new_run_id(started)
+    options = replace(options, builds=builds_root(options.builds).resolve())
+    prepared = _absolute(prepare(matrix_path, options))
+    done = store_io.finished_trials(options.results, run_id) if resume else set()
+    try:
+        client = distributed.Client(scheduler, timeout="10s", set_as_default=False)
+    except (OSError, TimeoutError) as error:
+        raise FarmError(f"cannot reach the Dask scheduler at {scheduler} ({error}); start one "
+                        "with `harness farm scheduler`") from error
+    with client:
+        present = farm_phones(client.scheduler_info()["workers"])
+        chosen = list(serials) if serials else sorted(present)
+        if not chosen:
+            raise ConfigError(f"no phone has a worker on the scheduler at {scheduler}; run "
+                              "`harness farm agent --scheduler ADDR` on each USB host")
+        if not any(s in present for s in chosen):
+            raise ConfigError(f"none of {', '.join(chosen)} has a worker on the scheduler at "
+                              f"{scheduler} (known: {', '.join(sorted(present)) or 'none'})")
+        store_io.write_run_meta(options.results, run_id, {
+            "run_id": run_id, "matrix": str(matrix_path), "resumed": resume,
+            "devices": chosen, "started_at": started.isoformat(), "backend": "dask",
+            "scheduler": scheduler, "pid": os.getpid(),
+        })
+        run = _FarmRun(distributed, client, prepared, run_id, options, done, chosen,
+                       on_event or (lambda kind, serial, details: None), grace_s, poll_s)
+        run.run()
+    wall = (datetime.now(UTC) - started).total_seconds()
+    summary = RunSummary(run_id, str(matrix_path),
+                         tuple(run.summaries[s] for s in chosen), wall)
+    return FarmSummary(summary, tuple(run.jobs), run.duplicates)
+
+
+class _FarmRun:
+    """The driver's loop: one job in flight per phone, results written as they arrive."""
+
+    def __init__(self, distributed: Any, client: Any, prepared: Prepared, run_id: str,
+                 options: RunOptions, done: set[str], serials: Sequence[str], events: Event,
+                 grace_s: float, poll_s: float) -> None:
+        self.distributed = distributed
+        self.client = client
+        self.prepared = prepared
+        self.run_id = run_id
+        self.options = options
+        self.done = frozenset(done)
+        self.stored = set(done)
+        self.events = events
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+        self.resources = resource_map(serials)
+        self.summaries = {s: DeviceSummary(s) for s in serials}
+        self.topic = f"harness-run/{run_id}"
+        self.queues: dict[str, deque[_Job]] = {}
+        self.inflight: dict[Any, _Job] = {}  # future -> job
+        self.in_trial: dict[str, str] = {}  # job key -> trial id in flight (worker events)
+        self.absent_since: dict[str, float] = {}
+        self.jobs: list[JobRecord] = []
+        self.duplicates = 0
+        self.lock = threading.Lock()
+        self.completed: Any = None  # distributed.as_completed, made in run()
+        for serial in serials:
+            todo = [t for t in interleave(prepared.cells, run_id, serial)
+                    if t.trial_id not in self.done]
+            queue: deque[_Job] = deque()
+            index = 0
+            for specs in jobs_of(todo):
+                queue.append(_Job(serial, specs, index, f"{run_id}/{specs[0].job_id}"))
+                index += len(specs)
+            self.queues[serial] = queue
+            events("planned", serial, {"total": len(todo), "todo": len(todo),
+                                       "runnable": len(todo)})
+
+    # -- worker events (called on the client's event thread) --------------------------------
+    def _on_worker_event(self, event: tuple[float, Any]) -> None:
+        _, message = event
+        if not isinstance(message, dict) or message.get("kind") not in _FORWARDED:
+            return
+        details = dict(message.get("details") or {})
+        if message["kind"] == "trial" and details.get("trial_id"):
+            with self.lock:
+                self.in_trial[f"{self.run_id}/{message['job_id']}"] = str(details["trial_id"])
+        details.update(worker=message.get("worker"), pid=message.get("pid"))
+        self.events(str(message["kind"]), str(message.get("serial")), details)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self) -> None:
+        self.client.subscribe_topic(self.topic, self._on_worker_event)
+        self.completed = self.distributed.as_completed(loop=self.client.loop,
+                                                       raise_errors=False)
+        try:
+            last_check = 0.0
+            while True:
+                self._submit_next()
+                if not self.inflight:
+                    break
+                finished = [f for f in self.completed.next_batch(block=False)
+                            if f in self.inflight]  # a future given up on may still come by
+                for future in finished:
+                    self._collect(future)
+                if not finished:
+                    time.sleep(_TICK_S)
+                if time.monotonic() - last_check >= self.poll_s:
+                    last_check = time.monotonic()
+                    self._check_presence()
+        finally:  # on the way out after an error, too: nothing may mask that error
+            with contextlib.suppress(Exception):
+                for future in list(self.inflight):
+                    future.cancel()
+                self.client.unsubscribe_topic(self.topic)
+
+    def _submit_next(self) -> None:
+        busy = {job.serial for job in self.inflight.values()}
+        for serial, queue in self.queues.items():
+            if serial in busy or not queue:
+                continue
+            job = queue.popleft()
+            request = JobRequest(self.run_id, serial, job.specs[0].job_id, tuple(job.specs),
+                                 job.first_index, self.prepared, self.options, self.done,
+                                 self.topic)
+            future = self.client.submit(run_job, request, key=job.key,
+                                        resources={self.resources[serial]: 1}, retries=1)
+            self.inflight[future] = job
+            self.completed.add(future)
+
+    def _collect(self, future: Any) -> None:
+        job = self.inflight.pop(future)
+        self.absent_since.pop(job.serial, None)
+        try:
+            if future.status == "finished":
+                self._write_report(job, future.result())
+            elif future.status == "error":
+                error = future.exception()
+                if isinstance(error, self.distributed.KilledWorker):
+                    self._job_killed(job, f"the job killed its farm worker repeatedly ({error})")
+                else:
+                    self._job_killed(job, f"the job failed on its worker: {error!r}")
+            else:  # cancelled or lost by the scheduler, not by us
+                self._job_killed(job, f"the scheduler dropped the job ({future.status})")
+        finally:
+            future.release()
+            with self.lock:
+                self.in_trial.pop(job.key, None)
+
+    def _check_presence(self) -> None:
+        """Give up on phones whose worker has been gone longer than the grace period."""
+        if not self.inflight:
+            return
+        try:
+            present = set(farm_phones(self.client.scheduler_info()["workers"]))
+        except OSError as error:  # distributed's CommClosedError is an OSError
+            raise FarmError(
+                f"lost the Dask scheduler ({error}); the jobs finished so far are stored: "
+                f"finish with --resume {self.run_id}") from error
+        now = time.monotonic()
+        for future, job in list(self.inflight.items()):
+            if job.serial in present:
+                self.absent_since.pop(job.serial, None)
+                continue
+            if job.serial not in self.absent_since:
+                self.absent_since[job.serial] = now
+                self.events("waiting", job.serial, {"grace_s": self.grace_s})
+                continue
+            if now - self.absent_since[job.serial] < self.grace_s:
+                continue
+            future.cancel()
+            self.inflight.pop(future)
+            future.release()
+            reason = (f"no farm worker for {self.grace_s:.0f} s (phone unplugged or its host "
+                      "down)")
+            self._job_killed(job, reason)
+            self._stop_phone(job.serial, reason, "lost")
+
+    # -- outcomes ------------------------------------------------------------------------------
+    def _write(self, serial: str, trial: TrialRecord, samples: Sequence[Any]) -> bool:
+        if trial.trial_id in self.stored:
+            self.duplicates += 1
+            return False
+        store_io.append(self.options.results, self.run_id, trial, samples)
+        self.stored.add(trial.trial_id)
+        self.summaries[serial].outcomes[trial.outcome] += 1
+        self.events("done", serial, {"outcome": trial.outcome, "tg_tps": trial.tg_tps,
+                                     "pp_tps": trial.pp_tps})
+        return True
+
+    def _write_report(self, job: _Job, report: JobReport) -> None:
+        written = sum(self._write(job.serial, trial, samples) for trial, samples in report.trials)
+        summary = self.summaries[job.serial]
+        summary.bytes_pushed += report.bytes_pushed
+        if report.note and not summary.error:
+            summary.error = report.note
+        self.jobs.append(JobRecord(job.key, job.serial, report.worker, report.pid,
+                                   report.started, report.finished, len(report.trials), written))
+        returned = {trial.trial_id for trial, _ in report.trials}
+        summary.not_run += sum(1 for s in job.specs if s.trial_id not in returned)
+        if report.lost or report.failed:
+            self._stop_phone(job.serial, str(report.lost or report.failed),
+                             "lost" if report.lost else "failed")
+
+    def _job_killed(self, job: _Job, reason: str) -> None:
+        """The job never returned: its trial in flight is device_lost, the rest not run."""
+        with self.lock:
+            in_flight = self.in_trial.get(job.key)
+        for spec in job.specs:
+            if spec.trial_id == in_flight:
+                self._write(job.serial, store_io.bare_trial(spec, "device_lost", reason, None),
+                            [])
+            elif spec.trial_id not in self.stored:
+                self.summaries[job.serial].not_run += 1
+        self.summaries[job.serial].error = reason
+        self.events("failed", job.serial, {"error": reason})
+
+    def _stop_phone(self, serial: str, reason: str, kind: str) -> None:
+        """The phone's queued jobs are reported not run."""
+        queue = self.queues[serial]
+        summary = self.summaries[serial]
+        summary.not_run += sum(len(job.specs) for job in queue)
+        queue.clear()
+        summary.error = reason
+        self.events(kind, serial, {"error": reason})

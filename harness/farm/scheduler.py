@@ -1,0 +1,47 @@
+"""``harness farm scheduler``: a Dask scheduler with the farm's settings.
+
+Dashboard off and bound to 127.0.0.1 unless asked otherwise. ``worker-ttl`` removes a worker whose
+host hung (no heartbeat) so its job can wait for the phone elsewhere; ``allowed-failures`` caps how
+often one job may kill its worker before it is given up.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8786
+    worker_ttl: str = "120s"
+    allowed_failures: int = 2
+    dashboard_address: str | None = None  # None: no dashboard
+    scheduler_file: Path | None = None
+    python: str = sys.executable
+
+
+def scheduler_command(config: SchedulerConfig) -> tuple[list[str], dict[str, str]]:
+    """The ``dask scheduler`` command line and the environment that carries the settings."""
+    argv = [config.python, "-m", "distributed.cli.dask_scheduler",
+            "--host", config.host, "--port", str(config.port)]
+    if config.dashboard_address:
+        argv += ["--dashboard", "--dashboard-address", config.dashboard_address]
+    else:
+        argv += ["--no-dashboard"]
+    if config.scheduler_file:
+        argv += ["--scheduler-file", str(config.scheduler_file)]
+    env = {
+        "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": config.worker_ttl,
+        "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": str(config.allowed_failures),
+    }
+    return argv, env
+
+
+def exec_scheduler(config: SchedulerConfig) -> None:
+    """Become the scheduler (same pid: whoever started us can stop it by that pid)."""
+    argv, env = scheduler_command(config)
+    os.execve(argv[0], argv, {**os.environ, **env})
