@@ -70,8 +70,9 @@ def _read_one(path: Path, columns: Sequence[str], schema: pa.Schema,
               dictionary: Sequence[str]) -> pa.Table | None:
     """One part's columns; low-cardinality strings stay dictionary-encoded, as Parquet has them."""
     try:
-        part = pq.ParquetFile(path, read_dictionary=list(dictionary))
-        present = set(part.schema_arrow.names)
+        # an older or foreign part may lack a column: ask for dictionaries only of those it has
+        present = set(pq.read_schema(path).names)
+        part = pq.ParquetFile(path, read_dictionary=[d for d in dictionary if d in present])
         if filters and any(f[0] not in present for f in filters):
             return None  # a filter on a column the part lacks matches nothing
         wanted = [c for c in columns if c in present]

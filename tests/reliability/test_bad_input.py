@@ -172,14 +172,9 @@ def test_corrupt_parquet_part_is_skipped_with_a_warning(
     assert any(f"part-broken-{case}" in record.getMessage() for record in caplog.records)
 
 
-REPORT_LOADER_BUG = pytest.mark.xfail(
-    strict=True, reason="harness/report/load.py: a part without a dictionary column raises "
-    "KeyError (reported to the lead; the store's own reader skips it)")
-
-
 @pytest.mark.parametrize("case", [
     "random_bytes", "half_written", "empty_file",
-    pytest.param("wrong_column_type", marks=REPORT_LOADER_BUG),
+    "wrong_column_type",
 ])
 def test_report_over_a_store_with_a_corrupt_part_still_renders(
     case: str, good_store: tuple[Path, int], tmp_path: Path
