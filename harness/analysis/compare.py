@@ -205,8 +205,12 @@ def _data_problems(m: Measurement, policy: Policy) -> list[tuple[str, str]]:
             )
     if not problems and not math.isfinite(m.ratio):
         problems.append(("no_ratio", "no usable ratio (baseline median is not positive)"))
+    low, high = 1.0 - policy.noise, 1.0 + policy.noise
+    # Noise widens the interval, which the bootstrap already shows: when even the noisy interval
+    # lies wholly beyond the band, the effect outweighs the noise and the CV does not veto it.
+    clear = m.ci_high < low or m.ci_low > high
     for side, cv in (("baseline", m.cv_baseline), ("candidate", m.cv_candidate)):
-        if math.isfinite(cv) and cv > policy.max_cv:
+        if math.isfinite(cv) and cv > policy.max_cv and not clear:
             problems.append(
                 ("high_cv", f"{side} coefficient of variation {cv:.1%} over {policy.max_cv:.0%}")
             )
@@ -228,6 +232,11 @@ def decide(m: Measurement, p_adjusted: float, policy: Policy) -> Comparison:
         reason = f"whole interval within ±{policy.noise:.0%}: {_summary(m, p_adjusted)}"
     else:
         verdict, reason, causes = _directional(m, p_adjusted, policy)
+        noisy = [f"{side} CV {cv:.0%}" for side, cv in
+                 (("baseline", m.cv_baseline), ("candidate", m.cv_candidate))
+                 if math.isfinite(cv) and cv > policy.max_cv]
+        if noisy:
+            reason += f" (noisy: {', '.join(noisy)}; the interval is still beyond the band)"
     return Comparison(
         ratio=m.ratio,
         ci_low=m.ci_low,
