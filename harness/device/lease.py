@@ -27,8 +27,9 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
+from harness.device.base import Device
 from harness.errors import DeviceError, HarnessError
 
 LEASE_PATH = "/data/local/tmp/harness/lease.json"
@@ -40,20 +41,6 @@ _HELD: set[str] = set()  # tokens of the leases this process holds now
 
 class DeviceBusyError(DeviceError):
     """Another harness process holds this device's lease."""
-
-
-class ShellResultLike(Protocol):
-    @property
-    def exit_code(self) -> int: ...
-    @property
-    def stdout(self) -> str: ...
-
-
-class LeaseDevice(Protocol):
-    @property
-    def serial(self) -> str: ...
-
-    def shell(self, cmd: str, timeout: float | None = None) -> ShellResultLike: ...
 
 
 @dataclass(frozen=True)
@@ -100,7 +87,7 @@ def _pid_alive(pid: int) -> bool:
 class DeviceLease:
     """Hold a device's lease for the length of a ``with`` block (renewed in the background)."""
 
-    def __init__(self, device: LeaseDevice, run: str = "", ttl_s: float = DEFAULT_TTL_S,
+    def __init__(self, device: Device, run: str = "", ttl_s: float = DEFAULT_TTL_S,
                  path: str = LEASE_PATH) -> None:
         self.device = device
         self.ttl_s = ttl_s
@@ -219,6 +206,6 @@ class DeviceLease:
 
 
 @contextlib.contextmanager
-def hold(device: LeaseDevice, run: str = "", ttl_s: float = DEFAULT_TTL_S) -> Iterator[DeviceLease]:
+def hold(device: Device, run: str = "", ttl_s: float = DEFAULT_TTL_S) -> Iterator[DeviceLease]:
     with DeviceLease(device, run, ttl_s) as lease:
         yield lease

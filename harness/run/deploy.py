@@ -13,30 +13,11 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
+from harness.device.base import Device
 from harness.errors import DeviceError
 
 DEVICE_ROOT = "/data/local/tmp/harness"
-
-
-class ShellResultLike(Protocol):
-    @property
-    def exit_code(self) -> int: ...
-    @property
-    def stdout(self) -> str: ...
-    @property
-    def stderr(self) -> str: ...
-
-
-class PushDevice(Protocol):
-    @property
-    def serial(self) -> str: ...
-
-    def shell(self, cmd: str, timeout: float | None = None) -> ShellResultLike: ...
-
-    def push(self, local: Path, remote: str,
-             progress: Callable[[int, int], None] | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -62,7 +43,7 @@ def build_remote_dir(build_digest: str) -> str:
     return f"{DEVICE_ROOT}/builds/{build_digest}"
 
 
-def remote_checksums(device: PushDevice, paths: Sequence[str]) -> dict[str, str]:
+def remote_checksums(device: Device, paths: Sequence[str]) -> dict[str, str]:
     """sha256 of each path that exists on the device, computed there, in one round trip.
 
     Answers are keyed by position, not by the path the device prints back: a device (or a
@@ -84,7 +65,7 @@ def remote_checksums(device: PushDevice, paths: Sequence[str]) -> dict[str, str]
 
 
 def ensure_artifacts(
-    device: PushDevice,
+    device: Device,
     artifacts: Sequence[Artifact],
     progress: Callable[[str, int, int], None] | None = None,
 ) -> PushReport:

@@ -17,10 +17,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from harness.android.lmkd import parse_lmkd_kills
 from harness.android.meminfo import parse_meminfo
+from harness.device.base import Device
 from harness.engines.base import Engine, Measurement
 from harness.errors import DeviceError, EngineError, HarnessError
 from harness.records import SampleRecord, TrialRecord
@@ -40,22 +41,6 @@ from harness.run.state import (
 )
 
 KIB = 1024
-
-
-class ShellResultLike(Protocol):
-    @property
-    def exit_code(self) -> int: ...
-    @property
-    def stdout(self) -> str: ...
-    @property
-    def stderr(self) -> str: ...
-
-
-class TrialDevice(Protocol):
-    @property
-    def serial(self) -> str: ...
-
-    def shell(self, cmd: str, timeout: float | None = None) -> ShellResultLike: ...
 
 
 @dataclass(frozen=True)
@@ -170,7 +155,7 @@ def _lmk_line(logcat: str, pid: int | None) -> str | None:
 class TrialRunner:
     """Runs trials on one device; the clock is injectable for tests of the timing logic."""
 
-    def __init__(self, device: TrialDevice, policy: TrialPolicy,
+    def __init__(self, device: Device, policy: TrialPolicy,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.device = device
         self.policy = policy
