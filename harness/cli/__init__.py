@@ -42,7 +42,11 @@ def main() -> None:
 
     \b
     Example:
+      harness sim start --count 2
       harness plan matrices/smoke.yaml --device midrange-8gb
+      harness run matrices/smoke.yaml --devices all
+      harness compare --baseline host-release --candidate host-slow --gate tg_tps:-3%
+      harness report -o reports/today.html
     """
 
 
