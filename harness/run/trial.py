@@ -77,14 +77,16 @@ def _trial_dir(spec: TrialSpec) -> str:
 
 # An on-device watcher of the engine's /proc status, started by the launching shell just before it
 # becomes the engine ($$ in the subshell is the engine's pid after exec). Shell builtins only,
-# except one `sleep` per round, so it costs little; it keeps the kernel's peak (VmHWM) and the
+# except one `sleep` per round (every 10 ms for the first 100 rounds, where loading and the
+# first graph set memory's peak, then every `watch_s`), so it costs little; it keeps the kernel's peak (VmHWM) and the
 # largest VmRSS it saw in the file `mem`, so even a sub-second trial, too short for samples over
 # adb, has its peak. A zombie's status has no Vm lines, which leaves the last values in place.
 _WATCH = (
-    "(m=0; h=0; while [ -d /proc/$$ ]; do "
+    "(m=0; h=0; n=0; while [ -d /proc/$$ ]; do "
     "while read -r k v u; do case $k in VmHWM:) h=$v;; "
     "VmRSS:) [ \"$v\" -gt \"$m\" ] && m=$v;; esac; done < /proc/$$/status; "
-    "echo \"$h $m\" > mem; sleep {interval}; done) > /dev/null 2>&1 &"
+    "echo \"$h $m\" > mem; n=$((n+1)); "
+    "if [ $n -lt 100 ]; then sleep 0.01; else sleep {interval}; fi; done) > /dev/null 2>&1 &"
 )
 
 

@@ -40,11 +40,11 @@ timeout: {{trial_s: {timeout}}}
 
 
 def write_matrix(folder: Path, name: str = "faults", *, n_ctx: list[int] | None = None,
-                 n_gen: int = 512, reps: int = 3, timeout: float = 60, max_status: int = 2,
+                 n_gen: int = 1536, reps: int = 3, timeout: float = 60, max_status: int = 2,
                  max_wait: float = 1) -> Path:
     """A one-cell matrix whose trials run long enough (about a second) to be hit."""
     path = folder / f"{name}.yaml"
-    path.write_text(MATRIX.format(name=name, n_ctx=n_ctx or [1024], n_gen=n_gen, reps=reps,
+    path.write_text(MATRIX.format(name=name, n_ctx=n_ctx or [2048], n_gen=n_gen, reps=reps,
                                   timeout=timeout, max_status=max_status, max_wait=max_wait))
     return path
 

@@ -269,7 +269,7 @@ def test_heat_spike_during_a_trial_and_a_phone_that_never_cools(
     injector = Injector(lambda: engine_pids(hot.root), lambda pids: hot.fault("thermal", 5))
     events.hooks.append(once(lambda kind, serial, d: kind == "done" and serial == hot.serial
                              and (hot.fault("thermal", 3) or True)))
-    matrix = write_matrix(tmp_path, n_gen=256, max_wait=2)
+    matrix = write_matrix(tmp_path, n_gen=768, max_wait=2)
     summary = run(matrix, two_phones, tmp_path / "r", host_build, events)
     row.injected = injector.join()
     assert outcomes(summary, hot.serial) == {"ok": 3}
