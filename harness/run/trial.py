@@ -77,10 +77,10 @@ def _trial_dir(spec: TrialSpec) -> str:
 
 # An on-device watcher of the engine's /proc status, started by the launching shell just before it
 # becomes the engine ($$ in the subshell is the engine's pid after exec). Shell builtins only,
-# except one `sleep` per round (every 10 ms for the first 100 rounds, where loading and the
-# first graph set memory's peak, then every `watch_s`), so it costs little; it keeps the kernel's peak (VmHWM) and the
-# largest VmRSS it saw in the file `mem`, so even a sub-second trial, too short for samples over
-# adb, has its peak. A zombie's status has no Vm lines, which leaves the last values in place.
+# except one `sleep` per round (every 10 ms for the first 100 rounds, while loading and the first
+# graph set the peak, then every `watch_s`), so it costs little. It keeps the kernel's peak
+# (VmHWM) and the largest VmRSS it saw in the file `mem`, so even a sub-second trial, too short
+# for samples over adb, has its peak. A zombie's status has no Vm lines: the last values stay.
 _WATCH = (
     "(m=0; h=0; n=0; while [ -d /proc/$$ ]; do "
     "while read -r k v u; do case $k in VmHWM:) h=$v;; "
