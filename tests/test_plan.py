@@ -277,4 +277,6 @@ def test_plan_for_an_attached_device_uses_its_live_available_memory(virtual_phon
     assert result.exit_code == 0, result.output
     document = json.loads(result.output)
     assert document["device"]["name"] == phone.serial
-    assert document["available_bytes"] == 300 * 1024 * 1024
+    # the phone's live MemAvailable: its 300 MiB limit less what its own processes hold now,
+    # not the budget-4gb profile's 1,792 MiB
+    assert 200 * 2**20 < document["available_bytes"] <= 300 * 2**20
