@@ -67,6 +67,13 @@ class Engine(Protocol):
         ...
 
 
+def require_supported(engine: Engine, cell: Cell) -> None:
+    """Raise the engine's reason when it cannot run the cell (argv must not build such a cell)."""
+    reason = engine.supports(cell)
+    if reason:
+        raise EngineError(f"cell {cell.label()}: {reason}")
+
+
 def flash_attn_setting(cell: Cell) -> tuple[str | None, str | None]:
     """(the flash attention value to run with, or None; the reason the cell cannot run, or None).
 

@@ -32,8 +32,14 @@ from typing import Any
 import yaml
 
 from harness.cell import Cell
-from harness.engines.base import Measurement, Record, affinity_mask, flash_attn_setting
-from harness.errors import ConfigError, EngineError
+from harness.engines.base import (
+    Measurement,
+    Record,
+    affinity_mask,
+    flash_attn_setting,
+    require_supported,
+)
+from harness.errors import ConfigError
 
 METRICS = ("prompt_tps", "gen_tps", "ttft")
 FORMATS = ("jsonl", "regex")
@@ -78,9 +84,7 @@ class GenericEngine:
     def argv(
         self, cell: Cell, binary_path: str, model_path: str, cpu_mask: str | None = None
     ) -> list[str]:
-        reason = self.supports(cell)
-        if reason:
-            raise EngineError(f"cell {cell.label()}: {reason}")
+        require_supported(self, cell)
         flash, _ = flash_attn_setting(cell)
         values = {key: _render(getattr(cell, key)) for key in CELL_FIELDS}
         values.update(binary=binary_path, model=model_path, flash_attn=str(flash))

@@ -27,6 +27,7 @@ from harness.engines.base import (
     affinity_mask,
     context_reason,
     flash_attn_setting,
+    require_supported,
 )
 from harness.errors import EngineError
 
@@ -185,9 +186,7 @@ class LlamaBench:
     def argv(
         self, cell: Cell, binary_path: str, model_path: str, cpu_mask: str | None = None
     ) -> list[str]:
-        reason = self.supports(cell)
-        if reason:
-            raise EngineError(f"cell {cell.label()}: {reason}")
+        require_supported(self, cell)
         flash, _ = flash_attn_setting(cell)
         argv = [binary_path, "-m", model_path, "-p", str(cell.n_prompt), "-n", str(cell.n_gen)]
         if self.dialect.depth:

@@ -26,9 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.cell import Cell
-from harness.engines.base import Measurement, Record, affinity_mask, flash_attn_setting
+from harness.engines.base import (
+    Measurement,
+    Record,
+    affinity_mask,
+    flash_attn_setting,
+    require_supported,
+)
 from harness.engines.llama_bench import measure_records, parse_output, record_from_dict
-from harness.errors import EngineError
 
 _FLASH = {"auto": -1, "off": 0, "on": 1}
 
@@ -53,9 +58,7 @@ class PyBench:
     def argv(
         self, cell: Cell, binary_path: str, model_path: str, cpu_mask: str | None = None
     ) -> list[str]:
-        reason = self.supports(cell)
-        if reason:
-            raise EngineError(f"cell {cell.label()}: {reason}")
+        require_supported(self, cell)
         affinity_mask(cell, cpu_mask)
         flash, _ = flash_attn_setting(cell)
         return [
