@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -25,6 +26,17 @@ from harness.artifacts.builds import (
     verify_build,
     write_build,
 )
+from harness.artifacts.cmake_build import (
+    CROSS_VARIANTS,
+    HOST_VARIANTS,
+    cmake_defines,
+    cpu_features,
+    cross_variant_key,
+    ensure_cross_build,
+    ensure_host_build,
+    host_variant_key,
+)
+from harness.artifacts.cpu_features import CpuFeatures
 from harness.artifacts.llama_source import ensure_llama_source, read_source_info
 from harness.cli import main
 from harness.engines.llama_bench import parse_output
@@ -197,6 +209,113 @@ def test_cli_import_then_list_as_json(tmp_path: Path, prebuilt: Path) -> None:
     assert list_builds(root)[0].path == root / "ci"
 
 
+ARM_CPU = CpuFeatures(
+    "aarch64", ("-march=armv8.2-a+dotprod+fp16",),
+    (("dotprod", True), ("fp16", True), ("i8mm", False), ("sve", False), ("sme", False)),
+)
+
+
+def test_manifest_records_cpu_features_and_reads_them_back(
+    tmp_path: Path, prebuilt: Path
+) -> None:
+    build = write_build(tmp_path, "arm", {"bin/llama-bench": prebuilt / "bin" / "llama-bench"},
+                        engine="llama.cpp", abi="arm64-v8a", version="0.5.0", commit="c",
+                        cpu=ARM_CPU)
+    data = json.loads((build.path / MANIFEST).read_text())
+    assert data["format"] == 2
+    assert data["cpu"] == {
+        "arch": "aarch64", "arch_flags": ["-march=armv8.2-a+dotprod+fp16"],
+        "features": {"dotprod": True, "fp16": True, "i8mm": False, "sve": False, "sme": False},
+        "kleidiai": False,
+    }
+    loaded = load_manifest(build.path)
+    assert loaded == build.manifest and loaded.cpu == ARM_CPU
+    assert loaded.cpu is not None and loaded.cpu.has("dotprod") and not loaded.cpu.has("i8mm")
+    copied = copy_build(build, tmp_path / "other", "arm2")
+    assert copied.manifest.cpu == ARM_CPU
+
+
+def test_format_1_manifest_without_cpu_still_loads(tmp_path: Path, prebuilt: Path) -> None:
+    folder, data = _manifest(tmp_path, prebuilt)
+    data.pop("cpu")
+    data["format"] = 1
+    (folder / MANIFEST).write_text(json.dumps(data))
+    manifest = load_manifest(folder)
+    assert manifest.cpu is None and manifest.format == 1
+    data.pop("format")  # the earliest manifests had no format key at all
+    (folder / MANIFEST).write_text(json.dumps(data))
+    assert load_manifest(folder).cpu is None
+
+
+@pytest.mark.parametrize(
+    ("cpu", "message"),
+    [
+        ("aarch64", "key 'cpu': must be an object"),
+        ({"arch_flags": []}, "key 'cpu': key 'arch' must be a string"),
+        ({"arch": "aarch64", "features": {"dotprod": "yes"}}, "key 'features'"),
+        ({"arch": "aarch64", "arch_flags": "-march=x"}, "key 'arch_flags'"),
+        ({"arch": "aarch64", "kleidiai": 1}, "key 'kleidiai'"),
+    ],
+)
+def test_invalid_cpu_features_name_the_key(
+    tmp_path: Path, prebuilt: Path, cpu: object, message: str
+) -> None:
+    folder, data = _manifest(tmp_path, prebuilt)
+    data["cpu"] = cpu
+    (folder / MANIFEST).write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=message):
+        load_manifest(folder)
+
+
+def test_cli_builds_shows_cpu_features(
+    tmp_path: Path, prebuilt: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")  # rich folds cells to the terminal's width
+    root = tmp_path / "builds"
+    write_build(root, "arm", {"bin/llama-bench": prebuilt / "bin" / "llama-bench"},
+                engine="llama.cpp", abi="arm64-v8a", version="1", commit="c", cpu=ARM_CPU)
+    import_build(prebuilt, root, "ci", abi="arm64-v8a")  # an import: features unknown
+    runner = CliRunner()
+    rows = json.loads(runner.invoke(main, ["builds", "--json", "--builds", str(root)]).output)
+    assert [(r["name"], r["cpu"]) for r in rows] == [("arm", ARM_CPU.to_dict()), ("ci", None)]
+    table = runner.invoke(main, ["builds", "--builds", str(root)])
+    assert table.exit_code == 0, table.output
+    assert "cpu" in table.output and "aarch64 dotprod fp16" in table.output
+
+
+def _fake_cached_build(cache: Path, name: str, prebuilt: Path, flags: list[str]) -> None:
+    """A cached build as older harness versions wrote it: format 1, no cpu."""
+    files = {"bin/llama-bench": prebuilt / "bin" / "llama-bench"}
+    build = write_build(cache / "builds", name, files, engine="llama.cpp", abi="x86_64",
+                        version="1", commit="c", cmake_flags=flags)
+    data = json.loads((build.path / MANIFEST).read_text())
+    data.pop("cpu")
+    data["format"] = 1
+    (build.path / MANIFEST).write_text(json.dumps(data))
+
+
+def test_cached_builds_from_before_cpu_features_get_them_on_use(
+    tmp_path: Path, prebuilt: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ensure_*_build finds a cached build made before manifests had "cpu": it fills them in
+    from the recorded cmake flags instead of recompiling."""
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    cache, root = tmp_path / "cache", tmp_path / "builds"
+    slow = cmake_defines("host", extra=HOST_VARIANTS["host-slow"])
+    _fake_cached_build(cache, f"host-slow-{host_variant_key('host-slow')}", prebuilt,
+                       [f"-D{k}={v}" for k, v in slow.items()])
+    toolchain = cache / "toolchains" / "aarch64-linux-gnu.toolchain.cmake"
+    arm = cmake_defines("arm64-v8a", None, CROSS_VARIANTS["arm64-release"], toolchain=toolchain)
+    _fake_cached_build(cache, f"arm64-release-{cross_variant_key('arm64-release')}", prebuilt,
+                       [f"-D{k}={v}" for k, v in arm.items()])
+    host = ensure_host_build("host-slow", root, cache=cache)
+    assert host.manifest.cpu == cpu_features("host", slow)
+    assert ensure_cross_build("arm64-release", root, cache=cache).manifest.cpu == ARM_CPU
+    cached = list_builds(cache / "builds")
+    assert all(b.manifest.cpu is not None and b.manifest.format == 2 for b in cached)
+    assert not (cache / "cmake").exists()  # nothing was compiled
+
+
 def test_cli_verify_exits_nonzero_on_a_tampered_build(tmp_path: Path, prebuilt: Path) -> None:
     build = import_build(prebuilt, tmp_path, "ci", abi="arm64-v8a")
     (build.path / "lib" / "libllama.so.0").write_bytes(b"other")
@@ -213,16 +332,30 @@ def test_cli_unknown_define_syntax_is_a_one_line_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
-def test_cli_android_build_without_ndk_is_a_clean_error(
+def test_cli_arm64_build_without_ndk_or_cross_compiler_is_a_one_line_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """No --ndk, no $ANDROID_NDK: the cross compiler is used; without it, one line naming the
+    package (PATH keeps cmake and git, so nothing but the compiler is missing)."""
+    bin_dir = tmp_path / "path"
+    bin_dir.mkdir()
+    for tool in ("cmake", "git", "nice"):
+        found = shutil.which(tool)
+        if found:
+            os.symlink(found, bin_dir / tool)
+    monkeypatch.setenv("PATH", str(bin_dir))
     monkeypatch.delenv("ANDROID_NDK", raising=False)
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     (tmp_path / "CMakeLists.txt").write_text("project(x)\n")
     result = CliRunner().invoke(main, ["build", "llama.cpp", "--source", str(tmp_path),
                                        "--name", "phone", "--abi", "arm64-v8a",
                                        "--builds", str(tmp_path / "builds")])
-    assert result.exit_code == 2
-    assert "needs the Android NDK" in result.output
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert "aarch64-linux-gnu-gcc not on PATH" in lines[0]
+    assert "install g++-aarch64-linux-gnu" in lines[0] and "--ndk" in lines[0]
+    assert not (tmp_path / "cache" / "cmake").exists()
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Engine builds: a folder ``builds/<name>/`` with ``bin/``, ``lib/`` and ``manifest.json``.
 
-A manifest says what a build is (engine, version, commit, ABI, cmake flags) and lists every file
+A manifest says what a build is (engine, version, commit, ABI, cmake flags, the CPU features its
+code was compiled for) and lists every file
 with its size and sha256, so results can name the exact bytes that produced them and the push
 cache can skip bytes a phone already holds. Manifests are validated on load: a hand-edited or
 foreign manifest fails with the file and key named, and no listed path may leave the build folder.
@@ -24,10 +25,13 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from harness.artifacts.cpu_features import CpuFeatures, cpu_features_from_dict
 from harness.errors import BuildError, ConfigError
 
 MANIFEST = "manifest.json"
-MANIFEST_VERSION = 1
+# 2 added "cpu" (CpuFeatures). Older formats still load; what they lack reads as unknown (None).
+MANIFEST_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 FILE_DIRS = ("bin", "lib")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -55,11 +59,13 @@ class Manifest:
     created_at: str  # ISO 8601, UTC
     host: str  # machine that made the build
     source: str | None = None  # where the code came from (path or sdist name)
+    cpu: CpuFeatures | None = None  # None: unknown (imports, format-1 manifests)
     format: int = MANIFEST_VERSION
 
     def to_json(self) -> str:
         data = asdict(self)
         data["cmake_flags"] = list(self.cmake_flags)
+        data["cpu"] = self.cpu.to_dict() if self.cpu else None
         return json.dumps(data, indent=2) + "\n"
 
     def file(self, path: str) -> BuildFile | None:
@@ -197,11 +203,16 @@ def manifest_from_dict(data: Any, where: Path) -> Manifest:
             raise ConfigError(f"{where}: key {key!r} is missing or not {_kind_name(kind)}")
         return value
 
-    fmt = data.get("format", MANIFEST_VERSION)
-    if fmt != MANIFEST_VERSION:
-        raise ConfigError(
-            f"{where}: key 'format' is {fmt!r}; this harness reads {MANIFEST_VERSION}"
-        )
+    fmt = data.get("format", 1)
+    if fmt not in READABLE_VERSIONS or isinstance(fmt, bool):
+        readable = ", ".join(str(v) for v in READABLE_VERSIONS)
+        raise ConfigError(f"{where}: key 'format' is {fmt!r}; this harness reads {readable}")
+    cpu = None
+    if data.get("cpu") is not None:
+        try:
+            cpu = cpu_features_from_dict(data["cpu"])
+        except ValueError as error:
+            raise ConfigError(f"{where}: key 'cpu': {error}") from None
     flags = need("cmake_flags", list)
     if not all(isinstance(flag, str) for flag in flags):
         raise ConfigError(f"{where}: key 'cmake_flags' must be a list of strings")
@@ -221,6 +232,8 @@ def manifest_from_dict(data: Any, where: Path) -> Manifest:
         created_at=need("created_at", str),
         host=need("host", str),
         source=need("source", str, optional=True),
+        cpu=cpu,
+        format=fmt,
     )
 
 
@@ -296,6 +309,7 @@ def write_build(
     commit: str | None = None,
     cmake_flags: Iterable[str] = (),
     source: str | None = None,
+    cpu: CpuFeatures | None = None,
     replace: bool = False,
 ) -> Build:
     """Copy ``{"bin/x": src, "lib/y": src}`` into ``root/name`` with a manifest, atomically.
@@ -328,7 +342,7 @@ def write_build(
             name=name, engine=engine, version=version, commit=commit, abi=abi,
             cmake_flags=tuple(cmake_flags), files=scan_files(tmp),
             created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-            host=platform.node(), source=source,
+            host=platform.node(), source=source, cpu=cpu,
         )
         (tmp / MANIFEST).write_text(manifest.to_json())
         if target.exists():
@@ -381,11 +395,12 @@ def copy_build(build: Build, root: Path, name: str) -> Build:
             current = Build(existing, load_manifest(existing))
         except ConfigError:
             current = None
-        if current and current.manifest.files == build.manifest.files and not verify_build(current):
+        if (current and current.manifest.files == build.manifest.files
+                and current.manifest.cpu == build.manifest.cpu and not verify_build(current)):
             return current
     m = build.manifest
     return write_build(
         root, name, {f.path: build.path / f.path for f in m.files}, engine=m.engine, abi=m.abi,
         version=m.version, commit=m.commit, cmake_flags=m.cmake_flags, source=m.source,
-        replace=True,
+        cpu=m.cpu, replace=True,
     )

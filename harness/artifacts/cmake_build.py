@@ -1,4 +1,4 @@
-"""Configure and compile llama.cpp with cmake, for this host or for Android (arm64-v8a).
+"""Configure and compile llama.cpp with cmake, for this host or for arm64 (Android or Linux).
 
 The command lines are made by pure functions (``cmake_defines``, ``configure_argv``,
 ``build_argv``) so the Android path can be tested exactly on a machine without an NDK; running
@@ -12,6 +12,14 @@ Choices, and why:
   ``ANDROID_PLATFORM=android-28``, ``GGML_NATIVE/GGML_OPENMP/GGML_LLAMAFILE/LLAMA_OPENSSL=OFF``
   and no global ``-march`` (the docs warn it raises the baseline for every source; pass one with
   ``-D CMAKE_C_FLAGS=...`` when you mean it).
+- arm64 without an NDK (no ``--ndk``, no ``$ANDROID_NDK``): Debian's ``aarch64-linux-gnu-gcc``/
+  ``g++`` (package g++-aarch64-linux-gnu) through a toolchain file the harness writes into its
+  cache, and one static ``llama-bench`` (``CMAKE_EXE_LINKER_FLAGS=-static``) that runs on any
+  arm64 Linux kernel, a phone's included, and under ``qemu-aarch64`` on this host. OpenMP is off
+  (with it on the static link fails: CMake picks libgomp.so), ``GGML_CPU_ARM_ARCH=
+  armv8.2-a+dotprod+fp16`` is the baseline of current phone cores.
+- Every manifest records the CPU features the build was compiled for (``cpu_features``), derived
+  from the cmake defines actually passed.
 - ``BUILD_SHARED_LIBS=OFF`` by default: one self-contained ``llama-bench`` to push to a phone, no
   ``LD_LIBRARY_PATH``. ``-D BUILD_SHARED_LIBS=ON`` still works: the libraries are collected into
   ``lib/`` and the binaries find them through an ``$ORIGIN/../lib`` rpath.
@@ -43,6 +51,7 @@ from harness.artifacts.builds import (
     open_build,
     write_build,
 )
+from harness.artifacts.cpu_features import CpuFeatures, derive_cpu_features
 from harness.artifacts.llama_source import (
     LLAMA_CPP_PYTHON_VERSION,
     cache_root,
@@ -55,6 +64,10 @@ ABIS = ("host", "arm64-v8a")
 ANDROID_PLATFORM = "android-28"
 DEFAULT_TARGETS = ("llama-bench",)
 NDK_TOOLCHAIN = Path("build/cmake/android.toolchain.cmake")
+# arm64 without an NDK: Debian's cross compiler.
+CROSS_TRIPLE = "aarch64-linux-gnu"
+CROSS_PACKAGE = "g++-aarch64-linux-gnu"
+CROSS_TOOLCHAIN = f"{CROSS_TRIPLE}.toolchain.cmake"
 
 # Options for every llama.cpp build: fewer targets, fewer dependencies.
 _COMMON = {
@@ -75,6 +88,16 @@ _ANDROID = {
     "GGML_OPENMP": "OFF",
     "GGML_LLAMAFILE": "OFF",
 }
+# docs/design VIRTUAL_PHONE.md "arm64 without a phone": one static binary, no OpenMP (its static
+# link fails), dotprod + fp16 arithmetic as on every current phone core.
+_CROSS = {
+    "GGML_NATIVE": "OFF",
+    "LLAMA_CURL": "OFF",
+    "BUILD_SHARED_LIBS": "OFF",
+    "CMAKE_EXE_LINKER_FLAGS": "-static",
+    "GGML_OPENMP": "OFF",
+    "GGML_CPU_ARM_ARCH": "armv8.2-a+dotprod+fp16",
+}
 
 _PERCENT = re.compile(r"^\[\s*(\d{1,3})%\]")  # Unix Makefiles: "[ 42%] Building C object ..."
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")  # Ninja: "[12/80] Building C object ..."
@@ -91,6 +114,10 @@ HOST_VARIANTS: dict[str, dict[str, str]] = {
         "GGML_AVX": "OFF", "GGML_AVX2": "OFF", "GGML_FMA": "OFF", "GGML_F16C": "OFF",
         "GGML_BMI2": "OFF",
     },
+}
+# arm64 variants built with the cross compiler (no NDK), for virtual phones under qemu-aarch64.
+CROSS_VARIANTS: dict[str, dict[str, str]] = {
+    "arm64-release": {},
 }
 
 
@@ -113,17 +140,21 @@ def parse_defines(items: Sequence[str]) -> dict[str, str]:
 
 
 def cmake_defines(
-    abi: str, ndk: Path | None = None, extra: Mapping[str, str] | None = None
+    abi: str,
+    ndk: Path | None = None,
+    extra: Mapping[str, str] | None = None,
+    *,
+    toolchain: Path | None = None,
 ) -> dict[str, str]:
-    """Every ``-D`` for one build: defaults for the ABI, then the user's overrides."""
+    """Every ``-D`` for one build: defaults for the ABI, then the user's overrides.
+
+    ``arm64-v8a`` takes either ``ndk`` (Android's toolchain) or ``toolchain``, a cross toolchain
+    file for Debian's aarch64-linux-gnu compiler (see ``write_cross_toolchain``).
+    """
     defines = dict(_COMMON)
     if abi == "host":
         defines.update(_HOST)
-    elif abi == "arm64-v8a":
-        if ndk is None:
-            raise BuildError(
-                "--abi arm64-v8a needs the Android NDK: pass --ndk PATH or set ANDROID_NDK"
-            )
+    elif abi == "arm64-v8a" and ndk is not None:
         defines = {
             "CMAKE_TOOLCHAIN_FILE": str(ndk / NDK_TOOLCHAIN),
             "ANDROID_ABI": "arm64-v8a",
@@ -131,12 +162,68 @@ def cmake_defines(
             **defines,
             **_ANDROID,
         }
+    elif abi == "arm64-v8a" and toolchain is not None:
+        defines = {"CMAKE_TOOLCHAIN_FILE": str(toolchain), **defines, **_CROSS}
+    elif abi == "arm64-v8a":
+        raise BuildError(
+            "--abi arm64-v8a needs the Android NDK (--ndk PATH or $ANDROID_NDK) or the "
+            f"{CROSS_TRIPLE} cross toolchain file"
+        )
     else:
         abi_name(abi)  # raises with the list of ABIs
     defines.update(extra or {})
-    if abi == "host" and defines.get("GGML_NATIVE", "OFF").upper() not in ("OFF", "0", "FALSE"):
-        raise BuildError("-D GGML_NATIVE=ON: native builds use AMX on these machines and crash")
+    if defines.get("GGML_NATIVE", "OFF").upper() not in ("OFF", "0", "FALSE"):
+        raise BuildError("-D GGML_NATIVE=ON: native builds use AMX on these machines and crash; "
+                         "harness builds are never native")
     return defines
+
+
+def cross_toolchain_text(cc: Path, cxx: Path) -> str:
+    """A CMake toolchain file for Debian's aarch64-linux-gnu cross compiler."""
+    sysroot = f"/usr/{CROSS_TRIPLE}"
+    return "\n".join([
+        "# Written by harness (harness/artifacts/cmake_build.py): Debian's aarch64 cross compiler.",
+        "set(CMAKE_SYSTEM_NAME Linux)",
+        "set(CMAKE_SYSTEM_PROCESSOR aarch64)",
+        f"set(CMAKE_C_COMPILER {cc})",
+        f"set(CMAKE_CXX_COMPILER {cxx})",
+        f"set(CMAKE_FIND_ROOT_PATH {sysroot})",
+        "set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)",
+        "set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)",
+        "set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)",
+        "set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)",
+        "",
+    ])
+
+
+def find_cross_compilers() -> tuple[Path, Path]:
+    """(gcc, g++) of Debian's aarch64 cross compiler on PATH, or a one-line BuildError."""
+    found = [shutil.which(f"{CROSS_TRIPLE}-{tool}") for tool in ("gcc", "g++")]
+    if found[0] is None or found[1] is None:
+        missing = f"{CROSS_TRIPLE}-{'gcc' if found[0] is None else 'g++'}"
+        raise BuildError(
+            f"--abi arm64-v8a without --ndk needs the aarch64 cross compiler ({missing} not on "
+            f"PATH): install {CROSS_PACKAGE} (apt-get install {CROSS_PACKAGE}) or pass --ndk PATH"
+        )
+    return Path(found[0]), Path(found[1])
+
+
+def write_cross_toolchain(cache: Path) -> Path:
+    """Write (or keep) ``<cache>/toolchains/aarch64-linux-gnu.toolchain.cmake``; return it."""
+    text = cross_toolchain_text(*find_cross_compilers())
+    path = cache / "toolchains" / CROSS_TOOLCHAIN
+    if path.is_file() and path.read_text() == text:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def cpu_features(abi: str, defines: Mapping[str, str]) -> CpuFeatures:
+    """The CPU features a build of ``abi`` with these cmake defines is compiled for."""
+    return derive_cpu_features(abi_name(abi), defines)
 
 
 def configure_argv(
@@ -307,8 +394,11 @@ def build_llama_cpp(
 ) -> Build:
     """``harness build llama.cpp``: compile in the cache, then copy the products into a build."""
     source = source.resolve()
+    cache = cache or cache_root()
     if ndk is not None and not (ndk / NDK_TOOLCHAIN).is_file():
         raise BuildError(f"{ndk}: not an Android NDK (no {NDK_TOOLCHAIN}); check --ndk")
+    cross = abi == "arm64-v8a" and ndk is None
+    toolchain = write_cross_toolchain(cache) if cross else None
     target = root / name
     if target.exists() and not replace:
         raise BuildError(f"{target}: build exists; pick another --name or pass --replace")
@@ -317,15 +407,16 @@ def build_llama_cpp(
     if commit and git_commit(source) is None:  # cmake cannot ask git: tell it the commit
         overrides["LLAMA_BUILD_COMMIT"] = commit[:7]
     overrides.update(extra or {})
-    defines = cmake_defines(abi, ndk, overrides)
-    work = work_dir(cache or cache_root(), source, abi)
+    defines = cmake_defines(abi, ndk, overrides, toolchain=toolchain)
+    # The NDK and the cross compiler get separate trees: a toolchain never changes inside one.
+    work = work_dir(cache, source, f"{abi}-{CROSS_TRIPLE}" if cross else abi)
     products = compile_llama_cpp(source, work, defines, targets, jobs, progress, nice)
     cmakelists = source / "CMakeLists.txt"
     return write_build(
         root, name, collect_products(products, targets), engine="llama.cpp", abi=abi_name(abi),
         version=None if abi == "host" else source_version(cmakelists.read_text()),
         commit=commit, cmake_flags=[f"-D{k}={v}" for k, v in defines.items()], source=origin,
-        replace=replace,
+        cpu=cpu_features(abi, defines), replace=replace,
     )
 
 
@@ -338,6 +429,21 @@ def host_variant_key(variant: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def cross_variant_key(variant: str) -> str:
+    """Cache key of an arm64 cross variant: source version + cmake flags + toolchain file.
+
+    Neither the cache's location nor where the compilers are installed enters the key, so a
+    cached build is found without looking for the compilers.
+    """
+    if variant not in CROSS_VARIANTS:
+        raise BuildError(f"unknown arm64 build {variant!r}; known: {', '.join(CROSS_VARIANTS)}")
+    placeholder = Path(f"<toolchains>/{CROSS_TOOLCHAIN}")
+    defines = cmake_defines("arm64-v8a", None, CROSS_VARIANTS[variant], toolchain=placeholder)
+    toolchain = cross_toolchain_text(Path(f"{CROSS_TRIPLE}-gcc"), Path(f"{CROSS_TRIPLE}-g++"))
+    text = json.dumps([LLAMA_CPP_PYTHON_VERSION, defines, toolchain], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def ensure_host_build(
     variant: str, root: Path, *, cache: Path | None = None, progress: Progress | None = None
 ) -> Build:
@@ -346,15 +452,51 @@ def ensure_host_build(
     The compiled build lives in ``$HARNESS_CACHE/builds/<variant>-<key>``; each builds root gets
     a copy named ``variant`` (reused when its files already match).
     """
+    return _ensure_cached_build(
+        variant, root, "host", host_variant_key(variant), HOST_VARIANTS[variant], cache, progress
+    )
+
+
+def ensure_cross_build(
+    variant: str, root: Path, *, cache: Path | None = None, progress: Progress | None = None
+) -> Build:
+    """An arm64-v8a build made with Debian's cross compiler (no NDK), like ``ensure_host_build``.
+
+    One static ``llama-bench`` for any arm64 Linux; on this host it runs under ``qemu-aarch64``.
+    Raises a one-line BuildError naming g++-aarch64-linux-gnu when the compiler is missing.
+    """
+    return _ensure_cached_build(
+        variant, root, "arm64-v8a", cross_variant_key(variant), CROSS_VARIANTS[variant], cache,
+        progress,
+    )
+
+
+def _ensure_cached_build(
+    variant: str, root: Path, abi: str, key: str, extra: Mapping[str, str],
+    cache: Path | None, progress: Progress | None,
+) -> Build:
     cache = cache or cache_root()
     cached_root = cache / "builds"
-    cached_name = f"{variant}-{host_variant_key(variant)}"
+    cached_name = f"{variant}-{key}"
     if (cached_root / cached_name / MANIFEST).is_file():
         cached = open_build(cached_root, cached_name)
+        if cached.manifest.cpu is None:  # made before manifests recorded CPU features
+            flags = [flag[2:] for flag in cached.manifest.cmake_flags if flag.startswith("-D")]
+            cached = _with_cpu(cached, cpu_features(abi, parse_defines(flags)))
     else:
         source = ensure_llama_source(root=cache / "src")
         cached = build_llama_cpp(
-            source, cached_root, cached_name, extra=HOST_VARIANTS[variant], progress=progress,
+            source, cached_root, cached_name, abi=abi, extra=extra, progress=progress,
             nice=True, replace=True, cache=cache,
         )
     return copy_build(cached, root, variant)
+
+
+def _with_cpu(build: Build, cpu: CpuFeatures) -> Build:
+    """The same build with CPU features added to its manifest (files unchanged)."""
+    m = build.manifest
+    return write_build(
+        build.path.parent, m.name, {f.path: build.path / f.path for f in m.files}, engine=m.engine,
+        abi=m.abi, version=m.version, commit=m.commit, cmake_flags=m.cmake_flags,
+        source=m.source, cpu=cpu, replace=True,
+    )

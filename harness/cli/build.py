@@ -33,7 +33,13 @@ def _summary(build: Build) -> dict[str, Any]:
         "name": m.name, "path": str(build.path), "engine": m.engine, "version": m.version,
         "commit": m.commit, "abi": m.abi, "files": len(m.files),
         "bytes": sum(f.size for f in m.files), "created_at": m.created_at,
+        "cpu": m.cpu.to_dict() if m.cpu else None,
     }
+
+
+def _cpu(build: Build) -> str:
+    cpu = build.manifest.cpu
+    return cpu.summary() if cpu else "?"
 
 
 def _report(build: Build, as_json: bool) -> None:
@@ -42,7 +48,7 @@ def _report(build: Build, as_json: bool) -> None:
     else:
         m = build.manifest
         click.echo(f"{m.name}: {m.engine} {m.version or '?'} ({(m.commit or '?')[:12]}) "
-                   f"{m.abi}, {len(m.files)} files in {build.path}")
+                   f"{m.abi} [{_cpu(build)}], {len(m.files)} files in {build.path}")
 
 
 @click.group("build")
@@ -50,7 +56,7 @@ def build() -> None:
     """Make engine builds: compile llama.cpp, or wrap prebuilt binaries.
 
     A build is builds/<name>/ with bin/, lib/ and manifest.json (engine, version, commit, ABI,
-    cmake flags, every file's size and sha256).
+    cmake flags, CPU features, every file's size and sha256).
 
     \b
     Example:
@@ -64,9 +70,11 @@ def build() -> None:
               help="A llama.cpp source tree (a git checkout or the vendored copy).")
 @click.option("--name", required=True, help="Build name: the folder under the builds root.")
 @click.option("--abi", type=click.Choice(ABIS), default="host", show_default=True,
-              help="Target: this host, or Android arm64-v8a (needs --ndk).")
+              help="Target: this host, or arm64-v8a (with --ndk: Android's NDK; without: Debian's "
+                   "aarch64 cross compiler, a static binary).")
 @click.option("--ndk", type=click.Path(file_okay=False, path_type=Path), envvar="ANDROID_NDK",
-              help="Android NDK root (default: $ANDROID_NDK).")
+              help="Android NDK root for arm64-v8a (default: $ANDROID_NDK; with neither, "
+                   "Debian's aarch64 cross compiler is used).")
 @click.option("-D", "defines", multiple=True, metavar="KEY=VAL",
               help="Extra cmake definition, e.g. -D GGML_AVX2=OFF (repeatable).")
 @click.option("--target", "targets", multiple=True, metavar="TOOL",
@@ -82,15 +90,19 @@ def build_llama(
 ) -> None:
     """Configure and compile llama.cpp with cmake, then store the products as a build.
 
-    Host builds always use -DGGML_NATIVE=OFF (native builds use AMX here and crash). Android
-    builds use the NDK's toolchain file with the options of llama.cpp's docs/android.md. The
-    cmake tree is kept in $HARNESS_CACHE/cmake, so rebuilding with other flags is incremental.
+    Builds always use -DGGML_NATIVE=OFF (native builds use AMX here and crash). arm64-v8a with
+    --ndk uses the NDK's toolchain file with the options of llama.cpp's docs/android.md; without
+    an NDK it uses Debian's aarch64-linux-gnu cross compiler (package g++-aarch64-linux-gnu) and
+    links one static llama-bench, runnable under qemu-aarch64. The cmake tree is kept in
+    $HARNESS_CACHE/cmake, so rebuilding with other flags is incremental. The manifest records
+    the CPU features the build was compiled for (arch flags, AVX2/dotprod/..., KleidiAI).
 
     \b
     Example:
       harness build llama.cpp --source ~/.cache/harness/src/llama.cpp-0.3.36 --name host-release
       harness build llama.cpp --source ../llama.cpp --name slow -D GGML_AVX2=OFF
       harness build llama.cpp --source ../llama.cpp --name phone --abi arm64-v8a --ndk $NDK
+      harness build llama.cpp --source ../llama.cpp --name arm64 --abi arm64-v8a   # no NDK
     """
     extra = parse_defines(defines)
     root = builds_root(builds_dir)
@@ -159,13 +171,13 @@ def builds(verify: bool, builds_dir: Path | None, as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
     else:
         table = Table(title=f"builds in {builds_root(builds_dir)}")
-        for column in ("name", "engine", "version", "commit", "abi", "files", "path"):
+        for column in ("name", "engine", "version", "commit", "abi", "cpu", "files", "path"):
             table.add_column(column, overflow="fold")
         if verify:
             table.add_column("verify")
         for b in found:
             m = b.manifest
-            row = [m.name, m.engine, m.version or "?", (m.commit or "?")[:12], m.abi,
+            row = [m.name, m.engine, m.version or "?", (m.commit or "?")[:12], m.abi, _cpu(b),
                    str(len(m.files)), str(b.path)]
             if verify:
                 row.append("; ".join(problems[b.name]) or "ok")

@@ -1,23 +1,35 @@
-"""The cmake command lines (exact, for host and Android) and the pure helpers around a build."""
+"""The cmake command lines (exact, for host, Android and the arm64 cross compiler), the CPU
+features a manifest records, and the pure helpers around a build."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from harness.artifacts.cmake_build import (
+    CROSS_VARIANTS,
     HOST_VARIANTS,
     build_argv,
+    build_llama_cpp,
     cmake_defines,
     collect_products,
     configure_argv,
+    cpu_features,
+    cross_toolchain_text,
+    cross_variant_key,
+    ensure_cross_build,
+    find_cross_compilers,
     host_variant_key,
     parse_defines,
     parse_progress,
     source_version,
+    write_cross_toolchain,
 )
+from harness.artifacts.cpu_features import arm_features, derive_cpu_features
 from harness.errors import BuildError
 
 NDK = Path("/opt/android-ndk-r27")
@@ -48,6 +60,187 @@ def test_arm64_configure_command_is_exactly_the_documented_android_one() -> None
         "-DGGML_LLAMAFILE=OFF",
     ]
     assert not any("-march" in item for item in argv)
+
+
+def test_arm64_without_ndk_configures_exactly_the_static_cross_build() -> None:
+    """docs/design VIRTUAL_PHONE.md "arm64 without a phone": the toolchain file, native/OpenMP
+    off, static link, armv8.2-a+dotprod+fp16; plus our target trimming."""
+    toolchain = Path("/cache/toolchains/aarch64-linux-gnu.toolchain.cmake")
+    defines = cmake_defines("arm64-v8a", None, toolchain=toolchain)
+    argv = configure_argv(SOURCE, WORK, defines, generator="Ninja")
+    assert argv == [
+        "cmake", "-S", "/src/llama.cpp", "-B", "/cache/cmake/llama.cpp-arm64-v8a", "-G", "Ninja",
+        "-DCMAKE_TOOLCHAIN_FILE=/cache/toolchains/aarch64-linux-gnu.toolchain.cmake",
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DBUILD_SHARED_LIBS=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_SERVER=OFF",
+        "-DLLAMA_BUILD_APP=OFF",
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_OPENSSL=OFF",
+        "-DCMAKE_BUILD_RPATH=$ORIGIN/../lib",
+        "-DGGML_NATIVE=OFF",
+        "-DCMAKE_EXE_LINKER_FLAGS=-static",
+        "-DGGML_OPENMP=OFF",
+        "-DGGML_CPU_ARM_ARCH=armv8.2-a+dotprod+fp16",
+    ]
+    assert not any("ANDROID" in item for item in argv)
+    # an NDK, when given, wins over the cross compiler: real phones keep the NDK build
+    ndk = cmake_defines("arm64-v8a", NDK, toolchain=toolchain)
+    assert ndk["CMAKE_TOOLCHAIN_FILE"].startswith(str(NDK))
+
+
+def test_cross_toolchain_file_names_the_target_and_both_compilers() -> None:
+    text = cross_toolchain_text(
+        Path("/usr/bin/aarch64-linux-gnu-gcc"), Path("/usr/bin/aarch64-linux-gnu-g++")
+    )
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert lines == [
+        "set(CMAKE_SYSTEM_NAME Linux)",
+        "set(CMAKE_SYSTEM_PROCESSOR aarch64)",
+        "set(CMAKE_C_COMPILER /usr/bin/aarch64-linux-gnu-gcc)",
+        "set(CMAKE_CXX_COMPILER /usr/bin/aarch64-linux-gnu-g++)",
+        "set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu)",
+        "set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)",
+        "set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)",
+        "set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)",
+        "set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)",
+    ]
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None,
+                    reason="needs g++-aarch64-linux-gnu")
+def test_cross_toolchain_is_written_once_into_the_cache(tmp_path: Path) -> None:
+    path = write_cross_toolchain(tmp_path)
+    assert path == tmp_path / "toolchains" / "aarch64-linux-gnu.toolchain.cmake"
+    gcc, gxx = find_cross_compilers()
+    assert path.read_text() == cross_toolchain_text(gcc, gxx)
+    mtime = path.stat().st_mtime_ns
+    assert write_cross_toolchain(tmp_path) == path
+    assert path.stat().st_mtime_ns == mtime
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_cross_variant_key_ignores_where_cache_and_compilers_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = cross_variant_key("arm64-release")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no compilers at all: a cached build still counts
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "elsewhere"))
+    assert cross_variant_key("arm64-release") == key
+    assert key not in (host_variant_key("host-release"), host_variant_key("host-slow"))
+    with pytest.raises(BuildError, match="unknown arm64 build"):
+        cross_variant_key("arm64-fast")
+
+
+def _no_cross_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PATH with cmake and git but no aarch64-linux-gnu-* (the package not installed)."""
+    bin_dir = tmp_path / "path"
+    bin_dir.mkdir()
+    for tool in ("cmake", "git", "nice"):
+        found = shutil.which(tool)
+        if found:
+            os.symlink(found, bin_dir / tool)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("ANDROID_NDK", raising=False)
+
+
+def test_missing_cross_compiler_is_one_line_naming_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_cross_compiler(tmp_path, monkeypatch)
+    with pytest.raises(BuildError, match=r"install g\+\+-aarch64-linux-gnu") as error:
+        find_cross_compilers()
+    assert "\n" not in str(error.value)
+    cache = tmp_path / "cache"
+    with pytest.raises(BuildError, match=r"install g\+\+-aarch64-linux-gnu"):
+        ensure_cross_build("arm64-release", tmp_path / "builds", cache=cache)
+    with pytest.raises(BuildError, match=r"install g\+\+-aarch64-linux-gnu"):
+        build_llama_cpp(tmp_path, tmp_path / "builds", "arm64", abi="arm64-v8a", cache=cache)
+    assert not (tmp_path / "builds").exists()
+    assert not (cache / "cmake").exists()
+
+
+X86_ON = ["sse42", "f16c", "fma", "bmi2", "avx", "avx2"]
+
+
+def test_cpu_features_of_host_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GGML_NATIVE=OFF on a non-cross host build: ggml turns SSE4.2..AVX2 on, AVX-512/AMX off."""
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    defines = cmake_defines("host", extra=HOST_VARIANTS["host-release"])
+    cpu = derive_cpu_features("x86_64", defines)
+    assert cpu.arch == "x86_64"
+    assert cpu.enabled == X86_ON
+    assert cpu.arch_flags == ("-msse4.2", "-mf16c", "-mfma", "-mbmi2", "-mavx", "-mavx2")
+    assert not cpu.has("avx512") and not cpu.has("amx_int8") and not cpu.kleidiai
+    assert cpu.summary() == "x86_64 sse42 f16c fma bmi2 avx avx2"
+    if os.uname().machine == "x86_64":
+        assert cpu_features("host", defines) == cpu
+
+
+def test_cpu_features_of_host_slow(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    cpu = derive_cpu_features("x86_64", cmake_defines("host", extra=HOST_VARIANTS["host-slow"]))
+    assert cpu.enabled == ["sse42"]
+    assert cpu.arch_flags == ("-msse4.2",)
+    assert dict(cpu.features) == {name: name == "sse42" for name, _ in cpu.features}
+
+
+def test_cpu_features_of_the_arm64_cross_build() -> None:
+    toolchain = Path("/t/aarch64-linux-gnu.toolchain.cmake")
+    defines = cmake_defines("arm64-v8a", None, CROSS_VARIANTS["arm64-release"], toolchain=toolchain)
+    cpu = cpu_features("arm64-v8a", defines)
+    assert cpu.to_dict() == {
+        "arch": "aarch64",
+        "arch_flags": ["-march=armv8.2-a+dotprod+fp16"],
+        "features": {"dotprod": True, "fp16": True, "i8mm": False, "sve": False, "sme": False},
+        "kleidiai": False,
+    }
+    kleidi = cpu_features("arm64-v8a", {**defines, "GGML_CPU_KLEIDIAI": "ON"})
+    assert kleidi.kleidiai and kleidi.summary() == "aarch64 dotprod fp16 kleidiai"
+
+
+def test_cpu_features_of_the_ndk_build_follow_its_march() -> None:
+    """No GGML_CPU_ARM_ARCH: the armv8-a baseline, unless a global -march is passed."""
+    baseline = cpu_features("arm64-v8a", cmake_defines("arm64-v8a", NDK))
+    assert baseline.arch_flags == () and baseline.enabled == []
+    assert baseline.summary() == "aarch64 baseline"
+    flags = {"CMAKE_C_FLAGS": "-O2 -march=armv8.6-a+nosve", "GGML_CPU_KLEIDIAI": "ON"}
+    tuned = cpu_features("arm64-v8a", cmake_defines("arm64-v8a", NDK, flags))
+    assert tuned.arch_flags == ("-march=armv8.6-a+nosve",)
+    assert tuned.enabled == ["dotprod", "i8mm"] and tuned.kleidiai
+
+
+def test_x86_defaults_are_off_when_reproducible_or_cross() -> None:
+    """ggml's INS_ENB: SOURCE_DATE_EPOCH or a toolchain file turn SSE4.2..AVX2 defaults off."""
+    defines = cmake_defines("host")
+    assert derive_cpu_features("x86_64", defines, env={"SOURCE_DATE_EPOCH": "0"}).enabled == []
+    cross = {**defines, "CMAKE_TOOLCHAIN_FILE": "x.cmake", "GGML_AVX2": "on"}
+    assert derive_cpu_features("x86_64", cross, env={}).enabled == ["avx2"]
+
+
+@pytest.mark.parametrize(
+    "march",
+    ["armv8-a", "armv8.2-a", "armv8.2-a+dotprod+fp16", "armv8.4-a", "armv8.6-a", "armv9-a",
+     "armv8.2-a+sve", "armv8.2-a+fp16fml", "armv8.6-a+nodotprod", "armv9-a+nofp16",
+     "armv8.2-a+i8mm"],
+)
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-gcc") is None,
+                    reason="needs g++-aarch64-linux-gnu")
+def test_arm_features_agree_with_the_compilers_own_macros(march: str) -> None:
+    macros = subprocess.run(
+        ["aarch64-linux-gnu-gcc", f"-march={march}", "-dM", "-E", "-"], input="",
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.split()
+    compiler = {
+        "dotprod": "__ARM_FEATURE_DOTPROD" in macros,
+        "fp16": "__ARM_FEATURE_FP16_VECTOR_ARITHMETIC" in macros,
+        "i8mm": "__ARM_FEATURE_MATMUL_INT8" in macros,
+        "sve": "__ARM_FEATURE_SVE" in macros,
+        "sme": "__ARM_FEATURE_SME" in macros,
+    }
+    assert arm_features(f"-march={march}") == compiler
 
 
 def test_user_defines_override_the_android_defaults_and_come_last() -> None:
