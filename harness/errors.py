@@ -34,6 +34,14 @@ class DeviceTimeoutError(DeviceError):
     """A device command did not finish within its timeout (the command was stopped)."""
 
 
+class AdbServerDownError(DeviceError):
+    """No adb server listens where the harness was told to look.
+
+    The harness never starts an adb server by itself (adbutils and the adb client would, on the
+    port of the environment, which may be a user's 5037); the user starts one.
+    """
+
+
 class EngineError(HarnessError):
     """An engine adapter could not build a command line or parse the output."""
 

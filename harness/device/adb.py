@@ -2,8 +2,9 @@
 
 Commands run over shell protocol v2 (``shell,v2,raw:``), which carries stdout, stderr and the
 exit code separately (137 for a SIGKILLed process). The timeout is a deadline for the whole
-command, not a per-read socket timeout, so a chatty process cannot outlive it; closing the
-stream on timeout makes adbd kill the process.
+command, not a per-read socket timeout, so a chatty process cannot outlive it. Closing the
+stream on timeout makes adbd send SIGHUP to the shell's direct child only: a process that must
+not outlive its deadline (the engine) is killed by pid as well (see ``harness.run.trial``).
 """
 
 from __future__ import annotations
@@ -32,21 +33,92 @@ from harness.device.base import (
     spawn_command,
 )
 from harness.device.facts import gather_facts
-from harness.errors import DeviceError, DeviceLostError, DeviceTimeoutError
+from harness.errors import (
+    AdbServerDownError,
+    DeviceError,
+    DeviceLostError,
+    DeviceTimeoutError,
+)
 
 DEVICE_TMP = "/data/local/tmp"
 _LOST_MARKERS = ("not found", "offline", "closed", "no devices", "disconnected")
 
 
-def adb_client() -> adbutils.AdbClient:
-    """The adb server that ``ANDROID_ADB_SERVER_PORT`` names, as adb itself does."""
-    port = int(os.environ.get("ANDROID_ADB_SERVER_PORT", "5037"))
-    return adbutils.AdbClient(host="127.0.0.1", port=port)
+def server_port() -> int:
+    """The adb server port that ``ANDROID_ADB_SERVER_PORT`` names (default 5037), as adb does."""
+    raw = os.environ.get("ANDROID_ADB_SERVER_PORT", "5037").strip()
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise DeviceError(f"ANDROID_ADB_SERVER_PORT={raw!r} is not a port number")
+    return int(raw)
+
+
+class ServerRefused(AdbConnectionError):
+    """adbutils' connection error for "no adb server listens here", with the address."""
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        detail = "" if "refused" in reason.lower() else f" ({reason})"
+        super().__init__(f"no adb server listens on {host}:{port}{detail}")
+        self.host, self.port = host, port
+
+
+class _RunningServerConnection(adbutils.AdbConnection):
+    """A connection to an adb server that is already running, or an error.
+
+    adbutils' own connection runs ``adb start-server`` when the connection is refused: a daemon
+    on the port of the *environment* (5037 when unset), whichever port the client was given. The
+    harness never starts a server the caller did not choose.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self._address = (host, port)
+        super().__init__(host, port)
+
+    def _safe_connect(self) -> socket.socket:
+        try:
+            sock: socket.socket = self._create_socket()
+        except AdbConnectionError as error:
+            reason = str(error).removeprefix("connect to adb server failed: ")
+            raise ServerRefused(*self._address, reason) from error
+        return sock
+
+
+class AdbClient(adbutils.AdbClient):
+    """adbutils' client that never starts an adb server (see ``_RunningServerConnection``)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None,
+                 socket_timeout: float | None = None) -> None:
+        port = server_port() if port is None else port
+        super().__init__(host=host, port=port, socket_timeout=socket_timeout)
+        self._socket_timeout = socket_timeout
+
+    def make_connection(self, timeout: float | None = None) -> adbutils.AdbConnection:
+        timeout = timeout or self._socket_timeout
+        try:
+            connection = _RunningServerConnection(self.host, self.port)
+        except TimeoutError as error:
+            raise adbutils.AdbTimeout("connect to adb server timeout") from error
+        if timeout:
+            connection.conn.settimeout(timeout)
+        return connection
+
+
+def adb_client(port: int | None = None) -> AdbClient:
+    """The adb server on ``port``, else the one ``ANDROID_ADB_SERVER_PORT`` names, as adb does.
+
+    Only a running server is used: a refused connection raises (``translate_error`` makes it an
+    ``AdbServerDownError``) instead of starting a server on 5037 behind the caller's back.
+    """
+    return AdbClient(host="127.0.0.1", port=port)
 
 
 def translate_error(error: BaseException, serial: str, what: str) -> DeviceError:
     """An adbutils/socket failure as a DeviceError naming the device and the failed command."""
     text = str(error) or type(error).__name__
+    if isinstance(error, ServerRefused):
+        return AdbServerDownError(
+            f"{what}: {text}; the harness never starts one itself: run "
+            f"`adb -P {error.port} start-server`, or point ANDROID_ADB_SERVER_PORT at yours",
+            serial)
     if isinstance(error, AdbConnectionError):
         port = os.environ.get("ANDROID_ADB_SERVER_PORT", "5037")
         return DeviceError(f"{what}: cannot reach the adb server on port {port} ({text})", serial)
@@ -100,6 +172,8 @@ class AdbDevice:
 
     def __init__(self, serial: str, client: adbutils.AdbClient | None = None) -> None:
         self._serial = serial
+        if client is not None and not isinstance(client, AdbClient):
+            client = AdbClient(client.host, client.port)  # one that never starts a server
         self._client = client or adb_client()
         self._adb: Any = self._client.device(serial=serial)
 

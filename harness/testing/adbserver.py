@@ -57,9 +57,13 @@ class AdbServer:
         }
 
     def adb(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        """Run the real adb client against this server."""
+        """Run the real adb client against this server.
+
+        ``-H 127.0.0.1`` (not "localhost") makes the client fail when the server is gone instead
+        of starting a daemon of its own there, which nobody would stop.
+        """
         return subprocess.run(
-            [adb_binary(), "-P", str(self.port), *args],
+            [adb_binary(), "-H", "127.0.0.1", "-P", str(self.port), *args],
             env={**os.environ, **self.env}, capture_output=True, text=True, timeout=timeout,
         )
 
@@ -79,6 +83,7 @@ def start_adb_server(home: Path | None = None, port: int | None = None) -> AdbSe
     port = port or free_port()
     env = {**os.environ, "HOME": str(home), "ADB_MDNS": "0", "ADB_EMU": "0",
            "ADB_MDNS_AUTO_CONNECT": "0"}
+    env.pop("ANDROID_ADB_SERVER_ADDRESS", None)  # a server given a host name aborts at start
     log = open(home / "adb-server.log", "ab")  # noqa: SIM115 - lives as long as the server
     process = subprocess.Popen(
         [adb_binary(), "-P", str(port), "nodaemon", "server"],

@@ -161,8 +161,9 @@ def test_phone_that_never_returns_stops_only_its_jobs_and_resume_finishes_them(
 
 def _answers(serial: str) -> bool:
     try:
-        subprocess.run([adb_binary(), "connect", serial], capture_output=True, timeout=10,
-                       env=os.environ, check=False)
+        # -H 127.0.0.1: fail rather than start a server when the private one is down
+        subprocess.run([adb_binary(), "-H", "127.0.0.1", "connect", serial],
+                       capture_output=True, timeout=10, env=os.environ, check=False)
         return device_of(serial).shell("echo ok", timeout=5).stdout.strip() == "ok"
     except HarnessError:
         return False
@@ -289,7 +290,7 @@ def test_heat_spike_during_a_trial_and_a_phone_that_never_cools(
 
 def test_adb_server_killed_and_restarted_mid_run(
     two_phones: list[Any], adb_server: AdbServer, tmp_path: Path, host_build: Build,
-    tiny_ladder: Any, fault_row: Any, monkeypatch: pytest.MonkeyPatch,
+    tiny_ladder: Any, fault_row: Any,
 ) -> None:
     row = fault_row("adb server killed and restarted mid-run")
     hit = two_phones[0]
@@ -297,18 +298,17 @@ def test_adb_server_killed_and_restarted_mid_run(
     restarted: list[subprocess.Popen[bytes]] = []
 
     def restart(_: Any) -> None:
-        # adbutils would start a server of its own on a refused connection: not in this test
-        monkeypatch.setenv("ADBUTILS_ADB_PATH", "/bin/true")
+        # while it is down the harness gets refusals: it never starts a server itself (adbutils'
+        # client would, and the session's leak check fails the run if anything does)
         adb_server.process.send_signal(signal.SIGKILL)
         adb_server.process.wait(timeout=10)
         time.sleep(1.0)
         log = open(adb_server.home / "adb-server-2.log", "ab")  # noqa: SIM115
         restarted.append(subprocess.Popen(
             [real_adb, "-P", str(adb_server.port), "nodaemon", "server"],
-            env={**os.environ, **adb_server.env, "ADBUTILS_ADB_PATH": real_adb},
+            env={**os.environ, **adb_server.env},
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
         log.close()
-        monkeypatch.setenv("ADBUTILS_ADB_PATH", real_adb)
 
     events = Events()
     injector = Injector(
