@@ -138,7 +138,7 @@ class Lab:
 
         if len(self.phones) < count:
             self.phones += start_phones("midrange-8gb", count - len(self.phones),
-                                        home=self.sim_home)
+                                        home=self.sim_home, abi="x86_64")
 
     def devices(self, count: int) -> list[Any]:
         from harness.device.adb import AdbDevice

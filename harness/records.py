@@ -20,6 +20,7 @@ OUTCOMES = (
     "unsupported",
     "engine_mismatch",
     "push_failed",
+    "abi_mismatch",  # the build is of an ABI the phone cannot execute: refused before the push
 )
 
 
@@ -88,6 +89,9 @@ class TrialRecord:
     battery_temp_c: float | None
     evidence: str | None  # lowmemorykiller line, signal, last stderr lines
     engine_record: str | None  # the engine's raw record (JSON text), kept as reported
+    # added in schema 2 (older parts read them as null)
+    device_abi: str | None = None  # ro.product.cpu.abi
+    cpu_emulation: str | None = None  # e.g. "qemu-aarch64": an emulated CPU, not a phone's speed
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,9 +10,13 @@ import pytest
 
 from harness.testing.adbserver import AdbServer, private_adb_server
 
-pytest_plugins = ["fixtures_models", "fixtures_phones", "fixtures_builds"]
+# leakcheck: the run fails if it leaves an adb server or a virtual-phone daemon alive
+pytest_plugins = ["leakcheck", "fixtures_models", "fixtures_phones", "fixtures_builds"]
 
 REPO = Path(__file__).resolve().parent.parent
+# Tests give adb servers and phones a private HOME; the caches (builds, models, the virtual
+# phone's exec rules) stay where this user keeps them, so they are made once per machine.
+os.environ.setdefault("HARNESS_CACHE", str(Path.home() / ".cache" / "harness"))
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures" / "android"
 
 

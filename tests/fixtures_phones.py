@@ -45,12 +45,18 @@ PhoneFactory = Callable[..., list[VirtualPhone]]
 
 @pytest.fixture
 def virtual_phones(adb_server: AdbServer, tmp_path: Path) -> Iterator[PhoneFactory]:
-    """Factory: ``virtual_phones(count=2, profile="budget-4gb", ram_mb=150)``."""
+    """Factory: ``virtual_phones(count=2, profile="budget-4gb", ram_mb=150)``.
+
+    Phones are x86_64 by default, so host builds run on them natively; ``abi="arm64-v8a"``
+    gives the profile's arm64 phone, which runs arm64 builds in qemu-user.
+    """
     home = tmp_path / "sim"
 
     def make(count: int = 1, profile: str = "midrange-8gb", ram_mb: int | None = None,
-             storage_mb: int | None = None) -> list[VirtualPhone]:
-        infos = start_phones(profile, count, ram_mb=ram_mb, storage_mb=storage_mb, home=home)
+             storage_mb: int | None = None, abi: str | None = "x86_64",
+             shell: str = "mksh") -> list[VirtualPhone]:
+        infos = start_phones(profile, count, ram_mb=ram_mb, storage_mb=storage_mb, home=home,
+                             abi=abi, shell=shell)
         return [VirtualPhone(info, home) for info in infos]
 
     try:

@@ -111,6 +111,7 @@ class SampleGroup:
     n_ok: int = 0
     n_throttled_excluded: int = 0
     outcomes: Mapping[str, int] = field(default_factory=dict)
+    cpu_emulation: str | None = None  # the emulator of a virtual phone's CPU, None when native
 
 
 def usable(frame: pd.DataFrame, include_throttled: bool = False) -> pd.DataFrame:
@@ -138,7 +139,15 @@ def _group(key: CellKey, build: str, rows: pd.DataFrame, metrics: Sequence[str],
         n_ok=len(ok),
         n_throttled_excluded=0 if include_throttled else int(throttled.sum()),
         outcomes={str(k): int(v) for k, v in rows["outcome"].value_counts().items()},
+        cpu_emulation=_emulation(rows),
     )
+
+
+def _emulation(rows: pd.DataFrame) -> str | None:
+    if "cpu_emulation" not in rows:
+        return None
+    named = sorted({str(v) for v in rows["cpu_emulation"].dropna()})
+    return ",".join(named) or None
 
 
 def build_groups(frame: pd.DataFrame, build: str, metrics: Sequence[str] = DEFAULT_METRICS,
@@ -167,7 +176,9 @@ def paired_groups(frame: pd.DataFrame, baseline: str, candidate: str,
             raise ConfigError(f"{what} {name!r}: no trials of that build (builds: {known})")
     base = build_groups(frame, baseline, metrics, include_throttled=include_throttled)
     cand = build_groups(frame, candidate, metrics, include_throttled=include_throttled)
-    return {k: (base[k], cand[k]) for k in sorted(base, key=str) if k in cand}
+    # an emulated CPU's speed is never compared with a native one, even under one serial
+    return {k: (base[k], cand[k]) for k in sorted(base, key=str)
+            if k in cand and base[k].cpu_emulation == cand[k].cpu_emulation}
 
 
 def nights(frame: pd.DataFrame) -> pd.Series:

@@ -44,7 +44,7 @@ class _Progress:
                 self.progress.update(task, description=f"{details['build']} {details['label']}")
             elif kind == "done":
                 self.progress.advance(task)
-            elif kind in ("lost", "failed", "push_failed"):
+            elif kind in ("lost", "failed", "push_failed", "abi_mismatch"):
                 self.progress.update(task, description=f"[red]{details['error']}")
 
 
@@ -65,7 +65,8 @@ def _summary_table(summary: RunSummary) -> Table:
 @click.command("run")
 @click.argument("matrix", type=click.Path(path_type=Path), required=False)
 @click.option("--devices", "devices_spec", default="all", show_default=True,
-              help="Comma-separated serials, 'all' attached devices, or sim:N virtual phones.")
+              help="Comma-separated serials, 'all' attached devices, or sim:N[:ABI] virtual "
+                   "phones (of this host's ABI unless named, e.g. sim:1:arm64-v8a).")
 @click.option("--results", type=click.Path(path_type=Path), default=Path("results"),
               show_default=True, help="Results store root.")
 @click.option("--builds", type=click.Path(path_type=Path), default=None,

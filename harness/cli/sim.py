@@ -39,16 +39,25 @@ def sim() -> None:
               help="Memory the low-memory killer allows (default: the profile's available_mb).")
 @click.option("--storage-mb", type=int, default=None,
               help="Size of the virtual disk (default: the profile's storage_free_mb).")
+@click.option("--abi", type=click.Choice(["arm64-v8a", "x86_64"]), default=None,
+              help="CPU ABI (default: the profile's). x86_64 runs host builds natively; an ABI "
+                   "other than the host's runs its binaries in qemu-user, marked as emulated.")
+@click.option("--shell", "shell", type=click.Choice(["mksh", "dash"]), default="mksh",
+              show_default=True, help="The phone's /system/bin/sh (Android's is mksh).")
 @click.option("--json", "as_json", is_flag=True, help="Print the phones as JSON.")
 def start(profile: str, count: int, ram_mb: int | None, storage_mb: int | None,
-          as_json: bool) -> None:
+          abi: str | None, shell: str, as_json: bool) -> None:
     """Start phones and connect them to the adb server (ANDROID_ADB_SERVER_PORT, default 5037).
+
+    The phone's shell is mksh with toybox applets, as on Android.
 
     \b
     Example:
       harness sim start --profile flagship-16gb --count 4 --json
+      harness sim start --abi x86_64 --count 2      # runs host builds of llama.cpp
     """
-    phones = start_phones(profile, count, ram_mb=ram_mb, storage_mb=storage_mb)
+    phones = start_phones(profile, count, ram_mb=ram_mb, storage_mb=storage_mb, abi=abi,
+                          shell=shell)
     if as_json:
         click.echo(json.dumps([asdict(p) for p in phones], indent=2))
         return

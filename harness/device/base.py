@@ -43,6 +43,8 @@ class DeviceFacts:
     android_release: str | None = None
     android_sdk: int | None = None
     abi: str | None = None
+    abis: tuple[str, ...] = ()  # every ABI the device executes (ro.product.cpu.abilist)
+    cpu_emulation: str | None = None  # a virtual phone whose CPU is emulated names the emulator
     total_ram_kb: int | None = None
     available_ram_kb: int | None = None
     cpu_count: int | None = None

@@ -31,6 +31,12 @@ CPU_SYSFS_LOOP = (
 )
 
 
+def _abis(props: dict[str, str]) -> tuple[str, ...]:
+    listed = [a.strip() for a in props.get("ro.product.cpu.abilist", "").split(",") if a.strip()]
+    main = props.get("ro.product.cpu.abi")
+    return tuple(listed or ([main] if main else []))
+
+
 def _soc(props: dict[str, str]) -> str | None:
     model = props.get("ro.soc.model")
     if model:
@@ -68,6 +74,8 @@ def gather_facts(device: Device, kind: str, storage_path: str) -> DeviceFacts:
         android_release=props.get("ro.build.version.release"),
         android_sdk=_int(props.get("ro.build.version.sdk")),
         abi=props.get("ro.product.cpu.abi"),
+        abis=_abis(props),
+        cpu_emulation=props.get("ro.harness.emulated_cpu") or None,
         total_ram_kb=memory.mem_total_kb if memory else None,
         available_ram_kb=memory.mem_available_kb if memory else None,
         cpu_count=len(topology.cpus) or None,

@@ -140,6 +140,7 @@ class LocalDevice:
             facts,
             model=facts.model or platform.node() or "this host",
             abi=facts.abi or platform.machine() or None,
+            abis=facts.abis or ((platform.machine(),) if platform.machine() else ()),
         )
 
 

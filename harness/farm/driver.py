@@ -56,7 +56,8 @@ from harness.run.runner import (
 
 DEFAULT_GRACE_S = 120.0
 _TICK_S = 0.05  # how often the driver looks for finished jobs
-_FORWARDED = {"job", "trial", "push", "pushed", "push_failed", "reconnecting", "reconnected"}
+_FORWARDED = {"job", "trial", "push", "pushed", "push_failed", "abi_mismatch", "reconnecting",
+              "reconnected"}
 
 
 @dataclass(frozen=True)

@@ -98,8 +98,17 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     df["ok"] = (df["outcome"] == "ok").to_numpy()
     df["good"] = df["ok"] & ~df["throttled"]
     firsts = df.groupby("device_serial", observed=True, sort=True)["device_model"].first()
-    df["device"] = _group_labels(df, ["device_serial"], lambda s: (
-        f"{firsts[s]} · {s}" if isinstance(firsts.get(s), str) and firsts[s] else str(s)))
+    emulated = (df.groupby("device_serial", observed=True, sort=True)["cpu_emulation"].first()
+                if "cpu_emulation" in df else pd.Series(dtype=object))
+
+    def device_label(serial: object) -> str:
+        model = firsts.get(serial)
+        label = f"{model} · {serial}" if isinstance(model, str) and model else str(serial)
+        emulator = emulated.get(serial)
+        # an emulated CPU's speed is not a phone's: say so wherever the device is named
+        return f"{label} · emulated CPU ({emulator})" if isinstance(emulator, str) else label
+
+    df["device"] = _group_labels(df, ["device_serial"], device_label)
     several = df["model_name"].nunique() > 1
     config_cols = ["model_name", "quant", "n_ctx", "type_k", "type_v", "threads"]
     per_config = df.groupby("config_id", observed=True, sort=True)[config_cols].first()

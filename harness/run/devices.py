@@ -11,18 +11,25 @@ from harness.errors import ConfigError
 
 @contextmanager
 def open_devices(spec: str, profile: str, ram_mb: int | None) -> Iterator[list[Device]]:
-    """Devices named by --devices; ``sim:N`` starts what is missing and stops it afterwards."""
+    """Devices named by --devices; ``sim:N[:ABI]`` starts what is missing and stops it afterwards.
+
+    Virtual phones are of this host's ABI unless the spec names another (``sim:1:arm64-v8a``
+    runs arm64 builds in qemu-user).
+    """
     started: list[str] = []
     if spec.startswith("sim:"):
         from harness.virtual.control import list_phones, start_phones, stop_phones
+        from harness.virtual.userland import ABI_MACHINES, host_abi
 
-        count_text = spec[4:]
-        if not count_text.isdigit() or int(count_text) < 1:
-            raise ConfigError(f"--devices {spec!r}: write sim:N with N >= 1, e.g. sim:2")
+        count_text, _, abi = spec[4:].partition(":")
+        abi = abi or host_abi() or "x86_64"
+        if not count_text.isdigit() or int(count_text) < 1 or abi not in ABI_MACHINES:
+            raise ConfigError(f"--devices {spec!r}: write sim:N with N >= 1, optionally with an "
+                              f"ABI ({', '.join(ABI_MACHINES)}), e.g. sim:2 or sim:1:arm64-v8a")
         count = int(count_text)
-        running = [p.serial for p in list_phones() if p.running][:count]
+        running = [p.serial for p in list_phones() if p.running and p.abi == abi][:count]
         if len(running) < count:
-            new = start_phones(profile, count - len(running), ram_mb=ram_mb)
+            new = start_phones(profile, count - len(running), ram_mb=ram_mb, abi=abi)
             started = [p.serial for p in new]
         serials = running + started
         try:

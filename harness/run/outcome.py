@@ -9,6 +9,9 @@ import signal
 from dataclasses import dataclass
 
 SIGKILL_EXIT = 128 + signal.SIGKILL
+# What a phone's shell says when the kernel will not execute a binary of another ABI:
+# mksh "not executable: 64-bit ELF file" (exit 1), dash/bash/toybox "Exec format error" (126).
+_FOREIGN_ELF = ("not executable: ", "Exec format error", "cannot execute binary file")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,10 @@ def classify(obs: Observation) -> Outcome:
         if _near_limit(obs):
             return Outcome("oom_killed", "SIGKILL with memory at the device limit", tail)
         return Outcome("crashed", "killed by SIGKILL without memory pressure evidence", tail)
+    if obs.exit_code in (1, 126) and obs.complete_records == 0 and tail \
+            and any(sign in tail for sign in _FOREIGN_ELF):
+        return Outcome("abi_mismatch", "the device cannot execute the engine binary "
+                       "(another CPU ABI)", tail)
     if obs.exit_code != 0:
         if obs.exit_code > 128:
             name = _signal_name(obs.exit_code - 128)

@@ -99,7 +99,18 @@ def _mask(cpus: Sequence[int]) -> str | None:
 def _meta_device(facts: DeviceFacts) -> dict[str, Any]:
     return {"model": facts.model, "manufacturer": facts.manufacturer, "soc": facts.soc,
             "sdk": facts.android_sdk,
-            "ram_bytes": facts.total_ram_kb * 1024 if facts.total_ram_kb else None}
+            "ram_bytes": facts.total_ram_kb * 1024 if facts.total_ram_kb else None,
+            "abi": facts.abi, "cpu_emulation": facts.cpu_emulation}
+
+
+def abi_refusal(build: Build, facts: DeviceFacts) -> str | None:
+    """Why the device cannot execute the build, or None when it can (or cannot tell)."""
+    wanted = build.manifest.abi
+    runs = facts.abis or ((facts.abi,) if facts.abi else ())
+    if not runs or not wanted or wanted in runs:
+        return None
+    return (f"build {build.name} is {wanted}; {facts.serial} executes only "
+            f"{', '.join(runs)}: build for its ABI (harness build llama.cpp --abi {runs[0]})")
 
 
 def _build_artifacts(build: Build, tool: str = "llama-bench") -> tuple[list[Artifact], str, str]:
@@ -179,6 +190,7 @@ class DeviceWorker:
         self.summary = DeviceSummary(device.serial)
         self.busy: DeviceBusyError | None = None
         self._ready: _Ready | None = None
+        self._refused: dict[str, str] = {}  # build -> why this device cannot execute it
 
     def _emit(self, kind: str, **details: Any) -> None:
         self.on_event(kind, self.device.serial, details)
@@ -218,7 +230,13 @@ class DeviceWorker:
         planned = self.plan(facts)
         trials = interleave(self.prepared.cells, self.run_id, self.device.serial)
         todo = [t for t in trials if t.trial_id not in self.done]
-        runnable = [t for t in todo if self.options.no_skip or planned[t.cell.cell_id].feasible]
+        refusals = {name: abi_refusal(build, facts)
+                    for name, build in self.prepared.builds.items()}
+        self._refused = {name: why for name, why in refusals.items() if why}
+        for name in sorted({t.cell.build for t in todo} & set(self._refused)):
+            self._emit("abi_mismatch", error=self._refused[name])
+        runnable = [t for t in todo if t.cell.build not in self._refused
+                    and (self.options.no_skip or planned[t.cell.cell_id].feasible)]
         self._emit("planned", total=len(trials), todo=len(todo), runnable=len(runnable))
         contexts = self._deploy(runnable, planned, facts)
         runner = TrialRunner(self.device, TrialPolicy(
@@ -257,6 +275,10 @@ class DeviceWorker:
                         serial)
             elif contexts is None and spec.trial_id in runnable_ids:
                 trial, samples = store_io.push_failed_trial(spec, plan, self.summary.error), []
+            elif spec.cell.build in self._refused:
+                trial, samples = store_io.bare_trial(
+                    spec, "abi_mismatch", self._refused[spec.cell.build],
+                    plan.prediction.total if plan.prediction else None), []
             else:
                 trial, samples = store_io.skipped_trial(spec, plan), []
             self._store(trial, samples)

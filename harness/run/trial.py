@@ -76,28 +76,40 @@ def _trial_dir(spec: TrialSpec) -> str:
 
 
 # An on-device watcher of the engine's /proc status, started by the launching shell just before it
-# becomes the engine ($$ in the subshell is the engine's pid after exec). Shell builtins only,
-# except one `sleep` per round (every 10 ms for the first 100 rounds, while loading and the first
-# graph set the peak, then every `watch_s`), so it costs little. It keeps the kernel's peak
-# (VmHWM) and the largest VmRSS it saw in the file `mem`, so even a sub-second trial, too short
-# for samples over adb, has its peak. A zombie's status has no Vm lines: the last values stay.
+# becomes the engine (the shell's $$, passed as $1, is the engine's pid after exec). Shell
+# builtins only, except one `sleep` per round (every 10 ms for the first 100 rounds, while loading
+# and the first graph set the peak, then every `watch_s`), so it costs little. It keeps the
+# kernel's peak (VmHWM) and the largest VmRSS it saw in the file `mem`, so even a sub-second
+# trial, too short for samples over adb, has its peak. A zombie's status has no Vm lines: the
+# last values stay. It ends when the engine's /proc entry does, i.e. once adbd has reaped it.
 _WATCH = (
-    "(m=0; h=0; n=0; while [ -d /proc/$$ ]; do "
+    "m=0; h=0; n=0; while [ -d /proc/$1 ]; do "
     "while read -r k v u; do case $k in VmHWM:) h=$v;; "
-    "VmRSS:) [ \"$v\" -gt \"$m\" ] && m=$v;; esac; done < /proc/$$/status; "
+    "VmRSS:) [ \"$v\" -gt \"$m\" ] && m=$v;; esac; done < /proc/$1/status; "
     "echo \"$h $m\" > mem; n=$((n+1)); "
-    "if [ $n -lt 100 ]; then sleep 0.01; else sleep {interval}; fi; done) > /dev/null 2>&1 &"
+    "if [ $n -lt 100 ]; then sleep 0.01; else sleep {interval}; fi; done"
 )
 
 
 def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None,
                    watch_s: float | None = 0.05) -> str:
-    """The shell line that records its pid and becomes the engine (every word quoted)."""
+    """The shell line that records its pid and becomes the engine (every word quoted).
+
+    Written for Android's mksh as much as for dash: the watcher is its own ``sh -c`` started
+    from a brace group, with its streams on /dev/null, after the set-up has finished. mksh keeps
+    copies of the shell's stdout/stderr (fds 10/11) in a backgrounded and-list or subshell; a
+    watcher holding them would keep adbd's stream open after the engine exits, adbd reaps only
+    at EOF, and the engine would stay a zombie the watcher waits for, forever.
+    """
     env = ["env", f"LD_LIBRARY_PATH={lib_dir}"] if lib_dir else []
     words = " ".join(shlex.quote(word) for word in [*env, *argv])
     folder = shlex.quote(workdir)
-    watch = f" {_WATCH.format(interval=float(watch_s))}" if watch_s else ""
-    return f"mkdir -p {folder} && cd {folder} && echo $$ > pid &&{watch} exec {words}"
+    setup = f"mkdir -p {folder} && cd {folder} && echo $$ > pid || exit 1"
+    if not watch_s:
+        return f"{setup}; exec {words}"
+    script = shlex.quote(_WATCH.format(interval=float(watch_s)))
+    watcher = f"{{ sh -c {script} watch $$ > /dev/null 2>&1 < /dev/null & }}"
+    return f"{setup}; {watcher}; exec {words}"
 
 
 def dumpsys_command(workdir: str) -> str:
@@ -337,6 +349,8 @@ class TrialRunner:
             battery_level=start_state.battery_level if start_state else None,
             battery_temp_c=start_state.battery_temp_c if start_state else None,
             evidence=outcome.evidence, engine_record=engine_record,
+            device_abi=ctx.device_meta.get("abi"),
+            cpu_emulation=ctx.device_meta.get("cpu_emulation"),
         )
 
 

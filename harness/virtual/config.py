@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.errors import ConfigError
+
 if TYPE_CHECKING:  # keep the phone's tools from importing yaml at every call
     from harness.profiles import DeviceProfile
 
@@ -37,6 +39,8 @@ class PhoneConfig:
     clusters: tuple[ClusterConfig, ...]
     thermal: Mapping[str, Any] = field(default_factory=dict)
     battery_level: int = 80
+    abi: str = "arm64-v8a"  # what the phone executes (ro.product.cpu.abi)
+    shell: str = "mksh"  # /system/bin/sh: mksh as on Android, or dash to compare
 
     @property
     def sdk(self) -> int:
@@ -58,6 +62,8 @@ class PhoneConfig:
             clusters=tuple(ClusterConfig(**c) for c in data["clusters"]),
             thermal=dict(data.get("thermal", {})),
             battery_level=int(data.get("battery_level", 80)),
+            abi=str(data.get("abi", data["props"].get("ro.product.cpu.abi", "arm64-v8a"))),
+            shell=str(data.get("shell", "mksh")),
         )
 
     @classmethod
@@ -66,9 +72,28 @@ class PhoneConfig:
 
 
 def config_from_profile(profile: DeviceProfile, name: str, ram_mb: int | None = None,
-                        storage_mb: int | None = None) -> PhoneConfig:
-    """``ram_mb`` overrides the memory the low-memory killer allows (tests use small values)."""
+                        storage_mb: int | None = None, abi: str | None = None,
+                        shell: str = "mksh") -> PhoneConfig:
+    """``ram_mb`` overrides the memory the low-memory killer allows (tests use small values).
+
+    ``abi`` makes a variant of the profile's phone with another CPU ABI (an x86_64 phone runs
+    host builds natively, as Android's emulator images do); a phone whose ABI is not the host's
+    runs its binaries in qemu-user and says so in ``ro.harness.emulated_cpu``.
+    """
+    from harness.virtual.userland import ABI_LISTS, ABI_MACHINES, ABI_QEMU, SHELLS, host_abi
+
+    abi = abi or profile.abi
+    if abi not in ABI_MACHINES:
+        raise ConfigError(f"{profile.source or profile.name}: a virtual phone's ABI must be one "
+                          f"of {', '.join(ABI_MACHINES)}, not '{abi}' (use --abi)")
+    if shell not in SHELLS:
+        raise ConfigError(f"unknown phone shell '{shell}' (known: {', '.join(SHELLS)})")
     props = dict(profile.props)
+    if abi != profile.abi:
+        props["ro.product.cpu.abi"] = abi
+        props["ro.product.cpu.abilist"] = ABI_LISTS[abi]
+    if abi != host_abi():
+        props["ro.harness.emulated_cpu"] = ABI_QEMU[abi]
     props.setdefault("ro.serialno", name)
     props.setdefault("sys.boot_completed", "1")
     props.setdefault("ro.build.type", "user")
@@ -81,4 +106,5 @@ def config_from_profile(profile: DeviceProfile, name: str, ram_mb: int | None = 
         clusters=tuple(ClusterConfig(c.name, c.cores, c.max_khz, c.min_khz, c.capacity, c.part)
                        for c in profile.clusters),
         thermal=dict(profile.thermal), battery_level=profile.battery_level,
+        abi=abi, shell=shell,
     )

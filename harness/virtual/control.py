@@ -40,6 +40,7 @@ class PhoneInfo:
     path: str  # the phone directory (sandbox) on the host
     adb_port: int
     running: bool = True
+    abi: str = ""
 
     @property
     def sandbox(self) -> Sandbox:
@@ -63,18 +64,23 @@ def adb_server_port() -> int:
     return int(raw)
 
 
-def _alive_daemon(pid: int) -> bool:
-    """True if ``pid`` is a live (not zombie) virtual-phone daemon; reaps it if it is our child."""
-    with contextlib.suppress(ChildProcessError, OSError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
+def _is_daemon(pid: int) -> bool:
+    """``pid`` is a live virtual-phone daemon (by its command line; no side effects)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return False
     return DAEMON_MODULE.encode() in cmdline and state != "Z"
+
+
+def _alive_daemon(pid: int) -> bool:
+    """True if ``pid`` is a live (not zombie) virtual-phone daemon; reaps it if it is our child."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return _is_daemon(pid)
 
 
 def _record(phone_dir: Path) -> PhoneInfo | None:
@@ -154,14 +160,14 @@ def _server_listening(adb_port: int) -> bool:
 
 
 def _adb_client(adb_port: int):  # type: ignore[no-untyped-def]
-    """A client that must not start a server itself (adbutils would, on a refused connection)."""
-    import adbutils
+    """A client that never starts a server itself (adbutils' own would, on a refused connection)."""
+    from harness.device.adb import adb_client
 
     if not _server_listening(adb_port):
         raise DeviceError(f"no adb server listens on 127.0.0.1:{adb_port} "
                           "(ANDROID_ADB_SERVER_PORT); start one with: adb start-server")
 
-    return adbutils.AdbClient(host="127.0.0.1", port=adb_port)
+    return adb_client(adb_port)
 
 
 def connect(serial: str, adb_port: int, timeout: float = 20) -> None:
@@ -192,8 +198,13 @@ def disconnect(serial: str, adb_port: int) -> None:
 
 def start_phones(profile: str | DeviceProfile = DEFAULT_PROFILE, count: int = 1,
                  ram_mb: int | None = None, storage_mb: int | None = None,
-                 home: Path | None = None, connect_adb: bool = True) -> list[PhoneInfo]:
-    """Start ``count`` phones of a profile in their slots (reusing stopped slots' storage)."""
+                 home: Path | None = None, connect_adb: bool = True, abi: str | None = None,
+                 shell: str = "mksh") -> list[PhoneInfo]:
+    """Start ``count`` phones of a profile in their slots (reusing stopped slots' storage).
+
+    ``abi`` overrides the profile's (``x86_64`` runs host builds natively); ``shell`` is the
+    phone's /system/bin/sh, mksh as on Android unless a test compares with dash.
+    """
     if count < 1:
         raise ConfigError(f"--count must be at least 1, got {count}")
     prof = find_profile(profile) if isinstance(profile, str) else profile
@@ -211,7 +222,7 @@ def start_phones(profile: str | DeviceProfile = DEFAULT_PROFILE, count: int = 1,
             phone_dir = root / name
             if _record(phone_dir) is not None:
                 continue
-            config = config_from_profile(prof, name, ram_mb, storage_mb)
+            config = config_from_profile(prof, name, ram_mb, storage_mb, abi, shell)
             sandbox = Sandbox(phone_dir)
             sandbox.create()
             (sandbox.state / "config.json").write_text(config.to_json())
@@ -219,7 +230,7 @@ def start_phones(profile: str | DeviceProfile = DEFAULT_PROFILE, count: int = 1,
             port = last_port if last_port and _port_free(last_port) else free_port()
             pid = _launch(phone_dir, port)
             info = PhoneInfo(name, f"127.0.0.1:{port}", port, pid, prof.name, prof.model,
-                             str(phone_dir), adb_port)
+                             str(phone_dir), adb_port, abi=config.abi)
             (phone_dir / "running.json").write_text(json.dumps(asdict(info)))
             (phone_dir / "last.json").write_text(json.dumps(
                 {"serial": info.serial, "port": port, "profile": prof.name, "model": prof.model,
@@ -233,23 +244,114 @@ def start_phones(profile: str | DeviceProfile = DEFAULT_PROFILE, count: int = 1,
     return started
 
 
+STOP_GRACE_S = 15.0  # from SIGTERM until SIGKILL
+KILL_WAIT_S = 15.0  # from SIGKILL until giving up on an unkillable process
+
+
+class _Daemon:
+    """A phone daemon being stopped, held by a pidfd: no signal or wait can hit a reused pid.
+
+    Whether it is our daemon is decided once, before signalling: a process that is exiting has
+    already dropped its memory and so reads an empty /proc/PID/cmdline while it is still running
+    (closing its sockets, freeing pages), so the command line cannot tell whether it has exited.
+    Exited means a zombie or gone (a pidfd turns readable); our own child is then reaped.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._fd: int | None = None
+        try:
+            self._fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            self.ours = False
+            return
+        except (OSError, AttributeError):  # no pidfds (before Linux 5.3): poll /proc instead
+            pass
+        self.ours = _is_daemon(pid)
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if self._fd is not None:
+                signal.pidfd_send_signal(self._fd, sig)
+            else:
+                os.kill(self.pid, sig)
+
+    def exited(self) -> bool:
+        if self._fd is not None:
+            return _readable(self._fd, 0)
+        try:
+            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        return state in ("Z", "X")
+
+    def wait(self, timeout: float) -> bool:
+        """True once the process has exited (within ``timeout`` seconds); reaps our child."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._fd is not None:
+                done = _readable(self._fd, max(0.0, min(0.5, deadline - time.monotonic())))
+            else:
+                done = self.exited()
+            if done:
+                self._reap()
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            if self._fd is None:
+                time.sleep(0.05)
+
+    def _reap(self) -> None:
+        with contextlib.suppress(ChildProcessError, OSError):  # not our child: its parent reaps
+            if self._fd is not None:
+                os.waitid(os.P_PIDFD, self._fd, os.WEXITED)
+            else:
+                os.waitpid(self.pid, 0)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(int(timeout * 1000)))
+
+
 def _stop(phones: list[PhoneInfo]) -> None:
+    """Stop the daemons and return once each has exited and (if our child) been reaped.
+
+    SIGTERM lets a daemon kill its phone's processes; one that has not exited within
+    ``STOP_GRACE_S`` gets SIGKILL. An unkillable one is an error naming its pid.
+    """
     for info in phones:
         disconnect(info.serial, info.adb_port)
-    for info in phones:
-        if _alive_daemon(info.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(info.pid, signal.SIGTERM)
-    for info in phones:
-        deadline = time.monotonic() + 10
-        while _alive_daemon(info.pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if _alive_daemon(info.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(info.pid, signal.SIGKILL)
-            while _alive_daemon(info.pid):
-                time.sleep(0.05)
-        (Path(info.path) / "running.json").unlink(missing_ok=True)
+    daemons = [(info, _Daemon(info.pid)) for info in phones]
+    stuck: list[str] = []
+    try:
+        for _, daemon in daemons:
+            if daemon.ours:  # anything else (exited, or the pid reused) is left alone
+                daemon.signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for info, daemon in daemons:
+            if not daemon.ours or daemon.wait(deadline - time.monotonic()):
+                (Path(info.path) / "running.json").unlink(missing_ok=True)
+                continue
+            daemon.signal(signal.SIGKILL)
+            if daemon.wait(KILL_WAIT_S):
+                (Path(info.path) / "running.json").unlink(missing_ok=True)
+            else:
+                stuck.append(f"{info.serial} (pid {info.pid})")
+    finally:
+        for _, daemon in daemons:
+            daemon.close()
+    if stuck:
+        raise DeviceError(f"virtual phone daemon did not exit {KILL_WAIT_S:.0f} s after SIGKILL: "
+                          + ", ".join(stuck))
 
 
 def _match(phones: list[PhoneInfo], targets: list[str] | None, what: str) -> list[PhoneInfo]:

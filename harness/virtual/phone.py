@@ -22,7 +22,8 @@ from typing import Any
 
 from harness.virtual import formats, logstore, procs, thermal
 from harness.virtual.config import PhoneConfig
-from harness.virtual.sandbox import Sandbox, write_atomic
+from harness.virtual.sandbox import TOOLS, Sandbox, write_atomic
+from harness.virtual.userland import exec_env, install_userland, resolve_userland
 
 TICK_S = 0.25
 THROTTLE_PERIOD_S = 0.1
@@ -53,6 +54,7 @@ class Phone:
     _members: list[procs.ProcStat] = field(default_factory=list)
     _written: dict[Path, str] = field(default_factory=dict)
     _last_tick: float = field(default_factory=time.monotonic)
+    shell_env: dict[str, str] = field(default_factory=dict)  # set at boot
 
     def __post_init__(self) -> None:
         self.params = thermal.ThermalParams.from_profile(self.config.thermal)
@@ -87,6 +89,9 @@ class Phone:
     # ----- the tick ------------------------------------------------------------------------
     def boot(self) -> None:
         self.sandbox.create()
+        install_userland(self.sandbox.bin, resolve_userland(self.config.shell), keep=set(TOOLS))
+        self.shell_env = {**self.sandbox.shell_env(),
+                          **exec_env(self.sandbox.root, self.config.abi)}
         (self.sandbox.state / "config.json").write_text(self.config.to_json())
         (self.sandbox.state / "boot_time").write_text(f"{time.time():.3f}")
         for stale in self.sandbox.control.glob("*.json"):

@@ -6,11 +6,12 @@ Layout of a phone directory::
               proc/cpuinfo, sys/class/thermal, sys/devices/system/cpu
     state/    config.json (profile snapshot), logcat.log, sessions, thermal.json, control/
 
-Why rewriting: commands run in a real host ``/bin/sh`` (so ``; echo X4EXIT:$?`` and every POSIX
-construct work) without root or namespaces. Well-known absolute device prefixes in a command are
-rewritten to their sandbox location before the shell sees them; sync maps the same prefixes, so a
-file pushed to ``/data/local/tmp/x`` is what ``cat /data/local/tmp/x`` prints. Process ids are host
-ids, so ``/proc/<pid>`` is the host's own (the real memory of the real process).
+Why rewriting: commands run in the phone's shell, a real mksh (so ``; echo X4EXIT:$?`` and every
+POSIX construct work) without root or namespaces. Well-known absolute device prefixes in a
+command are rewritten to their sandbox location before the shell sees them; sync maps the same
+prefixes, so a file pushed to ``/data/local/tmp/x`` is what ``cat /data/local/tmp/x`` prints.
+Process ids are host ids, so ``/proc/<pid>`` is the host's own (the real memory of the real
+process).
 """
 
 from __future__ import annotations
@@ -92,9 +93,6 @@ class Sandbox:
             target = self.bin / tool
             target.write_text(script)
             target.chmod(0o755)
-        sh = self.bin / "sh"
-        if not sh.exists():
-            sh.symlink_to("/bin/sh")
 
     def host_path(self, device_path: str) -> Path:
         """Where a device path lives on the host (used by sync; never escapes the sandbox).
@@ -123,9 +121,9 @@ class Sandbox:
         return rewrite_paths(command, self.root)
 
     def shell_env(self) -> dict[str, str]:
-        host_path = os.environ.get("PATH", "/usr/bin:/bin")
+        """The device shell's environment: its PATH is the phone's /system/bin alone."""
         return {
-            "PATH": f"{self.bin}:{host_path}",
+            "PATH": str(self.bin),
             "HOME": str(self.root),
             "TMPDIR": str(self.root / "data" / "local" / "tmp"),
             "ANDROID_DATA": "/data",

@@ -2,7 +2,7 @@
 
 A service is a coroutine taking a ``Channel`` (one open stream); it returns when done and the
 daemon then closes the stream. If the host closes first, reads return None and writes raise
-``StreamClosed``; the shell then kills the command's whole process group.
+``StreamClosed``; the shell child then gets SIGHUP, as adbd sends it (see ``ShellSession``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import os
 import signal
 import stat
 import struct
+import subprocess
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import IO, Protocol
 
 from harness.virtual import wire
 from harness.virtual.phone import Phone
@@ -27,6 +28,7 @@ STAT_V2 = struct.Struct("<4sIQQIIIIQqqq")
 DENT_V1 = struct.Struct("<4sIIII")
 DENT_V2 = struct.Struct("<4sIQQIIIIQqqqI")
 REQUEST = struct.Struct("<4sI")
+DEVICE_SHELL = "/system/bin/sh"
 
 
 class StreamClosed(Exception):
@@ -71,9 +73,94 @@ def _reply(text: str) -> Service:
     return reply
 
 
-def _kill_group(pid: int) -> None:
+_FINISHING: set[asyncio.Task[int]] = set()  # shells whose host left, still being reaped
+
+
+def _hang_up(pid: int) -> None:
+    """adbd's answer to a closed stream: SIGHUP to its direct child only, not the group."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGHUP)
+
+
+async def _pipe_reader(pipe: IO[bytes] | None) -> asyncio.StreamReader | None:
+    if pipe is None:
+        return None
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=CHUNK, loop=loop)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
+    return reader
+
+
+class ShellSession:
+    """One shell child as adbd runs it: its own session, stdout and stderr read to EOF, reaped
+    only then. A child (or a grandchild) that keeps those streams open keeps the stream open,
+    and a finished child stays a zombie until then, as on a phone.
+    """
+
+    def __init__(self, phone: Phone, ch: Channel, script: str, v2: bool) -> None:
+        self.ch = ch
+        self.v2 = v2
+        self.host_gone = False
+        # argv[0] as adbd gives it, so the shell names itself /system/bin/sh in its messages
+        argv = [DEVICE_SHELL, "-c", script] if script.strip() else [DEVICE_SHELL]
+        self.proc = subprocess.Popen(
+            argv, executable=phone.sandbox.bin / "sh", stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if v2 else subprocess.STDOUT,
+            cwd=phone.sandbox.root, env=phone.shell_env, start_new_session=True,
+        )
+        phone.register_session(self.proc.pid)
+
+    def host_left(self) -> None:
+        if not self.host_gone:
+            self.host_gone = True
+            if self.proc.returncode is None:
+                _hang_up(self.proc.pid)
+
+    async def pump(self, reader: asyncio.StreamReader | None, kind: int) -> None:
+        if reader is None:
+            return
+        while chunk := await reader.read(CHUNK):
+            if self.host_gone:
+                continue  # drained to EOF all the same: the child must see its reader
+            try:
+                await self.ch.write(wire.shell_packet(kind, chunk) if self.v2 else chunk)
+            except StreamClosed:
+                self.host_left()
+
+    async def feed(self) -> None:
+        stdin = self.proc.stdin
+        assert stdin is not None
+        loop = asyncio.get_running_loop()
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.streams.FlowControlMixin(loop=loop), stdin)
+        writer = asyncio.StreamWriter(transport, protocol, None, loop)
+        buffer = bytearray()
+        try:
+            while (data := await self.ch.read()) is not None:
+                if not self.v2:
+                    packets = [(wire.SHELL_STDIN, data)]
+                else:
+                    buffer += data
+                    packets = wire.split_shell_packets(buffer)
+                for kind, payload in packets:
+                    with contextlib.suppress(ConnectionError, BrokenPipeError, RuntimeError):
+                        if kind == wire.SHELL_STDIN and not writer.is_closing():
+                            writer.write(payload)
+                            await writer.drain()
+                        elif kind == wire.SHELL_CLOSE_STDIN:
+                            writer.close()
+            self.host_left()  # the host closed a live stream
+        finally:
+            writer.close()
+
+    async def finish(self, pumps: list[asyncio.Task[None]]) -> int:
+        await asyncio.gather(*pumps)
+        pause = 0.001  # EOF usually means the child is exiting: look again soon, then less often
+        while (code := self.proc.poll()) is None:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        return code
 
 
 async def run_shell(phone: Phone, ch: Channel, command: str, v2: bool) -> None:
@@ -83,53 +170,24 @@ async def run_shell(phone: Phone, ch: Channel, command: str, v2: bool) -> None:
             pass
         return
     script = "kill -SEGV $$" if fault == "crash" else phone.sandbox.rewrite_command(command)
-    argv = ["/bin/sh", "-c", script] if script.strip() else ["/bin/sh"]
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE if v2 else asyncio.subprocess.STDOUT,
-        cwd=phone.sandbox.root, env=phone.sandbox.shell_env(), start_new_session=True,
-    )
-    phone.register_session(proc.pid)
-
-    async def pump(reader: asyncio.StreamReader | None, kind: int) -> None:
-        if reader is None:
-            return
-        while chunk := await reader.read(CHUNK):
-            await ch.write(wire.shell_packet(kind, chunk) if v2 else chunk)
-
-    async def feed() -> None:
-        buffer = bytearray()
-        stdin = proc.stdin
-        assert stdin is not None
-        while (data := await ch.read()) is not None:
-            if not v2:
-                packets = [(wire.SHELL_STDIN, data)]
-            else:
-                buffer += data
-                packets = wire.split_shell_packets(buffer)
-            for kind, payload in packets:
-                with contextlib.suppress(ConnectionError, BrokenPipeError, RuntimeError):
-                    if kind == wire.SHELL_STDIN and not stdin.is_closing():
-                        stdin.write(payload)
-                        await stdin.drain()
-                    elif kind == wire.SHELL_CLOSE_STDIN:
-                        stdin.close()
-        _kill_group(proc.pid)  # the host closed a live stream
-
-    feeder = asyncio.create_task(feed())
+    session = ShellSession(phone, ch, script, v2)
+    pumps = [asyncio.create_task(session.pump(await _pipe_reader(session.proc.stdout),
+                                              wire.SHELL_STDOUT)),
+             asyncio.create_task(session.pump(await _pipe_reader(session.proc.stderr),
+                                              wire.SHELL_STDERR))]
+    feeder = asyncio.create_task(session.feed())
+    finishing = asyncio.create_task(session.finish(pumps))
     try:
-        await asyncio.gather(pump(proc.stdout, wire.SHELL_STDOUT),
-                             pump(proc.stderr, wire.SHELL_STDERR))
-        code = await proc.wait()
-        if v2:
+        code = await asyncio.shield(finishing)
+        if v2 and not session.host_gone:
             await ch.write(wire.shell_packet(wire.SHELL_EXIT, bytes([wire.exit_status(code)])))
-    except StreamClosed:
-        _kill_group(proc.pid)
+    except (StreamClosed, asyncio.CancelledError):
+        session.host_left()  # the connection dropped: the child is reaped when it is done
+        _FINISHING.add(finishing)
+        finishing.add_done_callback(_FINISHING.discard)
+        raise
     finally:
         feeder.cancel()
-        if proc.returncode is None:
-            _kill_group(proc.pid)
-            await proc.wait()
 
 
 class SyncReader:

@@ -66,6 +66,20 @@ def test_pairs_only_cells_measured_with_both_builds(tmp_path: Path) -> None:
     assert base.label == "tiny Q4_K_M ctx512 kv=f16 t4 p32/g16"
 
 
+def test_an_emulated_cpu_is_never_paired_with_a_native_one(tmp_path: Path) -> None:
+    """A virtual arm64 phone (qemu) reused the serial of a native phone: no verdict between
+    them; two emulated runs still pair with each other."""
+    write(tmp_path, [
+        trial(cell(build="a")), trial(cell(build="b"), cpu_emulation="qemu-aarch64"),
+        trial(cell(build="a", quant="Q8_0"), cpu_emulation="qemu-aarch64"),
+        trial(cell(build="b", quant="Q8_0"), cpu_emulation="qemu-aarch64"),
+    ])
+    pairs = paired_groups(read_table(tmp_path, "trials"), "a", "b")
+    assert list(pairs) == [CellKey("SER1", cell(quant="Q8_0").config_id)]
+    base, cand = pairs[CellKey("SER1", cell(quant="Q8_0").config_id)]
+    assert base.cpu_emulation == cand.cpu_emulation == "qemu-aarch64"
+
+
 def test_an_absent_build_names_the_builds_the_store_holds(tmp_path: Path) -> None:
     write(tmp_path, [trial(cell(build="a")), trial(cell(build="b"))])
     with pytest.raises(ConfigError, match=r"--candidate 'c'.*builds: a, b"):

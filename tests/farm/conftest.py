@@ -57,7 +57,8 @@ def two_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FarmSetup]:
         for key, value in alpha.env.items():
             env.setenv(key, value)
         try:
-            phones = [p.serial for p in start_phones("midrange-8gb", 3, home=home)]
+            phones = [p.serial for p in start_phones("midrange-8gb", 3, home=home,
+                                                       abi="x86_64")]
             disconnect(phones[2], alpha.port)  # the third phone is plugged into beta
             connect(phones[2], beta.port)
             hosts = {"alpha": alpha, "beta": beta}

@@ -93,3 +93,23 @@ def test_names_with_shell_metacharacters_stay_names(tmp_path: Path) -> None:
     assert Path(item.remote).read_bytes() == b"m"
     assert not (Path.cwd() / "pwned").exists()
     assert not list(tmp_path.rglob("pwned"))
+
+
+def test_a_build_of_another_abi_is_refused_before_the_push(tmp_path: Path) -> None:
+    from harness.artifacts.builds import Build, Manifest
+    from harness.device.base import DeviceFacts
+    from harness.run.runner import abi_refusal
+
+    def build(abi: str) -> Build:
+        return Build(tmp_path / f"b-{abi}", Manifest(
+            name=f"b-{abi}", engine="llama.cpp", version=None, commit=None, abi=abi,
+            cmake_flags=(), files=(), created_at="2026-12-01T00:00:00Z", host="test"))
+
+    phone = DeviceFacts(serial="P1", kind="adb", abi="arm64-v8a",
+                        abis=("arm64-v8a", "armeabi-v7a", "armeabi"))
+    reason = abi_refusal(build("x86_64"), phone)
+    assert reason is not None
+    assert "x86_64" in reason and "P1" in reason and "--abi arm64-v8a" in reason
+    assert abi_refusal(build("arm64-v8a"), phone) is None
+    assert abi_refusal(build("armeabi-v7a"), phone) is None  # 32-bit runs on this 64-bit phone
+    assert abi_refusal(build("x86_64"), DeviceFacts(serial="P2", kind="adb")) is None

@@ -58,3 +58,16 @@ def test_engine_fallback_is_flagged_not_stored_as_ok() -> None:
     result = classify(obs)
     assert result.outcome == "engine_mismatch"
     assert result.error == "type_v q4_0 asked, f16 ran"
+
+
+def test_a_binary_the_phone_cannot_execute_is_an_abi_mismatch_not_a_crash() -> None:
+    mksh = classify(Observation(
+        exit_code=1, stderr_tail="/system/bin/sh: ./llama-bench: not executable: 64-bit ELF file"))
+    assert mksh.outcome == "abi_mismatch"
+    assert "not executable" in (mksh.evidence or "")
+    dash = classify(Observation(exit_code=126, stderr_tail="sh: 1: exec: ./x: Exec format error"))
+    assert dash.outcome == "abi_mismatch"
+    # the same words from an engine that ran and failed are its own crash
+    ran = classify(Observation(exit_code=1, complete_records=1,
+                               stderr_tail="load: not executable: 64-bit ELF file"))
+    assert ran.outcome == "crashed"

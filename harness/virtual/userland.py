@@ -1,0 +1,138 @@
+"""The phone's userland: Android's shell and applets, and its exec rules.
+
+A stock phone's ``/system/bin/sh`` is mksh and its applets are toybox; no bash, GNU coreutils,
+awk, perl or python is reachable from ``adb shell``. The virtual phone gets the same from Debian's
+``mksh`` and ``toybox`` packages: ``system/bin`` holds one link per toybox applet, ``sh`` is
+mksh, and the phone's own tools (getprop, dumpsys, ...) sit beside them; the shell's PATH is that
+folder alone. Debian's toybox lacks four applets Android's has (tr, expr, dd, diff): those come
+from Debian's busybox, never from GNU.
+
+Exec rules (which ABI runs, natively or in qemu-user, and adbd's ``oom_score_adj``) live in a
+small preloaded library (``execshim.c``), compiled once per machine with the host's C compiler
+and cached by the hash of its source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.artifacts.llama_source import cache_root
+from harness.errors import DeviceError
+
+SHIM_SOURCE = Path(__file__).with_name("execshim.c")
+# Applets Android's toybox has and Debian's build lacks, taken from busybox instead.
+SUBSTITUTES = ("tr", "expr", "dd", "diff")
+ADBD_OOM_ADJ = -950
+SHELLS = ("mksh", "dash")
+# ELF e_machine of each ABI a virtual phone can have.
+ABI_MACHINES = {"arm64-v8a": 183, "x86_64": 62}
+ABI_QEMU = {"arm64-v8a": "qemu-aarch64", "x86_64": "qemu-x86_64"}
+HOST_ABIS = {"x86_64": "x86_64", "aarch64": "arm64-v8a", "arm64": "arm64-v8a"}
+ABI_LISTS = {"arm64-v8a": "arm64-v8a,armeabi-v7a,armeabi", "x86_64": "x86_64,x86"}
+
+
+def host_abi() -> str | None:
+    return HOST_ABIS.get(os.uname().machine)
+
+
+def _need(program: str, package: str, why: str) -> str:
+    found = shutil.which(program)
+    if not found:
+        raise DeviceError(f"virtual phones need {program} ({why}); "
+                          f"install it: apt-get install {package}")
+    return found
+
+
+def exec_shim() -> Path:
+    """The compiled exec-rules library for this machine (built once, keyed by its source)."""
+    source = SHIM_SOURCE.read_bytes()
+    key = hashlib.sha256(source + os.uname().machine.encode()).hexdigest()[:16]
+    target = cache_root() / "vphone" / key / "libharness-phone.so"
+    if target.is_file():
+        return target
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        raise DeviceError("virtual phones need a C compiler for their exec rules; "
+                          "install one: apt-get install gcc")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        out = Path(tmp) / target.name
+        result = subprocess.run(
+            [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(out), str(SHIM_SOURCE),
+             "-ldl"], capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise DeviceError("cannot compile the virtual phone's exec rules: "
+                              + (result.stderr.strip().splitlines() or ["no output"])[-1])
+        os.replace(out, target)
+    return target
+
+
+def toybox_applets(toybox: str) -> list[str]:
+    listing = subprocess.run([toybox], capture_output=True, text=True, check=False).stdout
+    return sorted({word for word in listing.split() if word.isidentifier() or "-" in word}
+                  | {"["})
+
+
+@dataclass(frozen=True)
+class Userland:
+    """What a phone's shell runs: its shell binary and the folder of applets."""
+
+    shell: str  # the host binary behind /system/bin/sh
+    applets: dict[str, str]  # name in /system/bin -> host binary it links to
+
+
+def resolve_userland(shell: str) -> Userland:
+    """mksh (Android's shell) or dash (a kinder shell, for comparison), toybox, busybox."""
+    if shell not in SHELLS:
+        raise DeviceError(f"unknown phone shell '{shell}' (known: {', '.join(SHELLS)})")
+    if shell == "mksh":
+        binary = _need("mksh", "mksh", "Android's /system/bin/sh")
+    else:
+        binary = _need("dash", "dash", "the kinder comparison shell")
+    toybox = _need("toybox", "toybox", "Android's applets")
+    busybox = _need("busybox", "busybox", f"stands in for toybox's {', '.join(SUBSTITUTES)}")
+    applets = {name: toybox for name in toybox_applets(toybox)}
+    applets["toybox"] = toybox
+    for name in SUBSTITUTES:
+        applets.setdefault(name, busybox)
+    return Userland(shell=binary, applets=applets)
+
+
+def install_userland(bin_dir: Path, userland: Userland, keep: set[str]) -> None:
+    """Links in ``bin_dir`` for the shell and each applet; ``keep`` are the phone's own tools."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    wanted = {**userland.applets, "sh": userland.shell}
+    for name, target in wanted.items():
+        if name in keep:
+            continue
+        link = bin_dir / name
+        if link.is_symlink() and os.readlink(link) == target:
+            continue
+        if link.exists() or link.is_symlink():
+            link.unlink()
+        link.symlink_to(target)
+    for stale in bin_dir.iterdir():
+        if stale.is_symlink() and stale.name not in wanted and stale.name not in keep:
+            stale.unlink()
+
+
+def exec_env(root: Path, abi: str) -> dict[str, str]:
+    """Environment of the phone's shell that sets its exec rules (see execshim.c)."""
+    if abi not in ABI_MACHINES:
+        raise DeviceError(f"virtual phones run {', '.join(ABI_MACHINES)}, not '{abi}'")
+    qemu = ""
+    if host_abi() != abi:
+        qemu = _need(ABI_QEMU[abi], "qemu-user", f"runs {abi} binaries on this host")
+    return {
+        "LD_PRELOAD": str(exec_shim()),
+        "HARNESS_PHONE_ROOT": str(root.resolve()),
+        "HARNESS_PHONE_MACHINE": str(ABI_MACHINES[abi]),
+        "HARNESS_PHONE_QEMU": qemu,
+        "HARNESS_PHONE_OOM_ADJ": str(ADBD_OOM_ADJ),
+    }

@@ -1,0 +1,91 @@
+"""Every device command the harness sends runs under Android's shell: mksh with toybox applets.
+
+A recording wrapper around the adb device keeps each command line and its result while the
+harness does everything it does to a phone (facts, lease, push, cooldown gate, trials with the
+default sampling, the watcher, dumpsys, logcat, clean-up); then no command may have tripped over
+the shell or an applet (a bashism, a GNU-only flag, a tool a phone lacks).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from harness import store
+from harness.artifacts.builds import Build
+from harness.device.adb import AdbDevice
+from harness.device.base import ShellResult, shell_command
+from harness.device.lease import DeviceLease
+from harness.run.probe import memory_from_output
+from harness.run.runner import RunOptions, execute
+from harness.run.trial import dumpsys_command, dumpsys_memory, memory_read_command
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE = REPO / "matrices" / "smoke.yaml"
+# What mksh, toybox and busybox print when a command line is not theirs.
+TRIPPED = re.compile(
+    r"not found|syntax error|bad substitution|unexpected|unknown option|invalid option|"
+    r"unknown command|usage:|not executable|exec format error|bad number|bad mask|bad %|"
+    r"no such applet|illegal option", re.IGNORECASE)
+# Lines written for bash or GNU that a phone refuses: each must trip the check above.
+NOT_FOR_A_PHONE = ("echo $((2**10))", "printf %q x", "taskset -c 0 true", "taskset 0x1 true",
+                   "awk 1 < /dev/null", "grep -P x /dev/null", "stat --printf=%s /data")
+
+
+class RecordingDevice(AdbDevice):
+    """An AdbDevice that keeps every shell command it ran (its own methods' too) and the result."""
+
+    def __init__(self, serial: str) -> None:
+        super().__init__(serial)
+        self.ran: list[tuple[str, ShellResult]] = []
+
+    def shell(self, cmd: str | Sequence[str], timeout: float | None = None) -> ShellResult:
+        result = super().shell(cmd, timeout=timeout)
+        self.ran.append((shell_command(cmd), result))
+        return result
+
+
+def test_every_device_command_runs_under_mksh_and_toybox(
+        virtual_phone, tmp_path: Path, host_build: Build, tiny_ladder: dict[str, Path]) -> None:
+    device = RecordingDevice(virtual_phone.serial)
+    assert "MIRBSD KSH" in device.shell("echo $KSH_VERSION").stdout
+    results = tmp_path / "results"
+    summary = execute(SMOKE, [device], RunOptions(results=results,
+                                                  builds=host_build.path.parent))
+    assert dict(summary.outcomes()) == {"ok": 16}
+    trials = store.read_table(results, "trials")
+    assert trials["vm_hwm_bytes"].notna().all()  # the watcher ran under mksh
+    with DeviceLease(device, run="audit") as lease:
+        lease.renew()
+    pid = device.spawn(["sleep", "30"], "/data/local/tmp/o.txt", "/data/local/tmp/e.txt")
+    assert device.is_alive(pid)
+    # the slower samplers, which a short trial does not reach: dumpsys meminfo of the engine
+    workdir = "/data/local/tmp/harness/trials/audit"
+    device.shell(f"mkdir -p {workdir} && echo {pid} > {workdir}/pid")
+    assert dumpsys_memory(device.shell(dumpsys_command(workdir)).stdout) is not None
+    assert memory_from_output(device.shell(memory_read_command(workdir)).stdout) is not None
+    assert device.kill(pid, signal.SIGKILL)
+    assert device.exists("/data/local/tmp/o.txt")
+    assert device.read_text("/data/local/tmp/o.txt") == ""
+
+    kinds = {
+        "launch": "exec ", "watcher": "sh -c ", "gate": "dumpsys thermalservice",
+        "memory": "smaps_rollup", "dumpsys": "dumpsys meminfo", "logcat": "logcat -d",
+        "checksum": "sha256sum", "move": "mv -f", "lease": "set -C", "cpu facts": "==> $f <==",
+        "storage": "df -k", "kill": "kill -",
+    }
+    for kind, sign in kinds.items():
+        assert any(sign in command for command, _ in device.ran), f"no {kind} command recorded"
+    tripped = [(command, result.stderr) for command, result in device.ran
+               if TRIPPED.search(result.stderr)]
+    assert not tripped, "\n\n".join(f"{c}\n-> {e}" for c, e in tripped)
+    # and the check does catch a line a phone refuses
+    for line in NOT_FOR_A_PHONE:
+        said = device.shell(line).stderr
+        assert TRIPPED.search(said), (line, said)
