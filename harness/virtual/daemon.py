@@ -203,7 +203,7 @@ async def serve(phone_dir: Path, port: int) -> None:
         server.close()
         for task in tasks:
             task.cancel()
-        phone.signal_all(signal.SIGCONT)
+        phone.signal_sessions(signal.SIGCONT)
         phone.kill_everything()
         drop_all()
         (sandbox.state / "ready").unlink(missing_ok=True)

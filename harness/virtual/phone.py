@@ -205,17 +205,31 @@ class Phone:
     def status(self) -> int:
         return self.thermal.status(self.params)
 
+    def signal_sessions(self, sig: int) -> None:
+        """``sig`` to every process of the phone, including one started since the last tick.
+
+        The member list is refreshed only every tick (0.25 s), longer than a whole trial of a
+        tiny model on a loaded host: a throttle that signalled only the listed members let such
+        a trial run unthrottled. Each shell is a session leader whose jobs stay in its process
+        group, so signalling the groups reaches them at once; the listed members cover the few
+        that moved to another group.
+        """
+        for sid in list(self.sessions):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(sid, sig)
+        self.signal_all(sig)
+
     async def throttle_loop(self) -> None:
         while True:
             fraction = thermal.duty(self.status())
-            if fraction <= 0 or not self._members:
-                await asyncio.sleep(TICK_S)
+            if fraction <= 0 or not (self.sessions or self._members):
+                await asyncio.sleep(THROTTLE_PERIOD_S)
                 continue
-            self.signal_all(signal.SIGSTOP)
+            self.signal_sessions(signal.SIGSTOP)
             try:
                 await asyncio.sleep(THROTTLE_PERIOD_S * fraction)
             finally:
-                self.signal_all(signal.SIGCONT)
+                self.signal_sessions(signal.SIGCONT)
             await asyncio.sleep(THROTTLE_PERIOD_S * (1 - fraction))
 
     # ----- generated files --------------------------------------------------------------------

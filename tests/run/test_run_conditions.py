@@ -58,18 +58,22 @@ def test_cell_too_big_for_the_phone_is_oom_killed_and_the_run_goes_on(
 def test_hot_phone_yields_throttled_and_slower_trials(
     virtual_phones, tmp_path: Path, host_build: Build, tiny_ladder: dict[str, Path]
 ) -> None:
+    # The phones run one after the other, so neither engine competes with the other's for the
+    # host's two cores: run side by side, a loaded host once gave the cool engine no more CPU
+    # than the throttled one. CRITICAL stops the hot phone's processes 65% of the time.
     cool, hot = virtual_phones(2, profile="midrange-8gb")
-    hot.fault("thermal", 3)
+    hot.fault("thermal", 4)
     matrix = write_matrix(tmp_path, "heat", [1024], n_gen=512, reps=4)
     results = tmp_path / "results"
     options = RunOptions(results=results, builds=host_build.path.parent)
-    execute(matrix, [get_device(cool.serial), get_device(hot.serial)], options)
+    for phone in (cool, hot):
+        execute(matrix, [get_device(phone.serial)], options)
     trials = store.read_table(results, "trials")
     assert (trials["outcome"] == "ok").all()
     by_phone = {serial: group for serial, group in trials.groupby("device_serial")}
     assert by_phone[hot.serial]["throttled"].all()
     assert not by_phone[cool.serial]["throttled"].any()
-    assert by_phone[hot.serial]["max_thermal_status"].min() >= 3
+    assert by_phone[hot.serial]["max_thermal_status"].min() >= 4
     hot_tg = statistics.median(by_phone[hot.serial]["tg_tps"])
     cool_tg = statistics.median(by_phone[cool.serial]["tg_tps"])
     assert hot_tg < 0.8 * cool_tg, (hot_tg, cool_tg)
