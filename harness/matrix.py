@@ -43,7 +43,7 @@ AXIS_DEFAULTS: dict[str, Any] = {
 WORKLOAD_KEYS = ("n_prompt", "n_gen", "n_depth")
 TOP_KEYS = (
     "name", "description", "axes", "models", "workload", "repetitions", "cooldown", "timeout",
-    "include", "exclude",
+    "require", "include", "exclude",
 )
 REQUIRED_TOP_KEYS = ("name", "axes", "models", "workload")
 # llama.cpp file-type names, largest first (that is how people read a quant ladder).
@@ -53,6 +53,8 @@ CARD_KEYS = ("n_layer", "n_head", "n_head_kv", "head_dim", "n_embd", "n_ff", "n_
 COOLDOWN_DEFAULTS: dict[str, float] = {
     "max_thermal_status": 1, "max_temperature_c": 40.0, "min_battery_pct": 20, "max_wait_s": 600.0,
 }
+# What a run can require of a phone before each trial (harness.run.preflight reads them).
+REQUIRE_KEYS = ("screen_on", "stay_awake", "charging", "battery_saver", "doze")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _MASK = re.compile(r"^0x[0-9a-fA-F]+$")
 
@@ -90,6 +92,26 @@ class CooldownPolicy:
 
 
 @dataclass(frozen=True)
+class Requirements:
+    """The phone state a run needs before each trial; None = no requirement.
+
+    A phone that does not meet one (or whose state cannot be read) is not measured: the trial is
+    stored as ``precondition_failed`` with the phone and the requirement named.
+    """
+
+    screen_on: bool | None = None
+    stay_awake: bool | None = None
+    charging: bool | None = None  # battery status "charging"
+    battery_saver: bool | None = None
+    doze: bool | None = None  # deep Doze (IDLE or IDLE_MAINTENANCE)
+
+    def items(self) -> list[tuple[str, bool]]:
+        """The requirements that are set, in REQUIRE_KEYS order."""
+        return [(key, value) for key in REQUIRE_KEYS
+                if (value := getattr(self, key)) is not None]
+
+
+@dataclass(frozen=True)
 class TimeoutPolicy:
     trial_s: float = 600.0
 
@@ -104,6 +126,7 @@ class Matrix:
     repetitions: int = 3
     cooldown: CooldownPolicy = field(default_factory=CooldownPolicy)
     timeout: TimeoutPolicy = field(default_factory=TimeoutPolicy)
+    require: Requirements = field(default_factory=Requirements)
     include: tuple[Mapping[str, Any], ...] = ()
     exclude: tuple[Mapping[str, Any], ...] = ()
     source: str = "<matrix>"
@@ -211,7 +234,7 @@ def _flash(check: _Checker, value: Any, where: str) -> str:
     return _choice(check, value, where, FLASH_ATTN, "flash_attn value")
 
 
-def _mmap(check: _Checker, value: Any, where: str) -> bool:
+def _boolean(check: _Checker, value: Any, where: str) -> bool:
     if not isinstance(value, bool):
         raise check.fail(where, f"{_show(value)} is not a boolean (allowed: true, false)")
     return value
@@ -227,7 +250,7 @@ AXIS_PARSERS: dict[str, AxisParser] = {
     "threads": lambda c, v, w: c.integer(v, w, 1),
     "affinity": _affinity,
     "flash_attn": _flash,
-    "mmap": _mmap,
+    "mmap": _boolean,
     "n_batch": lambda c, v, w: c.integer(v, w, 1),
     "n_ubatch": lambda c, v, w: c.integer(v, w, 1),
 }
@@ -345,6 +368,13 @@ def _parse_timeout(check: _Checker, raw: Any) -> TimeoutPolicy:
     return TimeoutPolicy(trial_s=check.number(data.get("trial_s", 600.0), "timeout.trial_s", 1))
 
 
+def _parse_require(check: _Checker, raw: Any) -> Requirements:
+    data = check.mapping(raw, "require")
+    check.keys(data, "require", REQUIRE_KEYS)
+    return Requirements(**{key: _boolean(check, value, f"require.{key}")
+                           for key, value in data.items()})
+
+
 def _parse_rules(
     check: _Checker,
     raw: Any,
@@ -421,6 +451,7 @@ def parse_matrix(data: Any, source: str) -> Matrix:
         repetitions=check.integer(data.get("repetitions", 3), "repetitions", 1),
         cooldown=_parse_cooldown(check, data.get("cooldown", {})),
         timeout=_parse_timeout(check, data.get("timeout", {})),
+        require=_parse_require(check, data.get("require", {})),
         include=_parse_rules(check, data.get("include", []), "include", axes, models),
         exclude=_parse_rules(check, data.get("exclude", []), "exclude", axes, models),
         source=source,

@@ -15,6 +15,16 @@ from typing import Any
 import yaml
 
 from harness.errors import ConfigError
+from harness.virtual.config import (
+    AFFINITIES,
+    CHARGING,
+    DEEP_IDLE_STATES,
+    OOM_VICTIMS,
+    THERMAL_HALS,
+    AndroidRules,
+    BackgroundApp,
+    PowerConfig,
+)
 
 REQUIRED_PROPS = (
     "ro.product.model",
@@ -52,6 +62,7 @@ class DeviceProfile:
     clusters: tuple[Cluster, ...]
     thermal: Mapping[str, Any] = field(default_factory=dict)
     battery_level: int = 80
+    android: AndroidRules = field(default_factory=AndroidRules)  # a virtual phone's rules
     source: str = ""  # the file it came from
 
     @property
@@ -104,7 +115,7 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
         raise ConfigError(f"{source}: a device profile must be a mapping of keys")
     known = {
         "name", "description", "props", "ram_mb", "available_mb", "storage_free_mb",
-        "clusters", "thermal", "battery_level",
+        "clusters", "thermal", "battery_level", "android",
     }
     unknown = sorted(set(data) - known)
     if unknown:
@@ -140,6 +151,8 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
     thermal = data.get("thermal", {})
     if not isinstance(thermal, Mapping):
         raise ConfigError(f"{source}: key 'thermal' must be a mapping")
+    cores = sum(c.cores for c in clusters)
+    android = parse_android(data.get("android", {}), f"{source}: android", cores)
     return DeviceProfile(
         name=_need(data, "name", str, source),
         description=str(data.get("description", "")),
@@ -150,7 +163,97 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
         clusters=tuple(clusters),
         thermal=dict(thermal),
         battery_level=_optional(data, "battery_level", 80, source),
+        android=android,
         source=source,
+    )
+
+
+def _choice(data: Mapping[str, Any], key: str, choices: tuple[str, ...], default: str,
+            where: str) -> str:
+    value = data.get(key, default)
+    if value not in choices:
+        raise ConfigError(f"{where}.{key} must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def _flag(data: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}.{key} must be true or false, got {value!r}")
+    return value
+
+
+def _known(data: Any, known: set[str], where: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a mapping of keys")
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key '{unknown[0]}' "
+                          f"(allowed: {', '.join(sorted(known))})")
+    return data
+
+
+def _apps(raw: Any, where: str) -> tuple[BackgroundApp, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError(f"{where} must be a list of {{name, rss_mb, adj}}")
+    apps = []
+    for i, item in enumerate(raw):
+        at = f"{where}[{i}]"
+        _known(item, {"name", "rss_mb", "adj"}, at)
+        name = _need(item, "name", str, at)
+        if not name or any(c.isspace() or c in "'\"" for c in name):
+            raise ConfigError(f"{at}.name must be a package name, got {name!r}")
+        rss_mb = _need(item, "rss_mb", int, at)
+        adj = _need(item, "adj", int, at)
+        if rss_mb < 1 or not 0 <= adj <= 1000:
+            raise ConfigError(f"{at}: rss_mb must be at least 1 and adj 0..1000")
+        apps.append(BackgroundApp(name, rss_mb, adj))
+    return tuple(apps)
+
+
+def parse_android(data: Any, where: str, cores: int) -> AndroidRules:
+    """The ``android:`` mapping of a profile: which stock-phone rules vary (all optional)."""
+    known = {"background_apps", "oom_victim", "smaps_rollup", "unreadable", "offline_cpus",
+             "dumpsys_meminfo_native", "thermal_hal", "thermal_status_stuck",
+             "logcat_ring_lines", "affinity", "power"}
+    data = _known(data, known, where)
+    stock = AndroidRules()
+    unreadable = data.get("unreadable", [])
+    if not isinstance(unreadable, list) or not all(
+            isinstance(g, str) and g.startswith("/") for g in unreadable):
+        raise ConfigError(f"{where}.unreadable must be a list of absolute device-path globs")
+    offline = data.get("offline_cpus", [])
+    if not isinstance(offline, list) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and 0 <= c < cores for c in offline):
+        raise ConfigError(f"{where}.offline_cpus must list cpu numbers 0..{cores - 1}")
+    if len(set(offline)) >= cores:
+        raise ConfigError(f"{where}.offline_cpus must leave at least one cpu online")
+    ring = _optional(data, "logcat_ring_lines", stock.logcat_ring_lines, where)
+    if ring < 1:
+        raise ConfigError(f"{where}.logcat_ring_lines must be at least 1")
+    power_where = f"{where}.power"
+    power = _known(data.get("power", {}), {"screen_on", "stay_awake", "charging",
+                                           "battery_saver", "doze"}, power_where)
+    default = PowerConfig()
+    return AndroidRules(
+        background_apps=(_apps(data["background_apps"], f"{where}.background_apps")
+                         if "background_apps" in data else None),
+        oom_victim=_choice(data, "oom_victim", OOM_VICTIMS, stock.oom_victim, where),
+        smaps_rollup=_flag(data, "smaps_rollup", stock.smaps_rollup, where),
+        unreadable=tuple(unreadable),
+        offline_cpus=tuple(sorted(set(offline))),
+        dumpsys_meminfo_native=_flag(data, "dumpsys_meminfo_native", True, where),
+        thermal_hal=_choice(data, "thermal_hal", THERMAL_HALS, stock.thermal_hal, where),
+        thermal_status_stuck=_flag(data, "thermal_status_stuck", False, where),
+        logcat_ring_lines=ring,
+        affinity=_choice(data, "affinity", AFFINITIES, stock.affinity, where),
+        power=PowerConfig(
+            screen_on=_flag(power, "screen_on", default.screen_on, power_where),
+            stay_awake=_flag(power, "stay_awake", default.stay_awake, power_where),
+            charging=_choice(power, "charging", CHARGING, default.charging, power_where),
+            battery_saver=_flag(power, "battery_saver", default.battery_saver, power_where),
+            doze=_choice(power, "doze", DEEP_IDLE_STATES, default.doze, power_where),
+        ),
     )
 
 

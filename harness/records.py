@@ -21,6 +21,7 @@ OUTCOMES = (
     "engine_mismatch",
     "push_failed",
     "abi_mismatch",  # the build is of an ABI the phone cannot execute: refused before the push
+    "precondition_failed",  # the phone did not meet the matrix's ``require`` (e.g. battery saver)
 )
 
 
@@ -92,6 +93,24 @@ class TrialRecord:
     # added in schema 2 (older parts read them as null)
     device_abi: str | None = None  # ro.product.cpu.abi
     cpu_emulation: str | None = None  # e.g. "qemu-aarch64": an emulated CPU, not a phone's speed
+    # added in schema 3 (older parts read them as null)
+    oom_signals: str | None = None  # memory evidence that fired, comma-separated (OOM_SIGNALS)
+    boot_id: str | None = None  # /proc/sys/kernel/random/boot_id when the trial started
+    boot_id_changed: bool | None = None  # the phone rebooted during the trial (device_lost only)
+    start_mem_available_bytes: int | None = None  # /proc/meminfo MemAvailable at the start
+    applied_affinity: str | None = None  # CPUs the engine's threads were allowed, e.g. "4-7"
+    affinity_applied: bool | None = None  # applied within the requested mask; None: none asked
+    threads_seen: int | None = None  # most threads the engine process had at once
+    config_not_applied: str | None = None  # why the cell's affinity/threads did not take effect
+    cooldown_source: str | None = None  # what the cooldown gate decided on (COOLDOWN_SOURCES)
+    cooldown_unmet: str | None = None  # why the gate was still not satisfied when it gave up
+    screen_on: bool | None = None  # pre-flight, before the cooldown gate
+    stay_awake: bool | None = None
+    charging: bool | None = None  # battery status "charging"
+    charge_source: str | None = None  # none, ac, usb, wireless, dock
+    battery_saver: bool | None = None
+    doze_state: str | None = None  # deep idle state (ACTIVE ... IDLE)
+    unreadable: str | None = None  # "thermal_zone1/temp: Permission denied; ...", once a trial
 
 
 @dataclass(frozen=True)

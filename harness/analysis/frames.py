@@ -3,8 +3,11 @@
 Why a separate step: ``compare``, ``history`` and ``recommend`` must agree on which trials
 count. A trial counts when its outcome is ``ok`` and its metric is not null; a throttled trial is
 left out by default (its speed says more about the phone's temperature than about the build)
-but counted, so verdicts can say how many were dropped. A *cell* here is one device (serial) and
-one ``config_id`` (the cell without its build), which is what pairs two builds.
+but counted, so verdicts can say how many were dropped. A trial whose cell did not take effect on
+the phone (``config_not_applied``: its CPU mask was ignored, fewer threads ran) is always left
+out and counted: it measured some other configuration than the one it is labelled with. A *cell*
+here is one device (serial) and one ``config_id`` (the cell without its build), which is what
+pairs two builds.
 """
 
 from __future__ import annotations
@@ -111,12 +114,20 @@ class SampleGroup:
     n_ok: int = 0
     n_throttled_excluded: int = 0
     outcomes: Mapping[str, int] = field(default_factory=dict)
+    n_not_applied_excluded: int = 0  # ok trials whose affinity/threads did not take effect
     cpu_emulation: str | None = None  # the emulator of a virtual phone's CPU, None when native
 
 
+def not_applied(frame: pd.DataFrame) -> pd.Series:
+    """True for trials flagged ``config_not_applied`` (older stores have no such column)."""
+    if "config_not_applied" not in frame:
+        return pd.Series(False, index=frame.index)
+    return frame["config_not_applied"].notna()
+
+
 def usable(frame: pd.DataFrame, include_throttled: bool = False) -> pd.DataFrame:
-    """Trials with outcome ``ok`` (and, by default, not throttled)."""
-    ok = frame[frame["outcome"] == "ok"]
+    """Trials with outcome ``ok``, applied as asked (and, by default, not throttled)."""
+    ok = frame[(frame["outcome"] == "ok") & ~not_applied(frame)]
     if include_throttled:
         return ok
     return ok[~ok["throttled"].fillna(False).astype(bool)]
@@ -125,8 +136,9 @@ def usable(frame: pd.DataFrame, include_throttled: bool = False) -> pd.DataFrame
 def _group(key: CellKey, build: str, rows: pd.DataFrame, metrics: Sequence[str],
            include_throttled: bool) -> SampleGroup:
     ok = rows[rows["outcome"] == "ok"]
-    throttled = ok["throttled"].fillna(False).astype(bool)
-    kept = ok if include_throttled else ok[~throttled]
+    flagged = not_applied(ok)
+    throttled = ok["throttled"].fillna(False).astype(bool) & ~flagged
+    kept = ok[~flagged] if include_throttled else ok[~throttled & ~flagged]
     values = {
         m: kept[METRIC_COLUMNS[m]].dropna().to_numpy(dtype=np.float64) for m in metrics
     }
@@ -140,6 +152,7 @@ def _group(key: CellKey, build: str, rows: pd.DataFrame, metrics: Sequence[str],
         n_throttled_excluded=0 if include_throttled else int(throttled.sum()),
         outcomes={str(k): int(v) for k, v in rows["outcome"].value_counts().items()},
         cpu_emulation=_emulation(rows),
+        n_not_applied_excluded=int(flagged.sum()),
     )
 
 

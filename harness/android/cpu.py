@@ -8,7 +8,7 @@ tell (Samsung Mongoose cores have implementer 0x53), and ``/proc/cpuinfo`` lists
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from harness.android._numbers import to_int
@@ -221,3 +221,28 @@ def parse_head_dump(text: str) -> dict[str, str]:
     if path is not None:
         files[path] = "\n".join(body).strip()
     return files
+
+
+def format_cpu_range(cpus: Iterable[int]) -> str:
+    """CPU numbers as the kernel writes a list: ``"0-3,6"`` (sorted, runs collapsed)."""
+    ordered = sorted(set(cpus))
+    parts: list[str] = []
+    start = prev = None
+    for cpu in [*ordered, None]:
+        if cpu is not None and prev is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        if start is not None and prev is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = cpu
+    return ",".join(parts)
+
+
+def mask_cpus(mask: str) -> frozenset[int]:
+    """The CPUs of a hex affinity mask (``0xf0`` or ``f0``, as taskset takes it); empty if bad."""
+    text = mask.strip().lower().removeprefix("0x")
+    try:
+        value = int(text, 16) if text else 0
+    except ValueError:
+        return frozenset()
+    return frozenset(bit for bit in range(value.bit_length()) if value >> bit & 1)

@@ -196,6 +196,40 @@ def parse_zone_listing(text: str) -> dict[str, tuple[str | None, str | None]]:
     return zones
 
 
+_GREP_LINE = re.compile(r"^(?:.*/)?(?P<zone>thermal_zone\d+)/(?P<file>type|temp):(?P<value>.*)$")
+
+
+def parse_zone_grep(text: str) -> dict[str, tuple[str | None, str | None]]:
+    """``grep -H '' .../thermal_zone*/type .../thermal_zone*/temp`` as ``{zone: (type, temp)}``.
+
+    One applet call reads every zone; a file it could not read has no line (its error went to
+    stderr), so that half of the pair is None and ``read_thermal_zones`` leaves the zone out.
+    """
+    found: dict[str, dict[str, str]] = {}
+    for line in text.splitlines():
+        match = _GREP_LINE.match(line.rstrip("\r"))
+        if match is not None:
+            found.setdefault(match.group("zone"), {}).setdefault(
+                match.group("file"), match.group("value").strip())
+    return {zone: (files.get("type") or None, files.get("temp") or None)
+            for zone, files in found.items()}
+
+
+_SURFACE_NAME = re.compile(r"skin|batt|xo[-_]?therm|quiet[-_]?therm", re.IGNORECASE)
+SURFACE_TYPES = frozenset({2, 3})  # BATTERY, SKIN
+
+
+def is_surface_sensor(sensor: Temperature) -> bool:
+    """A skin or battery sensor (by type, or by name for vendors that mislabel types)."""
+    return is_real_temperature(sensor) and (
+        sensor.type in SURFACE_TYPES or bool(_SURFACE_NAME.search(sensor.name)))
+
+
+def is_surface_zone(zone: ThermalZone) -> bool:
+    """A thermal zone that measures the skin or the battery (skin-therm, xo-therm, battery...)."""
+    return zone.celsius is not None and bool(_SURFACE_NAME.search(zone.type))
+
+
 def _zone_number(zone: str) -> tuple[int, str]:
     digits = re.search(r"(\d+)$", zone)
     return (int(digits.group(1)) if digits else -1, zone)

@@ -127,12 +127,15 @@ def wipe(phones: tuple[str, ...], wipe_all: bool) -> None:
 @click.argument("value", required=False)
 def fault(serial: str, kind: str, value: str | None) -> None:
     """Inject a fault: drop [SECONDS], hang, crash (next command), disk-full, disk-ok,
-    thermal STATUS (0..6), thermal-release, clear.
+    thermal STATUS (0..6), thermal-release, battery-saver on|off, charging none|usb|ac,
+    screen on|off, doze ACTIVE|IDLE (or another deviceidle state), clear (every fault off,
+    power as the profile sets it).
 
     \b
     Example:
       harness sim fault 127.0.0.1:40123 thermal 4
       harness sim fault 127.0.0.1:40123 crash
+      harness sim fault 127.0.0.1:40123 charging none
     """
     set_fault(serial, kind, value)
     click.echo(f"{serial}: {kind}{' ' + value if value else ''}")

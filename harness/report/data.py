@@ -22,6 +22,8 @@ from harness.records import OUTCOMES
 from harness.report import trends
 from harness.report.load import find_trial_ids, load_samples, load_trials
 from harness.report.model import (
+    ConditionRow,
+    Conditions,
     CountRow,
     DeviceRecommendations,
     DeviceRow,
@@ -39,6 +41,14 @@ QUANT_LADDER = ("Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_XS", "Q4_0", "Q4_K_S"
                 "Q5_0", "Q5_K_S", "Q5_K_M", "Q6_K", "Q8_0", "F16", "BF16", "F32")
 MAX_FAILURES = 50
 MAX_THERMAL_POINTS = 3000
+MAX_CONDITION_ROWS = 60
+# trial column -> (label when true, label when false); other condition columns are shown as is
+CONDITION_FLAGS: dict[str, tuple[str, str]] = {
+    "screen_on": ("on", "off"), "stay_awake": ("on", "off"),
+    "charging": ("charging", "not charging"), "battery_saver": ("on", "off"),
+}
+CONDITION_TEXTS = ("affinity", "applied_affinity", "threads", "threads_seen", "charge_source",
+                   "doze_state", "cooldown_source")
 T = TypeVar("T")
 
 
@@ -83,9 +93,11 @@ def _group_labels(df: pd.DataFrame, columns: list[str], name: Callable[..., str]
 
 
 def _config_label(several_models: bool) -> Callable[..., str]:
-    def label(model: Any, quant: Any, n_ctx: Any, type_k: Any, type_v: Any, threads: Any) -> str:
+    def label(model: Any, quant: Any, n_ctx: Any, type_k: Any, type_v: Any, threads: Any,
+              affinity: Any = "all") -> str:
         kv = type_k if type_k == type_v else f"{type_k}/{type_v}"
-        base = f"{quant} · ctx {n_ctx} · KV {kv} · {threads}t"
+        pinned = f" @{affinity}" if isinstance(affinity, str) and affinity != "all" else ""
+        base = f"{quant} · ctx {n_ctx} · KV {kv} · {threads}t{pinned}"
         return f"{model} {base}" if several_models else base
     return label
 
@@ -96,7 +108,10 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy(deep=False)
     df["throttled"] = df["throttled"].fillna(False).astype(bool)
     df["ok"] = (df["outcome"] == "ok").to_numpy()
-    df["good"] = df["ok"] & ~df["throttled"]
+    # a trial whose affinity or thread count did not take effect measured another config
+    df["flagged"] = (df["config_not_applied"].notna().to_numpy() if "config_not_applied" in df
+                     else np.zeros(len(df), dtype=bool))
+    df["good"] = df["ok"] & ~df["throttled"] & ~df["flagged"]
     firsts = df.groupby("device_serial", observed=True, sort=True)["device_model"].first()
     emulated = (df.groupby("device_serial", observed=True, sort=True)["cpu_emulation"].first()
                 if "cpu_emulation" in df else pd.Series(dtype=object))
@@ -110,7 +125,8 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
 
     df["device"] = _group_labels(df, ["device_serial"], device_label)
     several = df["model_name"].nunique() > 1
-    config_cols = ["model_name", "quant", "n_ctx", "type_k", "type_v", "threads"]
+    config_cols = ["model_name", "quant", "n_ctx", "type_k", "type_v", "threads",
+                   *(["affinity"] if "affinity" in df else [])]
     per_config = df.groupby("config_id", observed=True, sort=True)[config_cols].first()
     make = _config_label(several)
     df["config"] = _group_labels(df, ["config_id"], lambda c: make(*per_config.loc[c]))
@@ -263,6 +279,62 @@ def thermal(df: pd.DataFrame) -> tuple[tuple[ThermalRow, ...], tuple[ThermalPoin
     return table, points, len(temps)
 
 
+def _labels(column: pd.Series, name: str) -> pd.Series:
+    """Display text per trial for one condition column ("" where it was not read)."""
+    if name in CONDITION_FLAGS:
+        yes, no = CONDITION_FLAGS[name]
+        values = column.astype(object)
+        out = pd.Series("", index=column.index, dtype=object)
+        out[values.eq(True)] = yes
+        out[values.eq(False)] = no
+        return out
+    text = column.astype(object).where(column.notna(), "")
+    return text.map(lambda v: str(int(v)) if isinstance(v, float) else str(v))
+
+
+def _distinct(keys: pd.DataFrame, labels: pd.Series) -> dict[tuple[str, str], str]:
+    """Per (device, config): the one label, or each label with its count when they differ."""
+    counts = keys.assign(v=labels.to_numpy()).groupby(
+        ["device", "config", "v"], observed=True, sort=False).size()
+    found: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for (device, config, value), n in counts.items():
+        found.setdefault((str(device), str(config)), []).append((str(value), int(n)))
+    out: dict[tuple[str, str], str] = {}
+    for key, values in found.items():
+        shown = [(v, n) for v, n in values if v] or [("", 0)]
+        out[key] = shown[0][0] if len(shown) == 1 else " · ".join(
+            f"{v} {n}" for v, n in sorted(shown, key=lambda p: (-p[1], p[0])))
+    return out
+
+
+def conditions(df: pd.DataFrame, limit: int = MAX_CONDITION_ROWS) -> Conditions:
+    """Per device and config: the affinity asked for and applied, the threads that ran, and the
+    phone's pre-flight state; configs with flagged trials first, then by device and config."""
+    present = [c for c in ("applied_affinity", "threads_seen", *CONDITION_FLAGS, "doze_state",
+                           "cooldown_source") if c in df]
+    recorded = bool(present) and bool(df[present].notna().to_numpy().any())
+    per = df.groupby(["device", "config"], observed=True, sort=True).agg(
+        trials=("ok", "size"), flagged=("flagged", "sum"))
+    if per.empty:
+        return Conditions((), 0, recorded)
+    per = per.sort_values("flagged", ascending=False, kind="stable")
+    shown = per.head(limit)
+    wanted = set(shown.index)
+    keys = df[["device", "config"]]
+    rows_in = [k in wanted for k in zip(keys["device"], keys["config"], strict=True)]
+    part = df[rows_in]
+    part_keys = part[["device", "config"]]
+    texts = {name: _distinct(part_keys, _labels(part[name], name)) if name in part else {}
+             for name in (*CONDITION_TEXTS, *CONDITION_FLAGS)}
+    rows = []
+    for (device, config), r in shown.iterrows():
+        key = (str(device), str(config))
+        rows.append(ConditionRow(
+            device=key[0], config=key[1], trials=int(r.trials), flagged=int(r.flagged),
+            **{name: texts[name].get(key, "") for name in (*CONDITION_TEXTS, *CONDITION_FLAGS)}))
+    return Conditions(tuple(rows), len(per), recorded)
+
+
 def _timed(timings: dict[str, float], name: str, fn: Callable[[], T]) -> T:
     start = time.perf_counter()
     result = fn()
@@ -292,6 +364,7 @@ def build_report_data(
     cells = _timed(timings, "memory", lambda: memory_cells(df, build))
     lines = _timed(timings, "timelines", lambda: timelines(options.results, df, options.top))
     rows, points, total = _timed(timings, "thermal", lambda: thermal(df))
+    ran_as = _timed(timings, "conditions", lambda: conditions(df))
     throttled = df[df["throttled"]].nlargest(20, "started_at")
     history = _timed(timings, "history", lambda: trends.history(df, "tg_tps", options.top))
     recs = tuple(recommendations) if recommendations is not None else _timed(
@@ -303,4 +376,4 @@ def build_report_data(
         heatmap_build=build, heatmaps=maps, memory_cells=cells, timelines=lines,
         thermal_rows=rows, thermal_points=points, thermal_points_total=total,
         throttled_trials=_failure_rows(throttled), comparison=comparison, history=history,
-        recommendations=recs, timings=timings)
+        recommendations=recs, timings=timings, conditions=ran_as)

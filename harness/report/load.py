@@ -33,7 +33,9 @@ TRIAL_COLUMNS = (
     "device_manufacturer", "device_soc", "device_ram_bytes", "build_id", "model_name", "quant",
     "n_ctx", "type_k", "type_v", "threads", "outcome", "error", "evidence", "pp_tps", "tg_tps",
     "peak_pss_bytes", "peak_rss_bytes", "predicted_peak_bytes", "max_temp_c",
-    "max_thermal_status", "throttled", "cpu_emulation",
+    "max_thermal_status", "throttled", "cpu_emulation", "affinity", "applied_affinity",
+    "threads_seen", "config_not_applied", "screen_on", "stay_awake", "charging",
+    "charge_source", "battery_saver", "doze_state", "cooldown_source",
 )
 # strings with few distinct values: read as categoricals (trial_id, error, evidence stay strings)
 DICTIONARY_COLUMNS = frozenset(

@@ -56,6 +56,38 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class ConditionRow:
+    """How one configuration actually ran on one device, and the phone's state around it.
+
+    Each state is its one value, or its values with counts when trials differed
+    (``on 3 · off 1``); empty when never read (trials stored before schema 3).
+    """
+
+    device: str
+    config: str
+    trials: int
+    flagged: int  # ok or not, trials whose affinity/threads did not take effect
+    affinity: str  # what the cell asked for (all, big, a mask)
+    applied_affinity: str
+    threads: str
+    threads_seen: str
+    screen_on: str
+    stay_awake: str
+    charging: str
+    charge_source: str
+    battery_saver: str
+    doze_state: str
+    cooldown_source: str
+
+
+@dataclass(frozen=True)
+class Conditions:
+    rows: tuple[ConditionRow, ...]
+    total: int  # (device, config) pairs in scope; rows holds the first ones, flagged first
+    recorded: bool  # any trial carries pre-flight or read-back columns
+
+
+@dataclass(frozen=True)
 class Heatmap:
     """Median throughput over a quant (rows) × n_ctx (columns) grid; None where unmeasured."""
 
@@ -203,3 +235,4 @@ class ReportData:
     history: HistorySection
     recommendations: tuple[DeviceRecommendations, ...]
     timings: dict[str, float] = field(default_factory=dict)
+    conditions: Conditions = field(default_factory=lambda: Conditions((), 0, False))

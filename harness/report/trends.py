@@ -62,12 +62,15 @@ def _badness(row: ComparisonRow, higher_is_better: bool) -> tuple[int, float]:
 
 def comparison(df: pd.DataFrame, baseline: str | None, candidate: str | None,
                max_per_side: int) -> ComparisonSection:
-    """Every (device, config) measured with both builds, per metric, throttled trials excluded."""
+    """Every (device, config) measured with both builds, per metric, throttled trials excluded
+    (and counted), trials whose affinity or threads did not take effect left out."""
     base, cand, note = pick_builds(df, baseline, candidate)
     if base is None or cand is None:
         return ComparisonSection(None, None, note)
     columns = ["device", "config", "started_at", "throttled", *(m for m, _ in COMPARE_METRICS)]
     mask = df["ok"] & df["build_id"].isin([base, cand])
+    if "flagged" in df:  # data.prepare adds it
+        mask &= ~df["flagged"]
     both = df.loc[mask, columns]
     both["side"] = np.where(df.loc[mask, "build_id"] == base, 0, 1)
     keys = ["device", "config", "side"]

@@ -244,6 +244,7 @@ class DeviceWorker:
             timeout_s=self.prepared.matrix.timeout.trial_s,
             sample_interval_s=self.options.sample_interval_s,
             throttle_status=self.prepared.matrix.cooldown.max_thermal_status,
+            require=self.prepared.matrix.require,
         ))
         self._ready = _Ready(planned, frozenset(t.trial_id for t in runnable), contexts, runner,
                              len(todo))
@@ -266,13 +267,15 @@ class DeviceWorker:
                        label=spec.cell.label(), build=spec.cell.build, trial_id=spec.trial_id)
             if spec.trial_id in runnable_ids and contexts is not None:
                 trial, samples = self._attempt(runner, spec, contexts[spec.cell.cell_id], plan)
-                if trial.outcome == "device_lost" and not self._device_back():
-                    self._store(trial, samples)
-                    self.summary.not_run = self._ready.todo_count - index - 1
-                    raise DeviceLostError(
-                        f"gone for more than {self.options.reconnect_s:.0f} s; "
-                        f"{self.summary.not_run} trials not run (finish them with --resume)",
-                        serial)
+                if trial.outcome == "device_lost":
+                    if not self._device_back():
+                        self._store(trial, samples)
+                        self.summary.not_run = self._ready.todo_count - index - 1
+                        raise DeviceLostError(
+                            f"gone for more than {self.options.reconnect_s:.0f} s; "
+                            f"{self.summary.not_run} trials not run (finish them with --resume)",
+                            serial)
+                    trial = runner.explain_loss(trial)  # back: did it reboot?
             elif contexts is None and spec.trial_id in runnable_ids:
                 trial, samples = store_io.push_failed_trial(spec, plan, self.summary.error), []
             elif spec.cell.build in self._refused:
@@ -316,6 +319,8 @@ class DeviceWorker:
     def _store(self, trial: TrialRecord, samples: Sequence[Any]) -> None:
         self.sink(trial, samples)
         self.summary.outcomes[trial.outcome] += 1
+        if trial.outcome == "precondition_failed":  # the phone and the requirement it failed
+            self._emit("precondition_failed", error=trial.error)
         self._emit("done", outcome=trial.outcome, tg_tps=trial.tg_tps, pp_tps=trial.pp_tps)
 
     def _push(self, artifacts: Sequence[Artifact]) -> PushReport:

@@ -15,6 +15,11 @@ class DeviceState:
     big_cur_khz: int | None = None  # current frequency of the biggest cluster
     big_max_khz: int | None = None  # scaling_max_freq of the biggest cluster (caps show here)
     big_hw_max_khz: int | None = None  # cpuinfo_max_freq: what the hardware can do
+    # the hotter of the skin and battery temperatures, from the best source that has them:
+    # "hal" (thermalservice), "sysfs" (thermal zones), "dumpsys_battery" (battery only)
+    surface_temp_c: float | None = None
+    surface_source: str | None = None
+    unreadable: tuple[str, ...] = ()  # "thermal_zone1/temp: Permission denied", ...
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,7 @@ class ProcessMemory:
     pss_file_kb: int | None = None
     vm_hwm_kb: int | None = None
     source: str | None = None
+    unreadable: tuple[str, ...] = ()  # files of a live process that could not be read
 
 
 def _max(values: Sequence[float | int | None]) -> float | None:

@@ -1,8 +1,11 @@
-"""One trial on one device: gate, launch, sample, collect, classify.
+"""One trial on one device: pre-flight, gate, launch, sample, collect, classify.
 
-The engine runs in the foreground of one adb shell (shell protocol v2 gives its exit status,
-137 for SIGKILL); its own shell writes its pid to a file first and then ``exec``s the engine, so
-the sampler and the timeout watchdog address the engine process itself.
+The engine runs in the foreground of one adb shell (``harness.run.watch``). Before it, one
+reading of the phone's conditions (``harness.run.preflight``) is checked against the run's
+requirements and polled by the cooldown gate; after it, one read collects the watcher's files,
+the lmkd lines and the memory pressure the trial left, and ``classify`` decides the outcome from
+that evidence. A trial whose device went away is explained later, once it is back
+(``explain_loss``: did it reboot?).
 """
 
 from __future__ import annotations
@@ -14,21 +17,35 @@ import json
 import shlex
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from harness.android.lmkd import parse_lmkd_kills
-from harness.android.meminfo import parse_meminfo
+from harness.android.kernel import parse_boot_id, parse_memory_pressure, parse_uptime
+from harness.android.lmkd import parse_lmkd_kill
+from harness.android.readerrors import parse_read_errors
 from harness.device.base import Device
-from harness.engines.base import Engine, Measurement
+from harness.engines.base import Engine, Measurement, affinity_mask
 from harness.errors import DeviceError, EngineError, HarnessError
+from harness.matrix import Requirements
 from harness.records import SampleRecord, TrialRecord
+from harness.run.affinity import AffinityCheck, check_applied, parse_readback
 from harness.run.cooldown import CooldownPolicy, GateResult, wait_until_ready
 from harness.run.deploy import DEVICE_ROOT
 from harness.run.order import TrialSpec
 from harness.run.outcome import Observation, Outcome, classify
+from harness.run.preflight import (
+    BOOT_ID,
+    LMKD_LINES,
+    Baseline,
+    Conditions,
+    conditions_command,
+    conditions_from_output,
+    lmkd_lines,
+    rebooted,
+    unmet_requirement,
+)
 from harness.run.probe import memory_from_output, split_sections, state_command, state_from_output
 from harness.run.sampler import Sampler, Tick
 from harness.run.state import (
@@ -39,8 +56,23 @@ from harness.run.state import (
     throttled_during,
     worst_status,
 )
+from harness.run.watch import (
+    dumpsys_command,
+    dumpsys_memory,
+    dumpsys_unreadable,
+    launch_command,
+    memory_read_command,
+    watcher_memory,
+    watcher_threads,
+)
+
+__all__ = [  # the launch line and its readers live in harness.run.watch; kept importable here
+    "TrialContext", "TrialPolicy", "TrialRunner", "dumpsys_command", "dumpsys_memory",
+    "launch_command", "memory_read_command", "watcher_memory",
+]
 
 KIB = 1024
+MAX_UNREADABLE = 12  # reasons kept per trial (a phone can deny dozens of thermal zones)
 
 
 @dataclass(frozen=True)
@@ -68,79 +100,32 @@ class TrialPolicy:
     fast_start_s: float = 2.0  # sample quickly at first: short trials still get samples
     state_interval_s: float = 2.0
     throttle_status: int = 1  # a status above this during the trial marks it throttled
+    require: Requirements = field(default_factory=Requirements)
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What a trial learnt beyond the engine's numbers (the schema-3 columns)."""
+
+    conditions: Conditions | None = None  # the last reading before the launch
+    gate: GateResult | None = None
+    applied: AffinityCheck | None = None
+    unreadable: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Started:
+    """What ``explain_loss`` needs of a trial whose device went away."""
+
+    trial_id: str
+    workdir: str
+    baseline: Baseline
+    memory_limit_bytes: int | None
 
 
 def _trial_dir(spec: TrialSpec) -> str:
     digest = hashlib.sha256(spec.trial_id.encode()).hexdigest()[:16]
     return f"{DEVICE_ROOT}/trials/{digest}"
-
-
-# An on-device watcher of the engine's /proc status, started by the launching shell just before it
-# becomes the engine (the shell's $$, passed as $1, is the engine's pid after exec). Shell
-# builtins only, except one `sleep` per round (every 10 ms for the first 100 rounds, while loading
-# and the first graph set the peak, then every `watch_s`), so it costs little. It keeps the
-# kernel's peak (VmHWM) and the largest VmRSS it saw in the file `mem`, so even a sub-second
-# trial, too short for samples over adb, has its peak. A zombie's status has no Vm lines: the
-# last values stay. It ends when the engine's /proc entry does, i.e. once adbd has reaped it.
-_WATCH = (
-    "m=0; h=0; n=0; while [ -d /proc/$1 ]; do "
-    "while read -r k v u; do case $k in VmHWM:) h=$v;; "
-    "VmRSS:) [ \"$v\" -gt \"$m\" ] && m=$v;; esac; done < /proc/$1/status; "
-    "echo \"$h $m\" > mem; n=$((n+1)); "
-    "if [ $n -lt 100 ]; then sleep 0.01; else sleep {interval}; fi; done"
-)
-
-
-def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None,
-                   watch_s: float | None = 0.05) -> str:
-    """The shell line that records its pid and becomes the engine (every word quoted).
-
-    Written for Android's mksh as much as for dash: the watcher is its own ``sh -c`` started
-    from a brace group, with its streams on /dev/null, after the set-up has finished. mksh keeps
-    copies of the shell's stdout/stderr (fds 10/11) in a backgrounded and-list or subshell; a
-    watcher holding them would keep adbd's stream open after the engine exits, adbd reaps only
-    at EOF, and the engine would stay a zombie the watcher waits for, forever.
-    """
-    env = ["env", f"LD_LIBRARY_PATH={lib_dir}"] if lib_dir else []
-    words = " ".join(shlex.quote(word) for word in [*env, *argv])
-    folder = shlex.quote(workdir)
-    setup = f"mkdir -p {folder} && cd {folder} && echo $$ > pid || exit 1"
-    if not watch_s:
-        return f"{setup}; exec {words}"
-    script = shlex.quote(_WATCH.format(interval=float(watch_s)))
-    watcher = f"{{ sh -c {script} watch $$ > /dev/null 2>&1 < /dev/null & }}"
-    return f"{setup}; {watcher}; exec {words}"
-
-
-def dumpsys_command(workdir: str) -> str:
-    pid_file = shlex.quote(f"{workdir}/pid")
-    return f"p=$(cat {pid_file} 2>/dev/null); [ -n \"$p\" ] && dumpsys meminfo \"$p\""
-
-
-def dumpsys_memory(text: str) -> ProcessMemory | None:
-    """Android's own account of the engine (TOTAL PSS/RSS/SWAP), a cross-check of procfs."""
-    info = parse_meminfo(text)
-    if info is None or info.pss_kb is None:
-        return None
-    return ProcessMemory(pss_kb=info.pss_kb, rss_kb=info.rss_kb, swap_kb=info.swap_pss_kb,
-                         source="dumpsys")
-
-
-def watcher_memory(text: str) -> ProcessMemory | None:
-    """The watcher's `mem` file: "<VmHWM kB> <largest VmRSS kB>"."""
-    parts = text.split()
-    if len(parts) != 2 or not all(p.isdigit() for p in parts) or parts[0] == "0":
-        return None
-    return ProcessMemory(rss_kb=int(parts[1]), vm_hwm_kb=int(parts[0]), source="device-watch")
-
-
-def memory_read_command(workdir: str) -> str:
-    pid_file = shlex.quote(f"{workdir}/pid")
-    return (
-        f"p=$(cat {pid_file} 2>/dev/null); [ -n \"$p\" ] || exit 0; "
-        "echo @@harness:rollup; cat /proc/$p/smaps_rollup 2>/dev/null; "
-        "echo @@harness:status; cat /proc/$p/status 2>/dev/null"
-    )
 
 
 def _check_engine_report(records: Sequence[Any], spec: TrialSpec) -> str | None:
@@ -156,14 +141,44 @@ def _check_engine_report(records: Sequence[Any], spec: TrialSpec) -> str | None:
     return None
 
 
-def _lmk_line(logcat: str, pid: int | None) -> str | None:
-    if pid is None:
+def _new_kills(before: Baseline, after_text: str, pid: int | None) -> tuple[str | None,
+                                                                               tuple[str, ...]]:
+    """(the lmkd line naming the engine, lines of the other processes lmkd killed) of the trial."""
+    engine: str | None = None
+    others: list[str] = []
+    for line in lmkd_lines(after_text):
+        kill = parse_lmkd_kill(line)
+        if kill is None or line in before.lmkd_lines:
+            continue
+        if pid is not None and kill.pid == pid:
+            engine = line
+        else:
+            others.append(line)
+    return engine, tuple(others)
+
+
+def _pressure_growth(before: Baseline, after_text: str) -> int | None:
+    after = parse_memory_pressure(after_text)
+    if before.pressure is None or after is None:
         return None
-    for line in logcat.splitlines():
-        kills = parse_lmkd_kills(line)
-        if kills and kills[0].pid == pid:
-            return line.strip()
-    return None
+    if before.pressure.full_total_us is None or after.full_total_us is None:
+        return None
+    return max(after.full_total_us - before.pressure.full_total_us, 0)
+
+
+def _reasons(groups: Iterable[Iterable[str]]) -> tuple[str, ...]:
+    found: dict[str, None] = {}
+    for group in groups:
+        found.update(dict.fromkeys(group))
+    return tuple(found)
+
+
+def _unreadable_text(reasons: Sequence[str]) -> str | None:
+    if not reasons:
+        return None
+    shown = "; ".join(sorted(reasons)[:MAX_UNREADABLE])
+    more = len(reasons) - MAX_UNREADABLE
+    return f"{shown}; and {more} more" if more > 0 else shown
 
 
 class TrialRunner:
@@ -174,33 +189,85 @@ class TrialRunner:
         self.device = device
         self.policy = policy
         self.clock = clock
+        self._started: _Started | None = None
 
     def read_state(self, big_cpu: int) -> DeviceState:
-        return state_from_output(self.device.shell(state_command(big_cpu), timeout=30).stdout)
+        result = self.device.shell(state_command(big_cpu), timeout=30)
+        return state_from_output(result.stdout, result.stderr)
 
-    def gate(self, big_cpu: int) -> GateResult:
-        return wait_until_ready(lambda: self.read_state(big_cpu), self.policy.cooldown)
+    def read_conditions(self, big_cpu: int) -> Conditions:
+        result = self.device.shell(conditions_command(big_cpu), timeout=60)
+        return conditions_from_output(result.stdout, result.stderr)
+
+    def gate(self, big_cpu: int, first: Conditions | None = None,
+             ) -> tuple[GateResult, Conditions | None]:
+        """Wait until the phone is cool; the gate's result and its last reading of conditions.
+
+        ``first`` (already read for the requirement check) is the gate's first poll.
+        """
+        latest: list[Conditions | None] = [first]
+        unused = [first] if first is not None else []
+
+        def read() -> DeviceState:
+            conditions = unused.pop() if unused else self.read_conditions(big_cpu)
+            latest[0] = conditions
+            return conditions.state
+
+        return wait_until_ready(read, self.policy.cooldown), latest[0]
+
+    def _refused(self, unmet: str) -> Outcome:
+        return Outcome("precondition_failed", f"phone {self.device.serial}: {unmet}")
 
     def run(self, spec: TrialSpec, ctx: TrialContext) -> tuple[TrialRecord, list[SampleRecord]]:
         started_at = datetime.now(UTC)
         unsupported = ctx.engine.supports(spec.cell)
         if unsupported:
             return self._record(spec, ctx, started_at, Outcome("unsupported", unsupported),
-                                None, [], None, None), []
-        gate = self.gate(ctx.big_cpu)
+                                [], None), []
+        first = self.read_conditions(ctx.big_cpu)
+        unmet = unmet_requirement(self.policy.require, first.preflight)
+        if unmet:  # not waited for: a phone in battery saver does not leave it by cooling
+            return self._record(spec, ctx, started_at, self._refused(unmet), [], None,
+                                findings=Findings(first, None, None, first.state.unreadable)), []
+        gate, conditions = self.gate(ctx.big_cpu, first)
+        conditions = conditions or first
+        unmet = unmet_requirement(self.policy.require, conditions.preflight)
+        if unmet:  # it changed while the gate waited
+            return self._record(spec, ctx, started_at, self._refused(unmet), [], None,
+                                findings=Findings(conditions, gate, None,
+                                                  conditions.state.unreadable)), []
+        return self._launch(spec, ctx, started_at, gate, conditions)
+
+    def _launch(self, spec: TrialSpec, ctx: TrialContext, started_at: datetime,
+                gate: GateResult, conditions: Conditions,
+                ) -> tuple[TrialRecord, list[SampleRecord]]:
         workdir = _trial_dir(spec)
+        baseline = conditions.baseline
+        limit = (baseline.mem_available_kb * KIB if baseline.mem_available_kb
+                 else ctx.memory_limit_bytes)
+        self._started = _Started(spec.trial_id, workdir, baseline, limit)
         # One trial is one repetition: the engine runs the cell once, the run repeats trials.
         once = dataclasses.replace(spec.cell, repetitions=1)
         argv = ctx.engine.argv(once, ctx.binary, ctx.model, ctx.cpu_mask)
+
+        def read_memory() -> ProcessMemory | None:
+            result = self.device.shell(memory_read_command(workdir), timeout=30)
+            return memory_from_output(result.stdout, result.stderr)
+
+        extra_reasons: dict[str, None] = {}
+
+        def read_extra() -> ProcessMemory | None:
+            text = self.device.shell(dumpsys_command(workdir), timeout=30).stdout
+            extra_reasons.update(dict.fromkeys(dumpsys_unreadable(text)))
+            return dumpsys_memory(text)
+
         sampler = Sampler(
-            read_memory=lambda: memory_from_output(
-                self.device.shell(memory_read_command(workdir), timeout=30).stdout),
+            read_memory=read_memory,
             read_state=lambda: self.read_state(ctx.big_cpu),
             interval_s=self.policy.sample_interval_s,
             state_interval_s=self.policy.state_interval_s,
             fast_start_s=self.policy.fast_start_s,
-            read_extra=lambda: dumpsys_memory(
-                self.device.shell(dumpsys_command(workdir), timeout=30).stdout),
+            read_extra=read_extra,
         )
         timed_out = threading.Event()
 
@@ -236,18 +303,14 @@ class TrialRunner:
             with contextlib.suppress(HarnessError):
                 ticks.append(Tick(int(wall * 1000), None, self.read_state(ctx.big_cpu)))
         pid: int | None = None
-        logcat = ""
+        after: dict[str, str] = {}
+        after_errors = ""
         if not lost:
             try:
-                after = split_sections(self.device.shell(
-                    f"echo @@harness:pid; cat {shlex.quote(workdir + '/pid')}; "
-                    f"echo @@harness:mem; cat {shlex.quote(workdir + '/mem')} 2>/dev/null; "
-                    "echo @@harness:logcat; logcat -d 2>/dev/null | "
-                    "grep -i -e lowmemorykiller -e 'out of memory' | tail -n 50; "
-                    f"rm -rf {shlex.quote(workdir)}", timeout=60).stdout)
+                done = self.device.shell(_after_command(workdir), timeout=60)
+                after, after_errors = split_sections(done.stdout), done.stderr
                 pid_text = after.get("pid", "").strip()
                 pid = int(pid_text) if pid_text.isdigit() else None
-                logcat = after.get("logcat", "")
                 watched = watcher_memory(after.get("mem", ""))
                 if watched is not None:
                     ticks.append(Tick(int(wall * 1000), watched, None))
@@ -258,23 +321,68 @@ class TrialRunner:
         except EngineError as error:
             records, stderr = [], f"{stderr}\n{error}"
         measurements = ctx.engine.measure(records)
-        peak_rss = peak([t.memory.rss_kb for t in ticks if t.memory])
+        mems = [t.memory for t in ticks if t.memory]
+        top = peak([*(m.rss_kb for m in mems), *(m.vm_hwm_kb for m in mems)])
+        engine_line, app_kills = _new_kills(baseline, after.get("lmkd", ""), pid)
         outcome = classify(Observation(
             exit_code=exit_code,
             timed_out=timed_out.is_set(),
             device_lost=lost,
-            lmk_line=_lmk_line(logcat, pid),
-            peak_rss_bytes=None if peak_rss is None else peak_rss * KIB,
-            memory_limit_bytes=ctx.memory_limit_bytes,
+            lmk_line=engine_line,
+            peak_rss_bytes=None if top is None else top * KIB,
+            memory_limit_bytes=limit,
             complete_records=len(measurements),
             expected_records=1,
             stderr_tail="\n".join(stderr.strip().splitlines()[-8:]),
             mismatch=_check_engine_report(records, spec),
+            pressure_full_us=_pressure_growth(baseline, after.get("pressure", "")),
+            lmkd_app_kills=app_kills,
         ))
-        trial = self._record(spec, ctx, started_at, outcome, gate, ticks, wall,
+        readback = parse_readback(watcher_threads(after.get("mem", "")), after.get("aff", ""))
+        applied = check_applied(affinity_mask(spec.cell, ctx.cpu_mask), spec.cell.threads,
+                                readback) if after else None
+        unreadable = _reasons([
+            conditions.state.unreadable, parse_read_errors(after_errors), extra_reasons,
+            *(t.state.unreadable for t in ticks if t.state),
+            *(t.memory.unreadable for t in ticks if t.memory)])
+        trial = self._record(spec, ctx, started_at, outcome, ticks, wall,
                              measurements[0] if measurements else None,
-                             json.dumps([r.as_dict() for r in records]) if records else None)
+                             json.dumps([r.as_dict() for r in records]) if records else None,
+                             Findings(conditions, gate, applied, unreadable))
         return trial, self._samples(spec, ticks)
+
+    def explain_loss(self, trial: TrialRecord) -> TrialRecord:
+        """A lost trial, once its device is back: did the phone reboot (a new boot id)?
+
+        The trial's folder survives a reboot, so the watcher's peak is still there; with a
+        reboot the outcome stays ``device_lost``, with the reboot and the memory evidence
+        recorded. Anything unreadable leaves the trial as it was.
+        """
+        started = self._started
+        if started is None or started.trial_id != trial.trial_id \
+                or trial.outcome != "device_lost":
+            return trial
+        folder = shlex.quote(started.workdir)
+        try:
+            found = split_sections(self.device.shell(
+                f"echo @@harness:boot_id; cat {BOOT_ID}; echo @@harness:uptime; cat /proc/uptime; "
+                f"echo @@harness:mem; cat {folder}/mem 2>/dev/null; rm -rf {folder}",
+                timeout=30).stdout)
+        except HarnessError:
+            return trial
+        again = rebooted(started.baseline, parse_boot_id(found.get("boot_id", "")),
+                         parse_uptime(found.get("uptime", "")))
+        watched = watcher_memory(found.get("mem", ""))
+        hwm = watched.vm_hwm_kb * KIB if watched and watched.vm_hwm_kb else None
+        top = max((v for v in (hwm, trial.peak_rss_bytes, trial.vm_hwm_bytes) if v),
+                  default=None)
+        outcome = classify(Observation(exit_code=None, device_lost=True, rebooted=bool(again),
+                                       peak_rss_bytes=top,
+                                       memory_limit_bytes=started.memory_limit_bytes))
+        return dataclasses.replace(
+            trial, error=outcome.error, evidence=outcome.evidence or trial.evidence,
+            oom_signals=",".join(outcome.signals) or None, boot_id_changed=again,
+            vm_hwm_bytes=max(v for v in (hwm, trial.vm_hwm_bytes, 0) if v is not None) or None)
 
     def _samples(self, spec: TrialSpec, ticks: Sequence[Tick]) -> list[SampleRecord]:
         out = []
@@ -298,14 +406,19 @@ class TrialRunner:
         return out
 
     def _record(self, spec: TrialSpec, ctx: TrialContext, started_at: datetime,
-                outcome: Outcome, gate: GateResult | None, ticks: Sequence[Tick],
-                wall: float | None, measurement: Measurement | None = None,
-                engine_record: str | None = None) -> TrialRecord:
+                outcome: Outcome, ticks: Sequence[Tick], wall: float | None,
+                measurement: Measurement | None = None, engine_record: str | None = None,
+                findings: Findings = Findings()) -> TrialRecord:
         cell = spec.cell
         mems = [t.memory for t in ticks if t.memory]
         states = [t.state for t in ticks if t.state]
         ok = outcome.outcome == "ok" and measurement is not None
+        gate = findings.gate
+        conditions = findings.conditions
         start_state = gate.state if gate else None
+        pre = conditions.preflight if conditions else None
+        base = conditions.baseline if conditions else None
+        applied = findings.applied
         return TrialRecord(
             run_id=spec.run_id, trial_id=spec.trial_id, job_id=spec.job_id,
             cell_id=cell.cell_id, config_id=cell.config_id, rep=spec.rep,
@@ -351,7 +464,39 @@ class TrialRunner:
             evidence=outcome.evidence, engine_record=engine_record,
             device_abi=ctx.device_meta.get("abi"),
             cpu_emulation=ctx.device_meta.get("cpu_emulation"),
+            oom_signals=",".join(outcome.signals) or None,
+            boot_id=base.boot_id if base else None,
+            # a launched trial that kept its device did not reboot; a lost one is explained later
+            boot_id_changed=(False if wall is not None and outcome.outcome != "device_lost"
+                             and base is not None and base.boot_id else None),
+            start_mem_available_bytes=_bytes(base.mem_available_kb) if base else None,
+            applied_affinity=applied.applied_affinity if applied else None,
+            affinity_applied=applied.affinity_applied if applied else None,
+            threads_seen=applied.threads_seen if applied else None,
+            # only a measurement can be mislabelled: a failed trial keeps its own outcome
+            config_not_applied=applied.not_applied if applied and ok else None,
+            cooldown_source=gate.source if gate else None,
+            cooldown_unmet=gate.reason if gate and not gate.ready else None,
+            screen_on=pre.screen_on if pre else None,
+            stay_awake=pre.stay_awake if pre else None,
+            charging=pre.charging if pre else None,
+            charge_source=pre.charge_source if pre else None,
+            battery_saver=pre.battery_saver if pre else None,
+            doze_state=pre.doze_state if pre else None,
+            unreadable=_unreadable_text(findings.unreadable),
         )
+
+
+def _after_command(workdir: str) -> str:
+    """The evidence a trial leaves: the pid, the watcher's files, lmkd's lines, memory pressure;
+    then the trial's folder goes."""
+    folder = shlex.quote(workdir)
+    return (f"echo @@harness:pid; cat {folder}/pid; "
+            f"echo @@harness:mem; cat {folder}/mem 2>/dev/null; "
+            f"echo @@harness:aff; cat {folder}/aff 2>/dev/null; "
+            f"echo @@harness:lmkd; {LMKD_LINES}; "
+            "echo @@harness:pressure; cat /proc/pressure/memory; "
+            f"rm -rf {folder}")
 
 
 def _bytes(kb: int | None) -> int | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,92 @@ class ClusterConfig:
     part: str
 
 
+OOM_VICTIMS = ("engine", "system_server")
+THERMAL_HALS = ("2.0", "1.0", "not_ready")
+AFFINITIES = ("honoured", "ignored")
+CHARGING = ("none", "usb", "ac")
+PLUG_TYPES = {"none": 0, "ac": 1, "usb": 2}  # BatteryManager.BATTERY_PLUGGED_*
+DEEP_IDLE_STATES = ("ACTIVE", "INACTIVE", "IDLE_PENDING", "SENSING", "LOCATING",
+                    "IDLE_MAINTENANCE", "IDLE")
+STAY_ON_ALL = 7  # stay_on_while_plugged_in: AC | USB | wireless
+# What a stock phone keeps cached in the background (name, MB, oom_score_adj), scaled down so
+# they never hold more than STOCK_APPS_SHARE of a small phone's memory limit.
+STOCK_APPS = (("com.android.chrome", 180, 700), ("com.google.android.youtube", 150, 800),
+              ("com.whatsapp", 120, 900))
+STOCK_APPS_SHARE = 0.2
+
+
+@dataclass(frozen=True)
+class BackgroundApp:
+    """A cached app: simulated (no host process), it holds memory until lmkd kills it."""
+
+    name: str  # package name
+    rss_mb: int
+    adj: int  # oom_score_adj; lmkd kills the highest first
+
+
+@dataclass(frozen=True)
+class PowerConfig:
+    screen_on: bool = True
+    stay_awake: bool = False  # Developer options "Stay awake": stay_on_while_plugged_in 7
+    charging: str = "usb"  # none | usb | ac
+    battery_saver: bool = False
+    doze: str = "ACTIVE"  # deviceidle's deep state
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> PowerConfig:
+        return cls(**{k: data[k] for k in ("screen_on", "stay_awake", "charging",
+                                           "battery_saver", "doze") if k in data})
+
+
+@dataclass(frozen=True)
+class AndroidRules:
+    """How strictly the phone follows a stock phone's rules (profile key ``android:``).
+
+    The defaults are a stock Android 12-15 phone; the variants are what real phones also do.
+    ``background_apps`` None means the stock apps, scaled to the phone's memory limit.
+    """
+
+    background_apps: tuple[BackgroundApp, ...] | None = None
+    oom_victim: str = "engine"  # or system_server: the phone reboots instead
+    smaps_rollup: bool = True  # false: a 4.9 kernel without /proc/<pid>/smaps_rollup
+    unreadable: tuple[str, ...] = ()  # device-path globs the shell cannot read (EACCES)
+    offline_cpus: tuple[int, ...] = ()
+    dumpsys_meminfo_native: bool = True  # false: "No process found for: <pid>"
+    thermal_hal: str = "2.0"  # 2.0 | 1.0 | not_ready
+    thermal_status_stuck: bool = False  # Thermal Status stays 0 whatever the heat
+    logcat_ring_lines: int = 4000  # per buffer
+    affinity: str = "honoured"  # or ignored: the engine's own affinity calls change nothing
+    power: PowerConfig = field(default_factory=PowerConfig)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> AndroidRules:
+        apps = data.get("background_apps")
+        return cls(
+            background_apps=None if apps is None else tuple(
+                BackgroundApp(str(a["name"]), int(a["rss_mb"]), int(a["adj"])) for a in apps),
+            oom_victim=str(data.get("oom_victim", "engine")),
+            smaps_rollup=bool(data.get("smaps_rollup", True)),
+            unreadable=tuple(str(g) for g in data.get("unreadable", ())),
+            offline_cpus=tuple(int(c) for c in data.get("offline_cpus", ())),
+            dumpsys_meminfo_native=bool(data.get("dumpsys_meminfo_native", True)),
+            thermal_hal=str(data.get("thermal_hal", "2.0")),
+            thermal_status_stuck=bool(data.get("thermal_status_stuck", False)),
+            logcat_ring_lines=int(data.get("logcat_ring_lines", 4000)),
+            affinity=str(data.get("affinity", "honoured")),
+            power=PowerConfig.from_mapping(data.get("power", {})),
+        )
+
+    def apps(self, limit_mb: int) -> tuple[BackgroundApp, ...]:
+        """The background apps of a phone whose memory limit is ``limit_mb``."""
+        if self.background_apps is not None:
+            return self.background_apps
+        total = sum(mb for _, mb, _ in STOCK_APPS)
+        scale = min(1.0, limit_mb * STOCK_APPS_SHARE / total)
+        return tuple(BackgroundApp(name, max(1, int(mb * scale)), adj)
+                     for name, mb, adj in STOCK_APPS)
+
+
 @dataclass(frozen=True)
 class PhoneConfig:
     name: str  # the phone's slot name, e.g. midrange-8gb-1
@@ -41,6 +127,7 @@ class PhoneConfig:
     battery_level: int = 80
     abi: str = "arm64-v8a"  # what the phone executes (ro.product.cpu.abi)
     shell: str = "mksh"  # /system/bin/sh: mksh as on Android, or dash to compare
+    android: AndroidRules = field(default_factory=AndroidRules)  # background_apps resolved
 
     @property
     def sdk(self) -> int:
@@ -64,6 +151,7 @@ class PhoneConfig:
             battery_level=int(data.get("battery_level", 80)),
             abi=str(data.get("abi", data["props"].get("ro.product.cpu.abi", "arm64-v8a"))),
             shell=str(data.get("shell", "mksh")),
+            android=AndroidRules.from_mapping(data.get("android", {})),
         )
 
     @classmethod
@@ -98,13 +186,16 @@ def config_from_profile(profile: DeviceProfile, name: str, ram_mb: int | None = 
     props.setdefault("sys.boot_completed", "1")
     props.setdefault("ro.build.type", "user")
     props.setdefault("ro.kernel.qemu", "0")
+    props.setdefault("ro.logd.kernel", "false")  # user builds: no kernel lines in logcat
+    limit_mb = ram_mb if ram_mb is not None else profile.available_mb
+    android = replace(profile.android, background_apps=profile.android.apps(limit_mb))
     return PhoneConfig(
         name=name, profile=profile.name, props=props,
         ram_mb=max(profile.ram_mb, ram_mb or 0),
-        limit_mb=ram_mb if ram_mb is not None else profile.available_mb,
+        limit_mb=limit_mb,
         storage_mb=storage_mb if storage_mb is not None else profile.storage_free_mb,
         clusters=tuple(ClusterConfig(c.name, c.cores, c.max_khz, c.min_khz, c.capacity, c.part)
                        for c in profile.clusters),
         thermal=dict(profile.thermal), battery_level=profile.battery_level,
-        abi=abi, shell=shell,
+        abi=abi, shell=shell, android=android,
     )

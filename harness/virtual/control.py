@@ -22,7 +22,7 @@ from harness.errors import ConfigError, DeviceError
 from harness.profiles import DeviceProfile, find_profile
 from harness.testing.adbserver import free_port
 from harness.virtual.config import config_from_profile
-from harness.virtual.phone import FAULT_KINDS
+from harness.virtual.phone import FAULT_KINDS, FAULT_VALUES
 from harness.virtual.sandbox import Sandbox
 
 DEFAULT_PROFILE = "midrange-8gb"
@@ -395,6 +395,10 @@ def set_fault(serial: str, kind: str, value: str | int | float | None = None,
     if kind == "thermal" and (value is None or not str(value).isdigit() or int(value) > 6):
         raise ConfigError("fault 'thermal' needs a status 0..6, "
                           "e.g. harness sim fault SERIAL thermal 3")
+    words = FAULT_VALUES.get(kind)
+    if words is not None and str(value).upper() not in {w.upper() for w in words if value}:
+        raise ConfigError(f"fault '{kind}' takes one of {', '.join(words)}, got {value!r}, "
+                          f"e.g. harness sim fault SERIAL {kind} {words[0]}")
     if kind == "drop" and value is not None:
         try:
             float(value)

@@ -11,18 +11,36 @@
  * adbd gives its shell child oom_score_adj -950; the constructor does the same for the shell
  * (children inherit it), when the phone asks for it.
  *
+ * The shell user's limits: this host's shell runs as root, so file modes deny nothing. Opens of
+ * paths the phone's profile makes unreadable fail with EACCES, and of paths its kernel lacks
+ * (smaps_rollup before 4.14) with ENOENT. Rules are globs on device paths, matched against the
+ * path as opened, its absolute form, its real path, and those with the phone's root cut off (the
+ * phone rewrites device prefixes to sandbox paths before the shell sees them).
+ *
+ * llama.cpp before its Android fix never applied its CPU mask; with affinity "ignored", the
+ * affinity calls of a binary under the phone's root succeed and change nothing.
+ *
  * The settings come from the environment at process start and are kept, so a program that
  * clears its environment (env -i) before exec still obeys the phone's rules:
  *   HARNESS_PHONE_ROOT     the phone's root directory on the host
  *   HARNESS_PHONE_MACHINE  the ELF e_machine the phone executes (183 aarch64, 62 x86_64)
  *   HARNESS_PHONE_QEMU     qemu-user binary to run phone binaries with; empty: run natively
  *   HARNESS_PHONE_OOM_ADJ  written to /proc/self/oom_score_adj once, then removed
+ *   HARNESS_PHONE_EACCES   newline-separated device-path globs the shell cannot read
+ *   HARNESS_PHONE_ENOENT   newline-separated device-path globs that do not exist
+ *   HARNESS_PHONE_AFFINITY "ignored": a phone binary's affinity calls change nothing
  */
+#undef _FORTIFY_SOURCE
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -34,6 +52,9 @@ typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 static char phone_root[PATH_MAX];
 static char phone_qemu[PATH_MAX];
 static unsigned phone_machine;
+static char deny_globs[PATH_MAX];
+static char absent_globs[PATH_MAX];
+static int affinity_ignored;
 
 static void keep(char *dst, const char *name) {
     const char *value = getenv(name);
@@ -42,11 +63,27 @@ static void keep(char *dst, const char *name) {
     }
 }
 
+/* The running program lives under the phone's root (pushed there), not in its userland. */
+static int phone_binary(void) {
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    size_t root_len = strlen(phone_root);
+    if (len <= 0 || !root_len) {
+        return 0;
+    }
+    exe[len] = '\0';
+    return strncmp(exe, phone_root, root_len) == 0 && exe[root_len] == '/';
+}
+
 __attribute__((constructor)) static void phone_init(void) {
     const char *machine = getenv("HARNESS_PHONE_MACHINE");
+    const char *affinity = getenv("HARNESS_PHONE_AFFINITY");
     keep(phone_root, "HARNESS_PHONE_ROOT");
     keep(phone_qemu, "HARNESS_PHONE_QEMU");
+    keep(deny_globs, "HARNESS_PHONE_EACCES");
+    keep(absent_globs, "HARNESS_PHONE_ENOENT");
     phone_machine = machine ? (unsigned)strtoul(machine, NULL, 10) : 0;
+    affinity_ignored = affinity && strcmp(affinity, "ignored") == 0 && phone_binary();
     const char *adj = getenv("HARNESS_PHONE_OOM_ADJ");
     if (adj && *adj) {
         int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
@@ -105,7 +142,8 @@ int execve(const char *path, char *const argv[], char *const envp[]) {
         return real_execve(path, argv, envp);
     }
     size_t argc = 0;
-    while (argv && argv[argc]) {
+    char *const *given = argv;  /* Linux takes a NULL argv, whatever glibc's header says */
+    while (given && given[argc]) {
         argc++;
     }
     char **args = calloc(argc + 10, sizeof *args);
@@ -139,7 +177,7 @@ int execv(const char *path, char *const argv[]) {
 
 /* glibc's execvp calls its internal execve, past this library: search PATH here instead. */
 int execvpe(const char *file, char *const argv[], char *const envp[]) {
-    if (!file || !*file) {
+    if (!*file) {
         errno = ENOENT;
         return -1;
     }
@@ -182,4 +220,198 @@ int execvpe(const char *file, char *const argv[], char *const envp[]) {
 
 int execvp(const char *file, char *const argv[]) {
     return execvpe(file, argv, environ);
+}
+
+/* ----- the shell user's limits on files -------------------------------------------------- */
+
+static int in_globs(const char *globs, const char *path) {
+    char glob[PATH_MAX];
+    for (const char *start = globs; *start;) {
+        const char *end = strchrnul(start, '\n');
+        size_t len = (size_t)(end - start);
+        if (len && len < sizeof glob) {
+            memcpy(glob, start, len);
+            glob[len] = '\0';
+            if (fnmatch(glob, path, 0) == 0) {
+                return 1;
+            }
+        }
+        if (!*end) {
+            break;
+        }
+        start = end + 1;
+    }
+    return 0;
+}
+
+/* The errno the phone fails this path with (matched as device path and host path), or 0. */
+static int path_rule(const char *path) {
+    char absolute[PATH_MAX], real[PATH_MAX];
+    const char *forms[3] = {path, NULL, NULL};
+    size_t root_len = strlen(phone_root);
+    if (!path || (!deny_globs[0] && !absent_globs[0])) {
+        return 0;
+    }
+    if (path[0] != '/' && getcwd(absolute, sizeof absolute)
+            && strlen(absolute) + strlen(path) + 2 <= sizeof absolute) {
+        strcat(strcat(absolute, "/"), path);
+        forms[1] = absolute;
+    }
+    if (realpath(path, real)) {
+        forms[2] = real;
+    }
+    for (int i = 0; i < 3; i++) {
+        const char *form = forms[i];
+        if (!form) {
+            continue;
+        }
+        if (root_len && strncmp(form, phone_root, root_len) == 0 && form[root_len] == '/') {
+            form += root_len;  /* the device path of a sandbox file */
+        }
+        if (in_globs(absent_globs, form)) {
+            return ENOENT;
+        }
+        if (in_globs(deny_globs, form) || (form != forms[i] && in_globs(deny_globs, forms[i]))) {
+            return EACCES;
+        }
+    }
+    return 0;
+}
+
+/* openat's path relative to a directory descriptor, as an absolute path when it can be. */
+static const char *at_path(int dirfd, const char *path, char *buf, size_t size) {
+    char link[64];
+    if (!path || path[0] == '/' || dirfd == AT_FDCWD) {
+        return path;
+    }
+    snprintf(link, sizeof link, "/proc/self/fd/%d", dirfd);
+    ssize_t len = readlink(link, buf, size - 1);
+    if (len <= 0 || (size_t)len + strlen(path) + 2 > size) {
+        return path;
+    }
+    buf[len] = '\0';
+    return strcat(strcat(buf, "/"), path);
+}
+
+#define NEXT(type, name) \
+    static type next; \
+    if (!next) { \
+        next = (type)dlsym(RTLD_NEXT, name); \
+    }
+
+#define REFUSE_IF_RULED(path, fail) \
+    do { \
+        int rule = path_rule(path); \
+        if (rule) { \
+            errno = rule; \
+            return fail; \
+        } \
+    } while (0)
+
+static mode_t open_mode(int flags, va_list args) {
+    return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? va_arg(args, mode_t) : 0;
+}
+
+typedef int (*open_fn)(const char *, int, ...);
+typedef int (*openat_fn)(int, const char *, int, ...);
+typedef FILE *(*fopen_fn)(const char *, const char *);
+typedef int (*access_fn)(const char *, int);
+typedef int (*faccessat_fn)(int, const char *, int, int);
+
+int open(const char *path, int flags, ...) {
+    va_list args;
+    va_start(args, flags);
+    mode_t mode = open_mode(flags, args);
+    va_end(args);
+    NEXT(open_fn, "open");
+    REFUSE_IF_RULED(path, -1);
+    return next(path, flags, mode);
+}
+
+int open64(const char *path, int flags, ...) {
+    va_list args;
+    va_start(args, flags);
+    mode_t mode = open_mode(flags, args);
+    va_end(args);
+    NEXT(open_fn, "open64");
+    REFUSE_IF_RULED(path, -1);
+    return next(path, flags, mode);
+}
+
+int __open_2(const char *path, int flags) {
+    return open(path, flags);
+}
+
+int __open64_2(const char *path, int flags) {
+    return open64(path, flags);
+}
+
+int openat(int dirfd, const char *path, int flags, ...) {
+    char buf[PATH_MAX];
+    va_list args;
+    va_start(args, flags);
+    mode_t mode = open_mode(flags, args);
+    va_end(args);
+    NEXT(openat_fn, "openat");
+    REFUSE_IF_RULED(at_path(dirfd, path, buf, sizeof buf), -1);
+    return next(dirfd, path, flags, mode);
+}
+
+int openat64(int dirfd, const char *path, int flags, ...) {
+    char buf[PATH_MAX];
+    va_list args;
+    va_start(args, flags);
+    mode_t mode = open_mode(flags, args);
+    va_end(args);
+    NEXT(openat_fn, "openat64");
+    REFUSE_IF_RULED(at_path(dirfd, path, buf, sizeof buf), -1);
+    return next(dirfd, path, flags, mode);
+}
+
+int __openat_2(int dirfd, const char *path, int flags) {
+    return openat(dirfd, path, flags);
+}
+
+int __openat64_2(int dirfd, const char *path, int flags) {
+    return openat64(dirfd, path, flags);
+}
+
+FILE *fopen(const char *path, const char *how) {
+    NEXT(fopen_fn, "fopen");
+    REFUSE_IF_RULED(path, NULL);
+    return next(path, how);
+}
+
+FILE *fopen64(const char *path, const char *how) {
+    NEXT(fopen_fn, "fopen64");
+    REFUSE_IF_RULED(path, NULL);
+    return next(path, how);
+}
+
+int access(const char *path, int how) {
+    NEXT(access_fn, "access");
+    REFUSE_IF_RULED(path, -1);
+    return next(path, how);
+}
+
+int faccessat(int dirfd, const char *path, int how, int flags) {
+    char buf[PATH_MAX];
+    NEXT(faccessat_fn, "faccessat");
+    REFUSE_IF_RULED(at_path(dirfd, path, buf, sizeof buf), -1);
+    return next(dirfd, path, how, flags);
+}
+
+/* ----- affinity ------------------------------------------------------------------------- */
+
+typedef int (*setaffinity_fn)(pid_t, size_t, const cpu_set_t *);
+typedef int (*thread_affinity_fn)(pthread_t, size_t, const cpu_set_t *);
+
+int sched_setaffinity(pid_t pid, size_t size, const cpu_set_t *mask) {
+    NEXT(setaffinity_fn, "sched_setaffinity");
+    return affinity_ignored ? 0 : next(pid, size, mask);
+}
+
+int pthread_setaffinity_np(pthread_t thread, size_t size, const cpu_set_t *mask) {
+    NEXT(thread_affinity_fn, "pthread_setaffinity_np");
+    return affinity_ignored ? 0 : next(thread, size, mask);
 }

@@ -151,17 +151,24 @@ def meminfo_process(pid: int, name: str, rollup: Mapping[str, int], status: Mapp
 
 
 def meminfo_summary(processes: Sequence[tuple[str, int, int]], total_kb: int, free_kb: int,
-                    uptime_ms: int) -> str:
-    """``dumpsys meminfo`` (no args): processes are (name, pid, pss_kb)."""
-    used_pss = sum(p for _, _, p in processes)
+                    uptime_ms: int, cached: Sequence[tuple[str, int, int]] = ()) -> str:
+    """``dumpsys meminfo`` (no args): native processes and cached apps are (name, pid, pss_kb)."""
+    native_pss = sum(p for _, _, p in processes)
+    cached_pss = sum(p for _, _, p in cached)
+    used_pss = native_pss + cached_pss
     kernel = 180_000
     used = max(0, total_kb - free_kb)
     lost = used - used_pss - kernel
     lines = ["Applications Memory Usage (in Kilobytes):",
              f"Uptime: {uptime_ms} Realtime: {uptime_ms}", "", "Total PSS by process:"]
-    for name, pid, pss in sorted(processes, key=lambda p: -p[2]):
+    for name, pid, pss in sorted([*processes, *cached], key=lambda p: -p[2]):
         lines.append(f"{pss:>12,}K: {name} (pid {pid})")
-    lines += ["", "Total PSS by OOM adjustment:", f"{used_pss:>12,}K: Native", ""]
+    lines += ["", "Total PSS by OOM adjustment:", f"{native_pss:>12,}K: Native"]
+    if cached:
+        lines.append(f"{cached_pss:>12,}K: Cached")
+        lines += [f"{pss:>16,}K: {name} (pid {pid})"
+                  for name, pid, pss in sorted(cached, key=lambda p: -p[2])]
+    lines.append("")
     status = ("normal" if free_kb > total_kb // 5
               else "low" if free_kb > total_kb // 20 else "critical")
     lines += [
@@ -194,7 +201,8 @@ class Cooling:
 
 def thermalservice(status: int, temperatures: Sequence[Temperature],
                    cooling: Sequence[Cooling], overridden: bool,
-                   thresholds: Sequence[float]) -> str:
+                   thresholds: Sequence[float], hal: str = "2.0") -> str:
+    """``dumpsys thermalservice``; ``hal`` 2.0, 1.0 (no thresholds) or not_ready (no HAL part)."""
     temps = "".join(
         f"\tTemperature{{mValue={t.value:.1f}, mType={t.type}, mName={t.name}, "
         f"mStatus={t.status}}}\n" for t in temperatures
@@ -203,43 +211,174 @@ def thermalservice(status: int, temperatures: Sequence[Temperature],
         f"\tCoolingDevice{{mValue={c.value}, mType={c.type}, mName={c.name}}}\n" for c in cooling
     )
     hot = ", ".join(["NaN", *(f"{v:.1f}" for v in thresholds)])
-    return (
+    head = (
         f"IsStatusOverride: {str(overridden).lower()}\n"
         "ThermalEventListeners:\n\tcallbacks: 1\n\tkilled: false\n\tbroadcasts count: -1\n"
         "ThermalStatusListeners:\n\tcallbacks: 1\n\tkilled: false\n\tbroadcasts count: -1\n"
         f"Thermal Status: {status}\n"
         "Cached temperatures:\n"
-        f"{temps}"
+    )
+    if hal == "not_ready":  # no temperatures ever reached the service
+        return head + "HAL Ready: false\n"
+    static = (
+        f"\tTemperatureThreshold{{mType=3, mName=skin, mHotThrottlingThresholds=[{hot}], "
+        "mColdThrottlingThresholds=[NaN, NaN, NaN, NaN, NaN, NaN, NaN]}\n"
+    ) if hal == "2.0" else ""  # HAL 1.0 has no thresholds
+    return (
+        head
+        + f"{temps}"
         "HAL Ready: true\n"
-        "HAL connection:\n\tThermalHAL 2.0 connected: yes\n"
+        f"HAL connection:\n\tThermalHAL {hal} connected: yes\n"
         "Current temperatures from HAL:\n"
         f"{temps}"
         "Current cooling devices from HAL:\n"
         f"{cools}"
         "Temperature static thresholds from HAL:\n"
-        f"\tTemperatureThreshold{{mType=3, mName=skin, mHotThrottlingThresholds=[{hot}], "
-        "mColdThrottlingThresholds=[NaN, NaN, NaN, NaN, NaN, NaN, NaN]}\n"
+        f"{static}"
     )
 
 
-def battery(level: int, temperature_c: float, overheat: bool) -> str:
+def battery_status(charging: str, level: int, overheat: bool = False) -> int:
+    """BatteryManager status: 2 charging, 3 discharging, 4 not charging (plugged in but too
+    hot to charge), 5 full."""
+    if charging == "none":
+        return 3
+    if overheat:
+        return 4
+    return 5 if level >= 100 else 2
+
+
+def battery(level: int, temperature_c: float, overheat: bool, charging: str = "usb") -> str:
+    """``dumpsys battery``; ``charging`` none, usb or ac."""
+    def powered(kind: str) -> str:
+        return str(charging == kind).lower()
+
+    current = {"none": 0, "usb": 500000, "ac": 3000000}.get(charging, 0)
     return (
         "Current Battery Service state:\n"
-        "  AC powered: false\n  USB powered: true\n  Wireless powered: false\n"
-        "  Dock powered: false\n  Max charging current: 500000\n"
-        "  Max charging voltage: 5000000\n"
+        f"  AC powered: {powered('ac')}\n  USB powered: {powered('usb')}\n"
+        "  Wireless powered: false\n"
+        "  Dock powered: false\n"
+        f"  Max charging current: {current}\n"
+        f"  Max charging voltage: {5000000 if current else 0}\n"
         f"  Charge counter: {level * 45000}\n"
-        f"  status: 2\n  health: {3 if overheat else 2}\n  present: true\n"
+        f"  status: {battery_status(charging, level, overheat)}\n"
+        f"  health: {3 if overheat else 2}\n  present: true\n"
         f"  level: {level}\n  scale: 100\n  voltage: {3600 + level * 6}\n"
         f"  temperature: {round(temperature_c * 10)}\n  technology: Li-ion\n"
     )
 
 
-def lmkd_kill_line(sdk: int, name: str, pid: int, rss_kb: int, swap_kb: int, reason: str) -> str:
+@dataclass(frozen=True)
+class Power:
+    """What PowerManagerService and DeviceIdleController know (see phone.py's PowerState)."""
+
+    screen_on: bool
+    plug_type: int  # 0 none, 1 AC, 2 USB, 4 wireless
+    level: int
+    stay_on_setting: int  # stay_on_while_plugged_in bitmask
+    battery_saver: bool
+    deep: str  # deviceidle deep state
+    light: str
+
+    @property
+    def stay_on(self) -> bool:
+        """PowerManagerService.updateStayOnLocked: the setting names the current plug type."""
+        return bool(self.plug_type and self.stay_on_setting & self.plug_type)
+
+
+def dumpsys_power(power: Power, uptime_ms: int) -> str:
+    """``dumpsys power``, the lines of Android 12-14's dump that matter (others left out)."""
+    wake = "Awake" if power.screen_on else "Asleep"
+    yes = str(power.plug_type != 0).lower()
+    saver = "ON" if power.battery_saver else "OFF"
+    wake_ms = max(0, uptime_ms - 60000)
+    return (
+        "POWER MANAGER (dumpsys power)\n\n"
+        "Power Manager State:\n"
+        "  Settings power_manager_constants:\n    no_cached_wake_locks=true\n"
+        "  mDirty=0x0\n"
+        f"  mWakefulness={wake}\n"
+        "  mWakefulnessChanging=false\n"
+        f"  mIsPowered={yes}\n"
+        f"  mPlugType={power.plug_type}\n"
+        f"  mBatteryLevel={power.level}\n"
+        "  mBatteryLevelWhenDreamStarted=0\n"
+        "  mDockState=0\n"
+        f"  mStayOn={str(power.stay_on).lower()}\n"
+        "  mProximityPositive=false\n"
+        "  mBootCompleted=true\n"
+        "  mSystemReady=true\n"
+        "  mHalAutoSuspendModeEnabled=false\n"
+        f"  mHalInteractiveModeEnabled={str(power.screen_on).lower()}\n"
+        "  mWakeLockSummary=0x0\n"
+        f"  mLightDeviceIdleMode={str(power.light in ('IDLE', 'OVERRIDE')).lower()}\n"
+        f"  mDeviceIdleMode={str(power.deep == 'IDLE').lower()}\n"
+        f"  mLastWakeTime={wake_ms} ({uptime_ms - wake_ms} ms ago)\n"
+        f"  mDisplayReady={str(power.screen_on).lower()}\n"
+        "  mHoldingWakeLockSuspendBlocker=false\n"
+        f"  mHoldingDisplaySuspendBlocker={str(power.screen_on).lower()}\n"
+        "\n"
+        "Settings and Configuration:\n"
+        "  mScreenOffTimeoutSetting=30000\n"
+        f"  mStayOnWhilePluggedInSetting={power.stay_on_setting}\n"
+        "\n"
+        "Sleep timeout: -1 ms\n"
+        "Screen off timeout: 30000 ms\n"
+        "\n"
+        "Wake Locks: size=0\n"
+        "\n"
+        "Battery saving stats:\n"
+        f"  Battery Saver is currently: {saver}\n"
+        "\n"
+        "Battery saver state machine:\n"
+        f"  Enabled={str(power.battery_saver).lower()}\n"
+    )
+
+
+def dumpsys_deviceidle(power: Power) -> str:
+    """``dumpsys deviceidle`` (no args): the state lines of DeviceIdleController's dump."""
+    return (
+        "  mLightEnabled=true  mDeepEnabled=true\n"
+        "  mForceIdle=false\n"
+        f"  mScreenOn={str(power.screen_on).lower()}\n"
+        f"  mCharging={str(power.plug_type != 0).lower()}\n"
+        f"  mState={power.deep} mLightState={power.light}\n"
+    )
+
+
+def light_idle_state(deep: str) -> str:
+    """DeviceIdleController puts light idle in OVERRIDE while deep idle is IDLE."""
+    return {"ACTIVE": "ACTIVE", "INACTIVE": "INACTIVE", "IDLE": "OVERRIDE"}.get(deep, "IDLE")
+
+
+def pressure(some: Sequence[float], some_total_us: int, full: Sequence[float],
+             full_total_us: int) -> str:
+    """``/proc/pressure/memory``: avg10/avg60/avg300 in percent, totals in microseconds."""
+    def row(kind: str, avgs: Sequence[float], total: int) -> str:
+        return (f"{kind} avg10={avgs[0]:.2f} avg60={avgs[1]:.2f} avg300={avgs[2]:.2f} "
+                f"total={total}\n")
+
+    return row("some", some, some_total_us) + row("full", full, full_total_us)
+
+
+def cpu_list(cpus: Iterable[int]) -> str:
+    """Kernel cpu-list syntax: ``0-5``, ``0-3,6``."""
+    ranges: list[list[int]] = []
+    for cpu in sorted(set(cpus)):
+        if ranges and cpu == ranges[-1][1] + 1:
+            ranges[-1][1] = cpu
+        else:
+            ranges.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def lmkd_kill_line(sdk: int, name: str, pid: int, rss_kb: int, swap_kb: int, reason: str,
+                   uid: int = 2000, adj: int = 0) -> str:
     if sdk >= 31:
-        return (f"Kill '{name}' ({pid}), uid 2000, oom_score_adj 0 to free {rss_kb}kB rss, "
+        return (f"Kill '{name}' ({pid}), uid {uid}, oom_score_adj {adj} to free {rss_kb}kB rss, "
                 f"{swap_kb}kB swap; reason: {reason}")
-    return f"Kill '{name}' ({pid}), uid 2000, oom_adj 0 to free {rss_kb}kB; reason: {reason}"
+    return f"Kill '{name}' ({pid}), uid {uid}, oom_adj {adj} to free {rss_kb}kB; reason: {reason}"
 
 
 def logcat_threadtime(epoch: float, pid: int, tid: int, level: str, tag: str, message: str) -> str:

@@ -1,36 +1,73 @@
-"""The running phone behind the ADB daemon: its processes, memory killer, heat and faults.
+"""The running phone behind the ADB daemon: its processes, memory, heat, power and faults.
 
 One asyncio task ticks every ``TICK_S``: it finds the phone's processes (see procs.py), charges
-their CPU time to the thermal model, kills the largest one when their footprint passes the
-memory limit, rewrites the generated /proc and /sys files, and applies fault requests. A second
-task duty-cycles SIGSTOP/SIGCONT over the phone's processes while the thermal status asks for it.
-Neither spins: both sleep between steps, and the throttle task idles when the phone is cool.
+their CPU time to the thermal model, runs the phone's memory rules, rewrites the generated /proc
+and /sys files, and applies fault requests. A second task duty-cycles SIGSTOP/SIGCONT over the
+phone's processes while the thermal status asks for it. Neither spins: both sleep between steps,
+and the throttle task idles when the phone is cool.
+
+Memory, as on a stock phone (VIRTUAL_PHONE.md, "Android fidelity"): the footprint is the RSS of
+the phone's processes plus its simulated background apps. Over the limit, lmkd kills apps first,
+highest oom_score_adj first, each with its ``lowmemorykiller`` line; with no app left, the
+kernel's OOM killer SIGKILLs the largest process and logs nothing a shell can read (user builds
+have no kernel lines in logcat), or, if the profile makes system_server the victim, the phone
+reboots. Killed apps restart a few seconds after the pressure is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fnmatch
 import json
+import math
 import os
+import random
 import signal
 import time
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.virtual import formats, logstore, procs, thermal
-from harness.virtual.config import PhoneConfig
+from harness.virtual.config import (
+    CHARGING,
+    DEEP_IDLE_STATES,
+    PLUG_TYPES,
+    STAY_ON_ALL,
+    PhoneConfig,
+    PowerConfig,
+)
 from harness.virtual.sandbox import TOOLS, Sandbox, write_atomic
-from harness.virtual.userland import exec_env, install_userland, resolve_userland
+from harness.virtual.userland import (
+    NO_SMAPS_ROLLUP,
+    exec_env,
+    install_userland,
+    resolve_userland,
+)
 
 TICK_S = 0.25
 THROTTLE_PERIOD_S = 0.1
 LMKD_PID = 612
+ZYGOTE_PID = 689
+SYSTEM_SERVER_PID = 1042
+ON_OFF = ("on", "off")
 FAULT_KINDS = ("drop", "hang", "crash", "disk-full", "disk-ok", "thermal", "thermal-release",
-               "clear")
+               "battery-saver", "charging", "screen", "doze", "clear")
+# the values a fault takes, where they are words
+FAULT_VALUES: dict[str, tuple[str, ...]] = {
+    "battery-saver": ON_OFF, "charging": CHARGING, "screen": ON_OFF, "doze": DEEP_IDLE_STATES}
 REFRESH_IGNORE_S = 5.0
+APP_RESTART_S = 3.0  # killed apps come back this long after the memory pressure is gone,
+APP_FIT = 0.9  # and only while they fit under this share of the limit
+RECLAIM_AT = 0.9  # footprint share of the limit from which the kernel reclaims (PSI "some")
+REBOOT_S = 2.0  # a rebooting phone refuses connections this long
+KILLED_GRACE_S = 2.0  # a SIGKILLed process still freeing its memory is not counted again
+LOG_TRIM_BYTES = 256 * 1024  # the log file is trimmed to its rings after growing this much
+LMKD_REASON = "min watermark is breached"
 
 
 @dataclass
@@ -39,6 +76,61 @@ class Faults:
     crash_next: bool = False
     disk_full: bool = False
     refuse_until: float = 0.0
+
+
+@dataclass
+class App:
+    """A simulated background app: memory in the phone's accounting, no host process."""
+
+    name: str
+    uid: int
+    adj: int
+    rss_kb: int
+    pid: int = 0  # 0 while killed
+
+
+@dataclass
+class PowerState:
+    screen_on: bool
+    charging: str
+    battery_saver: bool
+    doze: str
+    stay_on_setting: int  # settings global stay_on_while_plugged_in
+
+    @classmethod
+    def from_config(cls, power: PowerConfig) -> PowerState:
+        return cls(power.screen_on, power.charging, power.battery_saver, power.doze,
+                   STAY_ON_ALL if power.stay_awake else 0)
+
+
+@dataclass
+class Pressure:
+    """/proc/pressure/memory: stall totals (us) and their decaying averages (%)."""
+
+    some_us: float = 0.0
+    full_us: float = 0.0
+    some_avg: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+    full_avg: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
+
+    def step(self, dt: float, some: float, full: float) -> None:
+        """``some``/``full``: the share of ``dt`` some/all tasks stalled on memory."""
+        self.some_us += some * dt * 1e6
+        self.full_us += full * dt * 1e6
+        for i, window in enumerate((10.0, 60.0, 300.0)):
+            decay = math.exp(-dt / window)
+            self.some_avg[i] = self.some_avg[i] * decay + 100 * some * (1 - decay)
+            self.full_avg[i] = self.full_avg[i] * decay + 100 * full * (1 - decay)
+
+    def text(self) -> str:
+        return formats.pressure(self.some_avg, int(self.some_us), self.full_avg,
+                                int(self.full_us))
+
+
+def _on(value: object) -> bool:
+    word = str(value).lower()
+    if word not in ("on", "off", "1", "0", "true", "false"):
+        raise ValueError(f"expected on or off, got {value!r}")
+    return word in ("on", "1", "true")
 
 
 @dataclass
@@ -55,10 +147,20 @@ class Phone:
     _written: dict[Path, str] = field(default_factory=dict)
     _last_tick: float = field(default_factory=time.monotonic)
     shell_env: dict[str, str] = field(default_factory=dict)  # set at boot
+    apps: list[App] = field(default_factory=list)
+    pressure: Pressure = field(default_factory=Pressure)
+    _killed: dict[int, float] = field(default_factory=dict)  # pid -> when the OOM killer hit
+    _pressure_at: float = 0.0  # when the footprint last passed the limit
+    _booted_at: float = field(default_factory=time.monotonic)
+    _log_trim_at: int = LOG_TRIM_BYTES
 
     def __post_init__(self) -> None:
         self.params = thermal.ThermalParams.from_profile(self.config.thermal)
         self.thermal = thermal.ThermalState(die_c=self.params.ambient_c)
+        self.power = PowerState.from_config(self.config.android.power)
+        apps = self.config.android.apps(self.config.limit_mb)
+        self.apps = [App(a.name, 10101 + 23 * i, a.adj, a.rss_mb * 1024)
+                     for i, a in enumerate(apps)]
 
     # ----- sessions and processes -------------------------------------------------------------
     def register_session(self, sid: int) -> None:
@@ -86,22 +188,56 @@ class Phone:
                 os.killpg(sid, signal.SIGKILL)
         self.signal_all(signal.SIGKILL)
 
-    # ----- the tick ------------------------------------------------------------------------
+    # ----- boot and the tick -----------------------------------------------------------------
     def boot(self) -> None:
         self.sandbox.create()
         install_userland(self.sandbox.bin, resolve_userland(self.config.shell), keep=set(TOOLS))
+        rules = self.config.android
         self.shell_env = {**self.sandbox.shell_env(),
-                          **exec_env(self.sandbox.root, self.config.abi)}
+                          **exec_env(self.sandbox.root, self.config.abi, rules.unreadable,
+                                     rules.smaps_rollup, rules.affinity)}
         (self.sandbox.state / "config.json").write_text(self.config.to_json())
-        (self.sandbox.state / "boot_time").write_text(f"{time.time():.3f}")
         for stale in self.sandbox.control.glob("*.json"):
             stale.unlink()
         self._write_sessions()
         self._write_static_sysfs()
+        self._start_system("booted")
+        self.tick()
+
+    def _start_system(self, how: str) -> None:
+        """What every boot does: a new boot id, uptime from zero, apps started, power as set."""
+        self._booted_at = time.monotonic()
+        (self.sandbox.state / "boot_time").write_text(f"{time.time():.3f}")
+        self._put(self.sandbox.root / "proc/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n")
+        self.pressure = Pressure()
+        self._killed.clear()
+        self._write_power()
+        self._write_faults()
         model = self.config.props.get("ro.product.model")
         logstore.append(self.sandbox.state, "main", "I", "init", 1,
-                        f"virtual phone {self.config.name} ({model}) booted")
-        self.tick()
+                        f"virtual phone {self.config.name} ({model}) {how}")
+        for app in self.apps:
+            app.pid = 0
+        self._restart_apps(0, self.config.limit_mb * 1024)
+        self._write_apps()
+
+    def reboot(self) -> None:
+        """system_server died: every process of the phone goes, every connection drops, and
+        the phone comes back ``REBOOT_S`` later with a new boot id and an empty log."""
+        self.signal_sessions(signal.SIGCONT)
+        self.kill_everything()
+        self.sessions.clear()
+        self._members = []
+        self._write_sessions()
+        self.faults.refuse_until = max(self.faults.refuse_until, time.monotonic() + REBOOT_S)
+        self.on_drop()
+        logstore.clear(self.sandbox.state)
+        props = self.sandbox.state / "setprops.json"
+        with contextlib.suppress(OSError, ValueError):
+            kept = {k: v for k, v in json.loads(props.read_text()).items()
+                    if k.startswith("persist.")}
+            props.write_text(json.dumps(kept))
+        self._start_system("rebooted (system_server was killed)")
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -121,28 +257,99 @@ class Phone:
             self.sessions &= live_sessions | self._recent_sessions()
             self._write_sessions()
         self.thermal = thermal.step(self.thermal, self.params, cpu_ticks / procs.CLOCK_TICKS, dt)
-        self._low_memory_killer()
+        self._memory(dt, now)
         self._apply_faults()
         self._write_dynamic_files()
+        if logstore.size(self.sandbox.state) > self._log_trim_at:
+            logstore.trim(self.sandbox.state, self.config.android.logcat_ring_lines)
+            self._log_trim_at = logstore.size(self.sandbox.state) + LOG_TRIM_BYTES
 
     def _recent_sessions(self) -> set[int]:
         # a session whose leader has not been scanned yet must not be forgotten
         return {s for s in self.sessions if procs.read_stat(s) is not None}
 
-    def _low_memory_killer(self) -> None:
-        limit_kb = self.config.limit_mb * 1024
-        if sum(s.rss_kb for s in self._members) <= limit_kb:
+    # ----- memory ------------------------------------------------------------------------------
+    def footprint_kb(self) -> int:
+        """RSS of the phone's processes (less those the OOM killer just hit) and live apps."""
+        used = sum(s.rss_kb for s in self._members if s.pid not in self._killed)
+        return used + sum(a.rss_kb for a in self.apps if a.pid)
+
+    def _memory(self, dt: float, now: float) -> None:
+        self._killed = {p: t for p, t in self._killed.items() if now - t < KILLED_GRACE_S}
+        limit = self.config.limit_mb * 1024
+        footprint = self.footprint_kb()
+        over = footprint > limit
+        reclaiming = footprint > RECLAIM_AT * limit
+        self.pressure.step(dt, 1.0 if over else 0.2 if reclaiming else 0.0, 0.5 if over else 0.0)
+        if over:
+            self._pressure_at = now
+            if self._lmkd(footprint, limit) > limit:
+                self._out_of_memory(now)
+        elif now - self._pressure_at >= APP_RESTART_S:
+            self._restart_apps(footprint, limit)
+
+    def _lmkd(self, footprint: int, limit: int) -> int:
+        """lmkd kills apps, highest oom_score_adj first, until the footprint fits."""
+        state = self.sandbox.state
+        for app in sorted((a for a in self.apps if a.pid), key=lambda a: (-a.adj, -a.rss_kb)):
+            if footprint <= limit:
+                break
+            line = formats.lmkd_kill_line(self.config.sdk, app.name, app.pid, app.rss_kb, 0,
+                                          LMKD_REASON, uid=app.uid, adj=app.adj)
+            logstore.append(state, "main", "I", "lowmemorykiller", LMKD_PID, line)
+            logstore.append(state, "main", "I", "Zygote", ZYGOTE_PID,
+                            f"Process {app.pid} exited due to signal 9 (Killed)")
+            logstore.append(state, "system", "I", "ActivityManager", SYSTEM_SERVER_PID,
+                            f"Process {app.name} (pid {app.pid}) has died: cch CEM")
+            footprint -= app.rss_kb
+            app.pid = 0
+        self._write_apps()
+        return footprint
+
+    def _out_of_memory(self, now: float) -> None:
+        """The kernel's OOM killer: nothing in logcat, the shell sees SIGKILL (137)."""
+        if self.config.android.oom_victim == "system_server":
+            self.reboot()
             return
-        victim = max(self._members, key=lambda s: s.rss_kb)
-        status = formats.kb_fields(procs.read_text(f"/proc/{victim.pid}/status"))
-        try:
+        candidates = [s for s in self._members if s.pid not in self._killed]
+        if not candidates:
+            return
+        victim = max(candidates, key=lambda s: s.rss_kb)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(victim.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        self._members.remove(victim)
-        line = formats.lmkd_kill_line(self.config.sdk, victim.comm, victim.pid, victim.rss_kb,
-                                      status.get("VmSwap", 0), "min watermark is breached")
-        logstore.append(self.sandbox.state, "main", "I", "lowmemorykiller", LMKD_PID, line)
+        self._killed[victim.pid] = now
+
+    def _restart_apps(self, footprint: int, limit: int) -> None:
+        started = False
+        for app in sorted((a for a in self.apps if not a.pid), key=lambda a: a.adj):
+            if footprint + app.rss_kb > APP_FIT * limit:
+                continue
+            app.pid = self._free_pid()
+            footprint += app.rss_kb
+            started = True
+            logstore.append(self.sandbox.state, "system", "I", "ActivityManager",
+                            SYSTEM_SERVER_PID, f"Start proc {app.pid}:{app.name}/"
+                            f"u0a{app.uid - 10000} for service {{{app.name}/.SyncService}}")
+        if started:
+            self._write_apps()
+
+    def _free_pid(self) -> int:
+        """A pid no host process has: one the host used already, so it is not handed out soon."""
+        try:
+            last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+        except (OSError, ValueError):
+            last = 30000
+        taken = {a.pid for a in self.apps}
+        low = max(300, last - 20000)
+        for _ in range(200):
+            pid = random.randrange(low, max(low + 1, last))
+            if pid not in taken and not os.path.exists(f"/proc/{pid}"):
+                return pid
+        return last + 5000
+
+    def _write_apps(self) -> None:
+        write_atomic(self.sandbox.state / "apps.json",
+                     json.dumps([asdict(a) for a in self.apps]))
 
     # ----- faults ---------------------------------------------------------------------------
     def _apply_faults(self) -> None:
@@ -175,15 +382,44 @@ class Phone:
             self.thermal = thermal.ThermalState(self.thermal.die_c, max(0, min(6, int(value))))
         elif kind == "thermal-release":
             self.thermal = thermal.ThermalState(self.thermal.die_c, None)
+        elif kind in ("battery-saver", "charging", "screen", "doze", "stay-on"):
+            self._power_fault(kind, value)
         elif kind == "clear":
             self.faults = Faults()
             self.thermal = thermal.ThermalState(self.thermal.die_c, None)
+            self.power = PowerState.from_config(self.config.android.power)
+            self._write_power()
         self._write_faults()
+
+    def _power_fault(self, kind: str, value: object) -> None:
+        """Battery saver, charger, screen and doze, as a user or the platform would change them;
+        ``stay-on`` is what ``settings put global stay_on_while_plugged_in N`` asks for."""
+        word = str(value)
+        if kind == "battery-saver":
+            self.power.battery_saver = _on(value)
+        elif kind == "charging":
+            if word not in CHARGING:
+                raise ValueError(f"charging is one of {', '.join(CHARGING)}, not {word!r}")
+            self.power.charging = word
+        elif kind == "screen":
+            self.power.screen_on = _on(value)
+        elif kind == "doze":
+            if word.upper() not in DEEP_IDLE_STATES:
+                raise ValueError(f"doze is one of {', '.join(DEEP_IDLE_STATES)}, not {word!r}")
+            self.power.doze = word.upper()
+        elif kind == "stay-on":
+            self.power.stay_on_setting = int(word) & STAY_ON_ALL
+        self._write_power()
+
+    def _write_power(self) -> None:
+        state = {**asdict(self.power), "plug_type": PLUG_TYPES[self.power.charging],
+                 "level": self.config.battery_level}
+        write_atomic(self.sandbox.state / "power.json", json.dumps(state, sort_keys=True))
 
     def _write_faults(self) -> None:
         state = {"hang_next": self.faults.hang_next, "crash_next": self.faults.crash_next,
                  "disk_full": self.faults.disk_full,
-                 "thermal_forced": self.thermal.forced_status}
+                 "thermal_forced": self.thermal.forced_status, "power": asdict(self.power)}
         write_atomic(self.sandbox.state / "faults.json", json.dumps(state))
 
     def take_command_fault(self) -> str | None:
@@ -197,6 +433,17 @@ class Phone:
             self._write_faults()
             return "crash"
         return None
+
+    def read_error(self, device_path: str) -> int:
+        """The errno a read of this device path fails with for the shell user, or 0 (sync's
+        side of the rules execshim.c enforces in the shell)."""
+        path = os.path.normpath("/" + device_path.lstrip("/"))
+        rules = self.config.android
+        if not rules.smaps_rollup and any(fnmatch.fnmatchcase(path, g) for g in NO_SMAPS_ROLLUP):
+            return errno.ENOENT
+        if any(fnmatch.fnmatchcase(path, g) for g in rules.unreadable):
+            return errno.EACCES
+        return 0
 
     def storage_bytes(self) -> int:
         return 0 if self.faults.disk_full else self.config.storage_mb * 1024 * 1024
@@ -252,37 +499,55 @@ class Phone:
         root = self.sandbox.root
         cores = []
         total = sum(c.cores for c in self.config.clusters)
+        offline = set(self.config.android.offline_cpus)
         for index, _first, cpus in self._cpus():
             cluster = self.config.clusters[index]
             for cpu in cpus:
-                cores.append(formats.CpuCore(cpu, cluster.part, cluster.capacity))
+                if cpu not in offline:  # /proc/cpuinfo lists online cpus only
+                    cores.append(formats.CpuCore(cpu, cluster.part, cluster.capacity))
                 base = root / "sys/devices/system/cpu" / f"cpu{cpu}"
                 self._put(base / "cpu_capacity", f"{cluster.capacity}\n")
-                self._put(base / "online", "1\n")
+                self._put(base / "online", "0\n" if cpu in offline else "1\n")
                 freq = base / "cpufreq"
                 self._put(freq / "cpuinfo_max_freq", f"{cluster.max_khz}\n")
                 self._put(freq / "cpuinfo_min_freq", f"{cluster.min_khz}\n")
                 self._put(freq / "related_cpus", " ".join(map(str, cpus)) + "\n")
                 self._put(freq / "scaling_governor", "schedutil\n")
-        for name in ("possible", "present", "online"):
+        for name in ("possible", "present"):
             self._put(root / "sys/devices/system/cpu" / name, f"0-{total - 1}\n")
+        self._put(root / "sys/devices/system/cpu/online",
+                  formats.cpu_list(set(range(total)) - offline) + "\n")
+        self._put(root / "sys/devices/system/cpu/offline",
+                  (formats.cpu_list(offline) if offline else "") + "\n")
         self._put(root / "proc/cpuinfo", formats.cpuinfo(cores))
+
+    def reported_status(self) -> int:
+        """The Thermal Status the framework reports: the model's, unless the build never
+        reports one (stuck at 0, as on many Samsung/Xiaomi builds) or its HAL cannot (a 1.0
+        HAL has no throttling severity, a HAL that is not ready gives nothing)."""
+        rules = self.config.android
+        if rules.thermal_status_stuck or rules.thermal_hal != "2.0":
+            return 0
+        return self.status()
 
     def thermal_snapshot(self) -> dict[str, object]:
         status = self.status()
+        reported = self.reported_status()
         die = self.thermal.die_c
         skin = self.thermal.skin_c(self.params)
         battery = self.thermal.battery_c(self.params)
         temps = [
-            {"name": "cpu-big", "type": 0, "value": round(die, 1), "status": status},
-            {"name": "cpu-little", "type": 0, "value": round(die - 2.0, 1), "status": status},
-            {"name": "skin", "type": 3, "value": round(skin, 1), "status": status},
+            {"name": "cpu-big", "type": 0, "value": round(die, 1), "status": reported},
+            {"name": "cpu-little", "type": 0, "value": round(die - 2.0, 1), "status": reported},
+            {"name": "skin", "type": 3, "value": round(skin, 1), "status": reported},
             {"name": "battery", "type": 2, "value": round(battery, 1), "status": 0},
         ]
         steps = 0 if status < 2 else status - 1
         cooling = [{"name": f"thermal-cpufreq-{first}", "type": 2, "value": steps}
                    for _, first, _ in self._cpus()]
-        return {"status": status, "forced": self.thermal.forced_status is not None,
+        return {"status": status, "reported_status": reported,
+                "hal": self.config.android.thermal_hal,
+                "forced": self.thermal.forced_status is not None and reported == status,
                 "die_c": die, "skin_c": skin, "battery_c": battery, "temperatures": temps,
                 "cooling": cooling, "thresholds": list(self.params.thresholds_c)}
 
@@ -308,6 +573,9 @@ class Phone:
                 freq = root / "sys/devices/system/cpu" / f"cpu{cpu}" / "cpufreq"
                 self._put(freq / "scaling_max_freq", f"{cap}\n")
                 self._put(freq / "scaling_cur_freq", f"{current}\n")
-        used_kb = sum(s.rss_kb for s in self._members)
-        available = max(0, self.config.limit_mb * 1024 - used_kb)
+        available = max(0, self.config.limit_mb * 1024 - self.footprint_kb())
         self._put(root / "proc/meminfo", formats.proc_meminfo(self.config.ram_mb * 1024, available))
+        self._put(root / "proc/pressure/memory", self.pressure.text())
+        up = time.monotonic() - self._booted_at
+        online = sum(c.cores for c in self.config.clusters) - len(self.config.android.offline_cpus)
+        self._put(root / "proc/uptime", f"{up:.2f} {up * online * 0.9:.2f}\n")

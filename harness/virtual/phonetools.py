@@ -1,4 +1,4 @@
-"""The phone's own commands: getprop, dumpsys, logcat, log, pm, am, settings, cmd, wm.
+"""The phone's own commands: getprop, dumpsys, logcat, log, pm, am, settings, cmd, wm, dmesg.
 
 Run as ``python -S -m harness.virtual.phonetools TOOL ARGS`` by the shims in ``/system/bin``;
 ``HARNESS_SIM_STATE`` names the phone's state directory. Stdlib-only imports keep each call fast.
@@ -75,23 +75,44 @@ def setprop(args: Sequence[str]) -> int:
     return 0
 
 
+def _apps() -> list[dict[str, Any]]:
+    """The phone's simulated background apps that are running now (pid not 0)."""
+    try:
+        data = json.loads((_state() / "apps.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [a for a in data if isinstance(a, dict) and a.get("pid")]
+
+
 def _meminfo(args: Sequence[str]) -> int:
     config = _config()
     targets = [a for a in args if not a.startswith("-")]
     members = procs.session_members(_sessions(), set())
+    apps = _apps()
     if not targets:
         rows = []
         for stat in members:
             rollup = formats.kb_fields(procs.read_text(f"/proc/{stat.pid}/smaps_rollup"))
             rows.append((stat.comm, stat.pid, rollup.get("Pss", stat.rss_kb)))
-        used = sum(r[2] for r in rows)
+        cached = [(str(a["name"]), int(a["pid"]), int(a["rss_kb"])) for a in apps]
+        used = sum(r[2] for r in rows) + sum(c[2] for c in cached)
         free = max(0, config.limit_mb * 1024 - used)
-        sys.stdout.write(formats.meminfo_summary(rows, config.ram_mb * 1024, free, _uptime_ms()))
+        sys.stdout.write(formats.meminfo_summary(rows, config.ram_mb * 1024, free, _uptime_ms(),
+                                                 cached))
         return 0
     target = targets[0]
+    app = next((a for a in apps if target in (a["name"], str(a["pid"]))), None)
+    if app is not None:
+        rss = int(app["rss_kb"])
+        rollup = {"Rss": rss, "Pss": rss * 4 // 5, "Anonymous": rss * 3 // 5,
+                  "Private_Dirty": rss * 3 // 5, "Private_Clean": rss // 10}
+        sys.stdout.write(formats.meminfo_process(int(app["pid"]), str(app["name"]), rollup, {},
+                                                 config.sdk, _uptime_ms()))
+        return 0
     chosen = [s for s in members if (target.isdigit() and s.pid == int(target)) or s.comm == target
               or s.comm == target[-15:] or s.comm == target[:15]]
-    if not chosen:
+    if not chosen or not config.android.dumpsys_meminfo_native:
+        # some builds only know the processes ActivityManager runs: never a native binary
         print(f"No process found for: {target}")
         return 0
     for stat in chosen:
@@ -108,9 +129,39 @@ def _thermal_text() -> str:
              for t in state.get("temperatures", [])]
     cooling = [formats.Cooling(c["name"], int(c["type"]), int(c["value"]))
                for c in state.get("cooling", [])]
-    return formats.thermalservice(int(state.get("status", 0)), temps, cooling,
-                                  bool(state.get("forced", False)),
-                                  [float(v) for v in state.get("thresholds", [])])
+    return formats.thermalservice(int(state.get("reported_status", state.get("status", 0))),
+                                  temps, cooling, bool(state.get("forced", False)),
+                                  [float(v) for v in state.get("thresholds", [])],
+                                  str(state.get("hal", "2.0")))
+
+
+def _power() -> formats.Power:
+    state = _json("power.json")
+    deep = str(state.get("doze", "ACTIVE"))
+    return formats.Power(
+        screen_on=bool(state.get("screen_on", True)), plug_type=int(state.get("plug_type", 2)),
+        level=int(state.get("level", _config().battery_level)),
+        stay_on_setting=int(state.get("stay_on_setting", 0)),
+        battery_saver=bool(state.get("battery_saver", False)), deep=deep,
+        light=formats.light_idle_state(deep))
+
+
+def _deviceidle(args: Sequence[str]) -> int:
+    power = _power()
+    if not args:
+        sys.stdout.write(formats.dumpsys_deviceidle(power))
+        return 0
+    if args[0] == "get" and len(args) > 1:
+        answers = {"deep": power.deep, "light": power.light, "force": "false",
+                   "screen": str(power.screen_on).lower(),
+                   "charging": str(power.plug_type != 0).lower(), "network": "true"}
+        if args[1] in answers:
+            print(answers[args[1]])
+        else:
+            print(f"Unknown get option: {args[1]}")
+        return 0
+    print(f"Unknown command: {args[0]}")
+    return 0
 
 
 def dumpsys(args: Sequence[str]) -> int:
@@ -125,10 +176,16 @@ def dumpsys(args: Sequence[str]) -> int:
         return 0
     if service == "battery":
         state = _json("thermal.json")
+        charging = str(_json("power.json").get("charging", "usb"))
         sys.stdout.write(formats.battery(_config().battery_level,
                                          float(state.get("battery_c", 25.0)),
-                                         int(state.get("status", 0)) >= 4))
+                                         int(state.get("status", 0)) >= 4, charging))
         return 0
+    if service == "power":
+        sys.stdout.write(formats.dumpsys_power(_power(), _uptime_ms()))
+        return 0
+    if service == "deviceidle":
+        return _deviceidle(rest)
     print(f"Can't find service: {service}", file=sys.stderr)
     return 0
 
@@ -179,7 +236,8 @@ def logcat(args: Sequence[str]) -> int:
         return formats.logcat_threadtime(entry.epoch, entry.pid, entry.tid, entry.level,
                                          entry.tag, entry.message)
 
-    entries = [e for e in logstore.read(_state()) if e.buffer in chosen and keep(e)]
+    ring = _config().android.logcat_ring_lines
+    entries = [e for e in logstore.read(_state(), ring) if e.buffer in chosen and keep(e)]
     if tail is not None:
         entries = entries[-tail:] if tail else []
     for entry in entries:
@@ -187,14 +245,19 @@ def logcat(args: Sequence[str]) -> int:
     sys.stdout.flush()
     if dump:
         return 0
-    seen = sum(1 for _ in logstore.read(_state()))
+    everything = list(logstore.read(_state(), ring))
+    last = everything[-1].epoch if everything else 0.0
+    shown = {e for e in everything if e.epoch == last}
     while True:  # follow, as logcat without -d does, until the shell is closed
         time.sleep(0.5)
-        everything = list(logstore.read(_state()))
-        for entry in everything[seen:]:
+        for entry in logstore.read(_state(), ring):  # the ring may have moved on: go by time
+            if entry.epoch < last or entry in shown:
+                continue
+            if entry.epoch > last:
+                last, shown = entry.epoch, set()
+            shown.add(entry)
             if entry.buffer in chosen and keep(entry):
                 print(show(entry), flush=True)
-        seen = len(everything)
 
 
 def log(args: Sequence[str]) -> int:
@@ -236,17 +299,44 @@ def am(args: Sequence[str]) -> int:
     return 0
 
 
+POWER_SETTINGS = {"global/low_power": "battery-saver",
+                  "global/stay_on_while_plugged_in": "stay-on"}
+
+
+def _request(kind: str, value: object, wait_s: float = 3.0) -> None:
+    """Ask the phone's daemon for a change and wait until it has taken it."""
+    control = _state() / "control"
+    request = control / f"{time.time_ns()}.json"
+    tmp = control / f".{request.name}.tmp"
+    tmp.write_text(json.dumps({"kind": kind, "value": value}))
+    os.replace(tmp, request)
+    deadline = time.monotonic() + wait_s
+    while request.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def settings(args: Sequence[str]) -> int:
     data = _json("settings.json")
+    power = _power()
+    derived = {"global/low_power": str(int(power.battery_saver)),
+               "global/stay_on_while_plugged_in": str(power.stay_on_setting)}
     if len(args) >= 3 and args[0] == "get":
-        print(data.get(f"{args[1]}/{args[2]}", "null"))
+        key = f"{args[1]}/{args[2]}"
+        print(derived.get(key, data.get(key, "null")))
         return 0
     if len(args) >= 4 and args[0] == "put":
-        data[f"{args[1]}/{args[2]}"] = args[3]
+        key = f"{args[1]}/{args[2]}"
+        if key in POWER_SETTINGS:  # the platform acts on these: battery saver, stay awake
+            if not args[3].lstrip("-").isdigit():
+                print(f"Invalid value for {args[2]}: {args[3]}", file=sys.stderr)
+                return 1
+            _request(POWER_SETTINGS[key], args[3])
+            return 0
+        data[key] = args[3]
         (_state() / "settings.json").write_text(json.dumps(data))
         return 0
     if len(args) >= 2 and args[0] == "list":
-        for key, value in sorted(data.items()):
+        for key, value in sorted({**data, **derived}.items()):
             if key.startswith(args[1] + "/"):
                 print(f"{key.split('/', 1)[1]}={value}")
         return 0
@@ -277,9 +367,15 @@ def wm(args: Sequence[str]) -> int:
     return 0
 
 
+def dmesg(args: Sequence[str]) -> int:
+    """User builds deny the kernel log to the shell user (SELinux, dmesg_restrict)."""
+    print("dmesg: klogctl: Permission denied", file=sys.stderr)
+    return 1
+
+
 TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
     "getprop": getprop, "setprop": setprop, "dumpsys": dumpsys, "logcat": logcat, "log": log,
-    "pm": pm, "am": am, "settings": settings, "cmd": cmd, "wm": wm,
+    "pm": pm, "am": am, "settings": settings, "cmd": cmd, "wm": wm, "dmesg": dmesg,
 }
 
 

@@ -3,7 +3,8 @@
 Layout of a phone directory::
 
     root/     what the phone calls "/": data/local/tmp, sdcard, system/bin, proc/meminfo,
-              proc/cpuinfo, sys/class/thermal, sys/devices/system/cpu
+              proc/cpuinfo, proc/uptime, proc/pressure/memory, proc/sys/kernel/random/boot_id,
+              sys/class/thermal, sys/devices/system/cpu
     state/    config.json (profile snapshot), logcat.log, sessions, thermal.json, control/
 
 Why rewriting: commands run in the phone's shell, a real mksh (so ``; echo X4EXIT:$?`` and every
@@ -29,7 +30,10 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
     ("/storage/self/primary", "sdcard"),
     ("/sys/devices/system/cpu", "sys/devices/system/cpu"),
     ("/sys/class/thermal", "sys/class/thermal"),
+    ("/proc/sys/kernel/random/boot_id", "proc/sys/kernel/random/boot_id"),
+    ("/proc/pressure/memory", "proc/pressure/memory"),
     ("/proc/meminfo", "proc/meminfo"),
+    ("/proc/uptime", "proc/uptime"),
     ("/proc/cpuinfo", "proc/cpuinfo"),
     ("/system/bin", "system/bin"),
     ("/sdcard", "sdcard"),
@@ -38,7 +42,8 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
 _BEFORE = r"(?<![\w./~-])"  # not inside a longer word or path
 _AFTER = r"(?=$|[/\s'\";|&)<>:`}])"
 _PATTERN = re.compile(_BEFORE + "(" + "|".join(re.escape(p) for p, _ in _PREFIXES) + ")" + _AFTER)
-TOOLS = ("getprop", "setprop", "dumpsys", "logcat", "log", "pm", "am", "settings", "cmd", "wm")
+TOOLS = ("getprop", "setprop", "dumpsys", "logcat", "log", "pm", "am", "settings", "cmd", "wm",
+         "dmesg")
 
 
 @dataclass(frozen=True)
@@ -69,8 +74,8 @@ class Sandbox:
         return (self.root / "data", self.root / "sdcard")
 
     def create(self) -> None:
-        for sub in ("data/local/tmp", "sdcard/Download", "proc", "sys/class/thermal",
-                    "sys/devices/system/cpu", "system/bin"):
+        for sub in ("data/local/tmp", "sdcard/Download", "proc/sys/kernel/random",
+                    "proc/pressure", "sys/class/thermal", "sys/devices/system/cpu", "system/bin"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.control.mkdir(parents=True, exist_ok=True)
         self.write_tool_shims()
@@ -80,17 +85,21 @@ class Sandbox:
 
         ``-S`` skips site initialisation (startup time on a 2-core box); PYTHONPATH names the
         directory holding the ``harness`` package, whether it is a checkout or site-packages.
+        The tools stand for Android's system services, which the shell user's limits (the
+        preloaded rules of execshim.c) do not bind: they run without them.
         """
         package_parent = Path(__file__).resolve().parent.parent.parent
         for tool in TOOLS:
             script = (
                 "#!/bin/sh\n"
-                f"HARNESS_SIM_STATE={shlex.quote(str(self.state))} "
+                f"LD_PRELOAD= HARNESS_SIM_STATE={shlex.quote(str(self.state))} "
                 f"PYTHONPATH={shlex.quote(str(package_parent))} "
                 f"exec {shlex.quote(sys.executable)} -S -m harness.virtual.phonetools "
                 f"{tool} \"$@\"\n"
             )
             target = self.bin / tool
+            if target.is_symlink():  # an applet link of an older phone: never write through it
+                target.unlink()
             target.write_text(script)
             target.chmod(0o755)
 

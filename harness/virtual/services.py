@@ -348,7 +348,11 @@ async def run_sync(phone: Phone, ch: Channel) -> None:
             elif kind in (b"LIST", b"LIS2"):
                 await ch.write(_list(path, v2=kind == b"LIS2"))
             elif kind == b"RECV":
-                await _recv(ch, path)
+                denied = phone.read_error(arg)
+                if denied:  # as adbd, which runs as the shell user, fails it
+                    await ch.write(_fail(f"open failed: {os.strerror(denied)}"))
+                else:
+                    await _recv(ch, path)
             else:
                 code = int.from_bytes(kind, "little")
                 await ch.write(_fail(f"unknown command {code:08x}"))

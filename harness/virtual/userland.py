@@ -7,9 +7,10 @@ mksh, and the phone's own tools (getprop, dumpsys, ...) sit beside them; the she
 folder alone. Debian's toybox lacks four applets Android's has (tr, expr, dd, diff): those come
 from Debian's busybox, never from GNU.
 
-Exec rules (which ABI runs, natively or in qemu-user, and adbd's ``oom_score_adj``) live in a
-small preloaded library (``execshim.c``), compiled once per machine with the host's C compiler
-and cached by the hash of its source.
+Exec rules (which ABI runs, natively or in qemu-user, and adbd's ``oom_score_adj``), the shell
+user's limits (unreadable paths, a kernel without smaps_rollup) and ignored affinity calls live
+in a small preloaded library (``execshim.c``), compiled once per machine with the host's C
+compiler and cached by the hash of its source.
 """
 
 from __future__ import annotations
@@ -122,10 +123,19 @@ def install_userland(bin_dir: Path, userland: Userland, keep: set[str]) -> None:
             stale.unlink()
 
 
-def exec_env(root: Path, abi: str) -> dict[str, str]:
-    """Environment of the phone's shell that sets its exec rules (see execshim.c)."""
+# Paths a kernel before 4.14 lacks (smaps_rollup arrived in 4.14).
+NO_SMAPS_ROLLUP = ("/proc/*/smaps_rollup", "/proc/*/task/*/smaps_rollup")
+
+
+def exec_env(root: Path, abi: str, unreadable: tuple[str, ...] = (), smaps_rollup: bool = True,
+             affinity: str = "honoured") -> dict[str, str]:
+    """Environment of the phone's shell that sets its exec rules and the shell user's limits:
+    ``unreadable`` device-path globs (EACCES), no smaps_rollup (ENOENT), and whether a phone
+    binary's own affinity calls are ``ignored`` (see execshim.c)."""
     if abi not in ABI_MACHINES:
         raise DeviceError(f"virtual phones run {', '.join(ABI_MACHINES)}, not '{abi}'")
+    if len("\n".join(unreadable)) >= 4000:  # the library keeps PATH_MAX bytes of them
+        raise DeviceError("a virtual phone's unreadable globs must total under 4000 characters")
     qemu = ""
     if host_abi() != abi:
         qemu = _need(ABI_QEMU[abi], "qemu-user", f"runs {abi} binaries on this host")
@@ -135,4 +145,7 @@ def exec_env(root: Path, abi: str) -> dict[str, str]:
         "HARNESS_PHONE_MACHINE": str(ABI_MACHINES[abi]),
         "HARNESS_PHONE_QEMU": qemu,
         "HARNESS_PHONE_OOM_ADJ": str(ADBD_OOM_ADJ),
+        "HARNESS_PHONE_EACCES": "\n".join(unreadable),
+        "HARNESS_PHONE_ENOENT": "" if smaps_rollup else "\n".join(NO_SMAPS_ROLLUP),
+        "HARNESS_PHONE_AFFINITY": affinity,
     }

@@ -13,6 +13,7 @@ from harness.analysis.frames import (
     metric_name,
     paired_groups,
     parse_metrics,
+    usable,
 )
 from harness.errors import ConfigError, StoreError
 from harness.store import read_table
@@ -51,6 +52,26 @@ def test_throttled_and_failed_trials_are_excluded_and_counted(tmp_path: Path) ->
     assert group.outcomes == {"ok": 3, "crashed": 1}
     kept = build_groups(frame, "b1", ["tg_tps"], include_throttled=True)
     assert sorted(kept[CellKey("SER1", c.config_id)].values["tg_tps"]) == [12.0, 20.0, 21.0]
+
+
+def test_trials_whose_cell_did_not_take_effect_are_excluded_and_counted(tmp_path: Path) -> None:
+    """A CPU mask the phone ignored measured another configuration: never in a verdict."""
+    c = cell(affinity="0x2")
+    write(tmp_path, [
+        trial(c, rep=0, tg_tps=20.0, affinity_applied=True, applied_affinity="1"),
+        trial(c, rep=1, tg_tps=31.0, affinity_applied=False, applied_affinity="0-1",
+              config_not_applied="affinity 0x2 (CPUs 1) requested, threads ran on CPUs 0-1"),
+        trial(c, rep=2, tg_tps=12.0, throttled=True),
+    ])
+    frame = read_table(tmp_path, "trials")
+    for include_throttled, kept in ((False, [20.0]), (True, [12.0, 20.0])):
+        group = build_groups(frame, "b1", ["tg_tps"], include_throttled=include_throttled)[
+            CellKey("SER1", c.config_id)]
+        assert sorted(group.values["tg_tps"]) == kept
+        assert group.n_not_applied_excluded == 1
+    assert list(usable(frame)["tg_tps"]) == [20.0]
+    assert build_groups(frame, "b1", ["tg_tps"])[
+        CellKey("SER1", c.config_id)].n_throttled_excluded == 1
 
 
 def test_pairs_only_cells_measured_with_both_builds(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from harness import store
@@ -41,6 +42,7 @@ from reliability.faultkit import (
 )
 
 pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run(matrix: Path, phones: list[Any], results: Path, build: Build, events: Events,
@@ -214,11 +216,16 @@ def test_engine_hung_past_the_timeout_is_killed_and_recorded_timeout(
     finish(row, tmp_path / "r", matrix, summary.run_id, two_phones)
 
 
-def test_engine_over_the_phone_memory_is_oom_killed_with_the_lmk_line(
+def test_engine_over_the_phone_memory_is_oom_killed_by_the_kernel_with_its_evidence(
     virtual_phones: Any, tmp_path: Path, host_build: Build, tiny_ladder: Any, fault_row: Any
 ) -> None:
-    row = fault_row("engine OOM-killed (low-memory killer)")
-    (small,) = virtual_phones(1, profile="budget-4gb", ram_mb=28)
+    """The stock path: no app left for lmkd to kill, the kernel's OOM killer takes the engine
+    and says nothing a shell can read; exit 137, the peak and the memory stall remain."""
+    row = fault_row("engine OOM-killed by the kernel (no lmkd line names it)")
+    profile = yaml.safe_load((REPO / "devices" / "budget-4gb.yaml").read_text())
+    profile.update(name="budget-no-apps", android={"background_apps": []})
+    (tmp_path / "budget-no-apps.yaml").write_text(yaml.safe_dump(profile))
+    (small,) = virtual_phones(1, profile=str(tmp_path / "budget-no-apps.yaml"), ram_mb=28)
     (other,) = virtual_phones(1)
     phones = [small, other]
     matrix = write_matrix(tmp_path, n_ctx=[8192, 512], n_gen=16, reps=1)
@@ -226,10 +233,15 @@ def test_engine_over_the_phone_memory_is_oom_killed_with_the_lmk_line(
     matrix.write_text(text)
     summary = run(matrix, phones, tmp_path / "r", host_build, Events(), no_skip=True,
                   reserve_bytes=0)
-    row.injected = True  # the phone's own killer is the fault
+    row.injected = True  # the phone's own kernel is the fault
     assert outcomes(summary, small.serial) == {"oom_killed": 1, "ok": 1}
     killed = by_phone(tmp_path / "r", small.serial).query("outcome == 'oom_killed'").iloc[0]
-    assert killed["n_ctx"] == 8192 and "lowmemorykiller" in killed["evidence"]
+    assert killed["n_ctx"] == 8192
+    signals = killed["oom_signals"].split(",")
+    assert "sigkill" in signals and not {"lmkd_named_engine", "lmkd_killed_apps"} & set(signals)
+    assert {"vm_hwm_near_available", "memory_pressure"} & set(signals), signals
+    assert "exit 137 (SIGKILL) without a timeout" in killed["evidence"]
+    assert "lowmemorykiller" not in killed["evidence"]
     assert outcomes(summary, other.serial) == {"ok": 2}
     finish(row, tmp_path / "r", matrix, summary.run_id, phones)
 

@@ -22,7 +22,7 @@ from harness.device.base import ShellResult, shell_command
 from harness.device.lease import DeviceLease
 from harness.run.probe import memory_from_output
 from harness.run.runner import RunOptions, execute
-from harness.run.trial import dumpsys_command, dumpsys_memory, memory_read_command
+from harness.run.watch import dumpsys_command, dumpsys_memory, memory_read_command
 
 pytestmark = pytest.mark.slow
 
@@ -79,6 +79,13 @@ def test_every_device_command_runs_under_mksh_and_toybox(
         "memory": "smaps_rollup", "dumpsys": "dumpsys meminfo", "logcat": "logcat -d",
         "checksum": "sha256sum", "move": "mv -f", "lease": "set -C", "cpu facts": "==> $f <==",
         "storage": "df -k", "kill": "kill -",
+        # issue 13: what a stock phone lets the shell read, instead of root-only evidence
+        "pre-flight power": "dumpsys power", "battery saver": "settings get global low_power",
+        "stay awake": "settings get global stay_on_while_plugged_in",
+        "doze": "dumpsys deviceidle get deep", "boot id": "/proc/sys/kernel/random/boot_id",
+        "uptime": "/proc/uptime", "meminfo": "cat /proc/meminfo",
+        "pressure": "/proc/pressure/memory", "thermal zones": "grep -H '' /sys/class/thermal",
+        "affinity read-back": "Cpus_allowed_list", "watcher files": "/aff",
     }
     for kind, sign in kinds.items():
         assert any(sign in command for command, _ in device.ran), f"no {kind} command recorded"

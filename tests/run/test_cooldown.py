@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.run.cooldown import not_ready_reason, wait_until_ready
+from harness.run.cooldown import Assessment, assess, not_ready_reason, wait_until_ready
 from harness.run.state import DeviceState, throttled_during
 
 
@@ -64,3 +64,32 @@ def test_throttled_when_status_rises_or_big_cores_are_capped() -> None:
     assert throttled_during([cool, DeviceState(2)], max_thermal_status=1)
     capped = DeviceState(0, 30.0, big_max_khz=2000, big_hw_max_khz=3000)
     assert throttled_during([cool, capped], max_thermal_status=1)
+
+
+def test_a_hot_skin_holds_the_gate_even_when_the_status_is_stuck_at_zero() -> None:
+    stuck = DeviceState(0, None, 80, surface_temp_c=46.0, surface_source="sysfs")
+    verdict = assess(stuck, Policy())
+    assert verdict.source == "sysfs"
+    assert verdict.reason == "skin/battery temperature 46.0 °C > 40.0 °C (sysfs)"
+    battery_only = DeviceState(0, None, 80, 46.0, surface_temp_c=46.0,
+                               surface_source="dumpsys_battery")
+    assert assess(battery_only, Policy()).source == "dumpsys_battery"
+
+
+def test_skin_and_battery_come_before_the_hottest_sensor() -> None:
+    # a CPU die at 55 °C right after work, skin already back to 35 °C: the phone is cool
+    state = DeviceState(0, 55.0, 80, surface_temp_c=35.0, surface_source="hal")
+    assert assess(state, Policy()) == Assessment(None, "hal")
+    # a HAL without skin or battery sensors: its hottest sensor decides, as before
+    assert assess(DeviceState(0, 45.0, 80), Policy()).source == "hal_hottest"
+    assert assess(DeviceState(3, 30.0, 80), Policy()).source == "thermal_status"
+    assert assess(DeviceState(), Policy()) == Assessment(None, None)
+
+
+def test_the_gate_records_the_source_that_held_it() -> None:
+    clock = FakeClock()
+    hot = DeviceState(0, None, 80, surface_temp_c=45.0, surface_source="sysfs")
+    result = wait_until_ready(lambda: hot, Policy(max_wait_s=4.0), poll_s=2.0, clock=clock,
+                              sleep=clock.sleep)
+    assert (result.ready, result.source) == (False, "sysfs")
+    assert result.reason is not None and "45.0 °C" in result.reason

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from harness.run.outcome import Observation, classify
+from harness.run.outcome import OOM_SIGNALS, Observation, classify, oom_signals
+
+MIB = 1 << 20
+APP_KILL = ("12-01 10:00:01.000  512  512 I lowmemorykiller: Kill 'com.whatsapp' (3141), "
+            "uid 10123, oom_score_adj 900 to free 120000kB rss, 0kB swap; reason: min "
+            "watermark is breached")
 
 
 def test_clean_exit_with_all_records_is_ok() -> None:
@@ -22,7 +27,60 @@ def test_sigkill_with_lmk_line_is_oom_killed_with_the_line_as_evidence() -> None
     line = "Kill 'llama-bench' (4242), uid 2000, oom_score_adj 0 to free 1000kB rss"
     result = classify(Observation(exit_code=137, lmk_line=line))
     assert result.outcome == "oom_killed"
-    assert result.evidence == line
+    assert line in (result.evidence or "")
+    assert result.signals == ("sigkill", "lmkd_named_engine")
+
+
+def test_kernel_oom_without_an_lmkd_line_for_the_engine_is_oom_killed_with_its_signals() -> None:
+    """A stock phone: lmkd killed apps, then the kernel took the engine and logged nothing."""
+    obs = Observation(exit_code=137, peak_rss_bytes=27 * MIB, memory_limit_bytes=28 * MIB,
+                      pressure_full_us=180_000, lmkd_app_kills=(APP_KILL,))
+    result = classify(obs)
+    assert result.outcome == "oom_killed"
+    assert result.signals == ("sigkill", "vm_hwm_near_available", "memory_pressure",
+                              "lmkd_killed_apps")
+    evidence = result.evidence or ""
+    assert "exit 137 (SIGKILL) without a timeout" in evidence
+    assert "27.0 MiB = 96% of the 28.0 MiB available at the start" in evidence
+    assert "stalled 180 ms" in evidence
+    assert "com.whatsapp" in evidence and "lmkd killed 1 other process(es)" in evidence
+    assert "lmkd_killed_apps" in (result.error or "")
+
+
+def test_each_memory_signal_alone_makes_a_sigkill_an_oom() -> None:
+    for obs in (Observation(exit_code=137, pressure_full_us=1),
+                Observation(exit_code=137, lmkd_app_kills=(APP_KILL,)),
+                Observation(exit_code=137, peak_rss_bytes=90, memory_limit_bytes=100)):
+        assert classify(obs).outcome == "oom_killed", obs
+
+
+def test_memory_signals_without_a_sigkill_do_not_make_an_oom() -> None:
+    result = classify(Observation(exit_code=0, complete_records=1, pressure_full_us=5000,
+                                  lmkd_app_kills=(APP_KILL,)))
+    assert result.outcome == "ok"
+    assert result.signals == ("memory_pressure", "lmkd_killed_apps")  # stored, not a verdict
+
+
+def test_a_sigkill_by_our_own_timeout_is_no_oom_signal() -> None:
+    obs = Observation(exit_code=137, timed_out=True, pressure_full_us=10)
+    assert classify(obs).outcome == "timeout"
+    assert oom_signals(obs) == ("memory_pressure",)
+
+
+def test_a_reboot_during_the_trial_is_device_lost_with_the_reboot_recorded() -> None:
+    result = classify(Observation(exit_code=None, device_lost=True, rebooted=True,
+                                  peak_rss_bytes=95, memory_limit_bytes=100))
+    assert result.outcome == "device_lost"
+    assert result.signals == ("vm_hwm_near_available", "reboot")
+    assert "rebooted" in (result.error or "") and "kernel OOM" in (result.error or "")
+    assert "boot id changed" in (result.evidence or "")
+    plain = classify(Observation(exit_code=None, device_lost=True, rebooted=True))
+    assert plain.error == "the phone rebooted during the trial" and plain.signals == ("reboot",)
+
+
+def test_signal_names_are_the_documented_ones() -> None:
+    assert OOM_SIGNALS == ("sigkill", "vm_hwm_near_available", "memory_pressure",
+                           "lmkd_killed_apps", "lmkd_named_engine", "reboot")
 
 
 def test_sigkill_at_the_memory_limit_without_a_line_is_oom_killed() -> None:

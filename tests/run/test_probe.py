@@ -80,3 +80,46 @@ def test_commands_only_interpolate_integers_and_mark_every_section() -> None:
     assert set(split_sections("\n".join(
         line for line in [f"{MARK}rollup", f"{MARK}status"]))) == {"rollup", "status"}
     assert "cpu7/cpufreq/scaling_max_freq" in state_command(7)
+
+
+HAL_NOT_READY = "IsStatusOverride: false\nThermal Status: 0\nHAL Ready: false\n"
+ZONES = "\n".join([
+    "/sys/class/thermal/thermal_zone0/type:cpu-big",
+    "/sys/class/thermal/thermal_zone1/type:cpu-little",
+    "/sys/class/thermal/thermal_zone2/type:skin",
+    "/sys/class/thermal/thermal_zone3/type:battery",
+    "/sys/class/thermal/thermal_zone0/temp:52000",
+    "/sys/class/thermal/thermal_zone2/temp:44500",
+    "/sys/class/thermal/thermal_zone3/temp:39000",
+])
+DENIED = "grep: /sys/class/thermal/thermal_zone1/temp: Permission denied\n"
+
+
+def test_with_the_hal_ready_skin_and_battery_come_from_it() -> None:
+    state = state_from_output(_join(thermal=THERMAL, battery=BATTERY, zones=ZONES))
+    assert (state.surface_temp_c, state.surface_source) == (36.0, "hal")
+    assert state.max_temp_c == 41.5
+
+
+def test_without_a_ready_hal_the_sysfs_zones_give_skin_and_hottest() -> None:
+    state = state_from_output(_join(thermal=HAL_NOT_READY, battery=BATTERY, zones=ZONES), DENIED)
+    assert state.thermal_status == 0
+    assert (state.surface_temp_c, state.surface_source) == (44.5, "sysfs")
+    assert state.max_temp_c == 52.0  # the hottest real zone stands in for the HAL's
+    assert state.unreadable == ("thermal_zone1/temp: Permission denied",)
+
+
+def test_with_every_zone_denied_the_battery_temperature_is_the_fallback() -> None:
+    state = state_from_output(_join(thermal=HAL_NOT_READY, battery=BATTERY, zones=""),
+                              "grep: /sys/class/thermal/thermal_zone2/temp: Permission denied\n")
+    assert (state.surface_temp_c, state.surface_source) == (31.2, "dumpsys_battery")
+    assert state.max_temp_c is None
+
+
+def test_a_live_process_without_smaps_rollup_is_sampled_from_status_with_the_reason() -> None:
+    status = "Name:\tllama-bench\nVmHWM:\t  3000 kB\nVmRSS:\t  2048 kB\n"
+    memory = memory_from_output(_join(rollup="", status=status),
+                                "cat: /proc/4242/smaps_rollup: No such file or directory\n")
+    assert memory is not None and memory.source == "status" and memory.rss_kb == 2048
+    assert memory.unreadable == ("/proc/<pid>/smaps_rollup: No such file or directory",)
+    assert "thermal_zone*/temp" in state_command(0)

@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,28 +21,12 @@ from harness.errors import DeviceError
 from harness.run.trial import launch_command
 from harness.testing.adbserver import AdbServer
 from harness.virtual.userland import SUBSTITUTES
+from virtual.procwait import alive, wait_for
 
 
 def _sh(server: AdbServer, phone: VirtualPhone, command: str,
         timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return server.adb("-s", phone.serial, "shell", command, timeout=timeout)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def _wait_for(predicate: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_device_shell_is_mksh_with_toybox_and_nothing_else(
@@ -96,9 +79,10 @@ def test_launch_line_and_watcher_finish_under_mksh_and_dash(
     assert took < 10, f"the launch line took {took:.1f} s under {shell}"
     # the watcher saw the engine and ends once the phone has reaped it
     memory = _sh(adb_server, phone, f"sleep 0.5; cat {workdir}/mem; cat {workdir}/pid").stdout
-    peak, largest, pid = memory.split()
+    *fields, pid = memory.split()  # mem: VmHWM, largest VmRSS (then what else the watcher keeps)
+    peak, largest = fields[:2]
     assert int(peak) > 0 and int(largest) > 0
-    assert _wait_for(lambda: not _alive(int(pid)), 5)
+    assert wait_for(lambda: not alive(int(pid)), 5)
 
 
 def test_phone_reaps_only_at_eof_so_a_watcher_holding_the_streams_hangs_under_mksh(
@@ -125,11 +109,11 @@ def test_closed_stream_hangs_up_the_direct_child_only(
     with pytest.raises(DeviceError):
         device.shell(script, timeout=2)  # the client gives up and closes the stream
     tmp = Path(virtual_phone.root, "data/local/tmp")
-    assert _wait_for(lambda: (tmp / "got").is_file(), 10), "the shell never got SIGHUP"
+    assert wait_for(lambda: (tmp / "got").is_file(), 10), "the shell never got SIGHUP"
     assert (tmp / "got").read_text() == "hup\n"
     orphan = int((tmp / "orphan.pid").read_text())
     try:
-        assert _alive(orphan), "the group was signalled: the orphan died with its shell"
+        assert alive(orphan), "the group was signalled: the orphan died with its shell"
     finally:
         device.shell(f"kill -9 {orphan}", timeout=10)
 
@@ -150,13 +134,13 @@ def test_lost_connection_leaves_the_engine_to_sighup(
     runner = threading.Thread(target=launch)
     runner.start()
     pid_file = Path(virtual_phone.root, "data/local/tmp/harness/trials/lost/pid")
-    assert _wait_for(pid_file.is_file, 20)
+    assert wait_for(pid_file.is_file, 20)
     pid = int(pid_file.read_text())
-    assert _alive(pid)
+    assert alive(pid)
     virtual_phone.fault("drop", 1)
     runner.join(30)
     assert not runner.is_alive() and errors, "the launch did not see the connection drop"
-    assert _wait_for(lambda: not _alive(pid), 10), "the engine survived the lost connection"
+    assert wait_for(lambda: not alive(pid), 10), "the engine survived the lost connection"
 
 
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-gcc") is None,

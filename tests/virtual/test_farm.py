@@ -11,19 +11,12 @@ import pytest
 from harness.errors import ConfigError
 from harness.testing.adbserver import AdbServer
 from harness.virtual.control import list_phones, start_phones, stop_phones, wipe_phones
+from virtual.procwait import alive
 
 
 def _listening(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def test_four_phones_run_at_once_and_stop_cleanly(adb_server: AdbServer, tmp_path: Path) -> None:
@@ -38,14 +31,14 @@ def test_four_phones_run_at_once_and_stop_cleanly(adb_server: AdbServer, tmp_pat
         # a background process of one phone must not outlive the phone
         leftover = adb_server.adb("-s", phones[0].serial, "shell",
                                   "sleep 300 >/dev/null 2>&1 & echo $!").stdout.strip()
-        assert _alive(int(leftover))
+        assert alive(int(leftover))
     finally:
         stopped = stop_phones(home=home)
     assert len(stopped) == 4
     for phone in stopped:
-        assert not _alive(phone.pid)
+        assert not alive(phone.pid)
         assert not _listening(phone.port)
-    assert not _alive(int(leftover))
+    assert not alive(int(leftover))
     assert "127.0.0.1:" not in adb_server.adb("devices").stdout
 
 

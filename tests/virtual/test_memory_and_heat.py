@@ -1,23 +1,27 @@
-"""The phone's low-memory killer and thermal throttling act on real host processes."""
+"""The phone's memory rules and thermal throttling act on real host processes.
+
+Memory as on a stock phone: lmkd kills (simulated) background apps with its log lines; then the
+kernel's OOM killer takes the largest real process and leaves nothing in logcat; or, with
+system_server as its victim, the phone reboots.
+"""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
+import time
+from dataclasses import replace
+from pathlib import Path
 
 import adbutils
-from fixtures_phones import PhoneFactory
+from fixtures_phones import PhoneFactory, VirtualPhone
 
+from harness.profiles import find_profile
 from harness.testing.adbserver import AdbServer
+from harness.virtual.config import BackgroundApp
+from virtual.procwait import alive, wait_for
 
-GROW = (
-    "import time\n"
-    "chunks = []\n"
-    "for _ in range(12):\n"
-    "    chunks.append(b'\\x01' * (32 << 20))\n"
-    "    time.sleep(0.05)\n"
-    "time.sleep(30)\n"
-)
 SPIN = (
     "import time\n"
     "start = time.monotonic(); n = 0\n"
@@ -27,17 +31,97 @@ SPIN = (
 )
 
 
-def test_a_process_growing_past_ram_is_killed_with_sigkill(adb_server: AdbServer,
-                                                           virtual_phones: PhoneFactory) -> None:
-    phone = virtual_phones(ram_mb=160)[0]
-    (phone.root / "data/local/tmp/grow.py").write_text(GROW)
-    run = adb_server.adb("-s", phone.serial, "shell",
-                         f"{sys.executable} /data/local/tmp/grow.py", timeout=60)
-    assert run.returncode == 137
-    log = adb_server.adb("-s", phone.serial, "shell", "logcat -d -s lowmemorykiller").stdout
-    line = next(x for x in log.splitlines() if "lowmemorykiller" in x)
-    assert "Kill 'python" in line and "uid 2000, oom_score_adj 0 to free " in line
-    assert "kB rss, 0kB swap; reason: " in line
+def _sh(server: AdbServer, phone: VirtualPhone, command: str,
+        timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return server.adb("-s", phone.serial, "shell", command, timeout=timeout)
+
+
+def _push(server: AdbServer, phone: VirtualPhone, program: Path) -> str:
+    target = f"/data/local/tmp/{program.name}"
+    pushed = server.adb("-s", phone.serial, "push", str(program), target)
+    assert pushed.returncode == 0, pushed.stderr
+    _sh(server, phone, f"chmod 755 {target}")
+    return target
+
+
+def _available_kb(server: AdbServer, phone: VirtualPhone) -> int:
+    meminfo = _sh(server, phone, "cat /proc/meminfo").stdout
+    return next(int(x.split()[1]) for x in meminfo.splitlines() if x.startswith("MemAvailable:"))
+
+
+def _psi_totals(server: AdbServer, phone: VirtualPhone) -> tuple[int, int]:
+    text = _sh(server, phone, "cat /proc/pressure/memory").stdout
+    some, full = text.splitlines()
+    assert some.startswith("some avg10=") and full.startswith("full avg10=")
+    return int(some.rsplit("total=", 1)[1]), int(full.rsplit("total=", 1)[1])
+
+
+APPS = (BackgroundApp("com.example.music", 20, 700), BackgroundApp("com.example.cached", 30, 900))
+
+
+def test_lmkd_kills_apps_then_the_kernel_kills_the_largest_process_silently(
+        adb_server: AdbServer, virtual_phones: PhoneFactory,
+        phone_programs: dict[str, Path]) -> None:
+    profile = find_profile("midrange-8gb")
+    profile = replace(profile, android=replace(profile.android, background_apps=APPS))
+    (phone,) = virtual_phones(profile=profile, ram_mb=150)
+    # the apps hold memory: MemAvailable is the limit less them and the phone's processes
+    assert _available_kb(adb_server, phone) <= 100 * 1024
+    summary = _sh(adb_server, phone, "dumpsys meminfo").stdout
+    assert "com.example.cached (pid " in summary and "K: Cached" in summary
+    before = _psi_totals(adb_server, phone)
+    hog = _push(adb_server, phone, phone_programs["hog"])
+    run = _sh(adb_server, phone, f"{hog} 400")
+    assert run.returncode == 137  # the kernel's OOM killer: SIGKILL
+    pid = run.stdout.split()[0]
+    assert "allocated" not in run.stdout
+    log = _sh(adb_server, phone, "logcat -d -b all").stdout
+    kills = [x for x in log.splitlines() if "lowmemorykiller: Kill '" in x]
+    assert len(kills) == 2, log
+    assert "Kill 'com.example.cached' (" in kills[0] and ", oom_score_adj 900 to free 30720kB " \
+        "rss, 0kB swap; reason: " in kills[0]
+    assert "Kill 'com.example.music' (" in kills[1] and "oom_score_adj 700" in kills[1]
+    assert all(int(x.split("uid ")[1].split(",")[0]) >= 10000 for x in kills)
+    # nothing names the hog: a user build has no kernel lines in logcat
+    assert f"({pid})" not in log and f" {pid} " not in log and "hog" not in log
+    assert _psi_totals(adb_server, phone) > before
+    # the apps restart some seconds after the pressure is gone
+    assert wait_for(lambda: "com.example.cached (pid " in _sh(
+        adb_server, phone, "dumpsys meminfo").stdout, 15, step=0.2)
+    assert _available_kb(adb_server, phone) <= 100 * 1024
+
+
+def test_system_server_as_oom_victim_reboots_the_phone(
+        adb_server: AdbServer, virtual_phones: PhoneFactory,
+        phone_programs: dict[str, Path]) -> None:
+    profile = find_profile("midrange-8gb")
+    profile = replace(profile, android=replace(profile.android, background_apps=(),
+                                               oom_victim="system_server"))
+    (phone,) = virtual_phones(profile=profile, ram_mb=120)
+    boot_id = _sh(adb_server, phone, "cat /proc/sys/kernel/random/boot_id").stdout.strip()
+    assert len(boot_id) == 36 and boot_id.count("-") == 4
+    time.sleep(2)
+    uptime = float(_sh(adb_server, phone, "cat /proc/uptime").stdout.split()[0])
+    assert uptime >= 2
+    _sh(adb_server, phone, "log -t before hello")
+    sleeper = _sh(adb_server, phone, "sleep 300 >/dev/null 2>&1 & echo $!").stdout.strip()
+    hog = _push(adb_server, phone, phone_programs["hog"])
+    run = _sh(adb_server, phone, f"{hog} 400")
+    assert run.returncode not in (0, 137) and "allocated" not in run.stdout  # the link dropped
+    assert not alive(int(sleeper)), "a process of the phone survived its reboot"
+
+    def back() -> bool:
+        try:
+            return _sh(adb_server, phone, "echo up", timeout=5).stdout == "up\n"
+        except subprocess.TimeoutExpired:
+            return False
+
+    assert wait_for(back, 60, step=0.2), "the phone did not come back after its reboot"
+    assert _sh(adb_server, phone, "cat /proc/sys/kernel/random/boot_id").stdout.strip() \
+        not in ("", boot_id)
+    assert float(_sh(adb_server, phone, "cat /proc/uptime").stdout.split()[0]) < uptime + 1
+    log = _sh(adb_server, phone, "logcat -d").stdout
+    assert "before" not in log and "rebooted" in log  # logd's ring did not survive the reboot
 
 
 def test_a_hot_phone_runs_cpu_work_slower_and_reports_its_status(

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.virtual import formats, thermal, wire
+from harness.errors import ConfigError
+from harness.profiles import parse_profile
+from harness.virtual import formats, logstore, thermal, wire
+from harness.virtual.config import AndroidRules, BackgroundApp
 from harness.virtual.procs import parse_stat
 from harness.virtual.sandbox import Sandbox, rewrite_paths
 
@@ -121,3 +124,115 @@ def test_proc_stat_parsing_survives_odd_names() -> None:
     stat = parse_stat(7, f"7 (a) b (c)) {fields} 0 0")
     assert stat is not None and stat.comm == "a) b (c)"
     assert stat.session == 7 and stat.cpu_ticks == 42 and stat.rss_kb == 256 * 4
+
+
+BASE_PROFILE = {
+    "name": "p", "props": {k: "1" for k in (
+        "ro.product.model", "ro.product.manufacturer", "ro.product.name", "ro.product.device",
+        "ro.soc.model", "ro.board.platform", "ro.build.version.release", "ro.build.version.sdk",
+        "ro.product.cpu.abi")},
+    "ram_mb": 4096, "available_mb": 2048, "storage_free_mb": 1024,
+    "clusters": [{"name": "little", "cores": 4, "max_khz": 1800000, "capacity": 500},
+                 {"name": "big", "cores": 4, "max_khz": 2400000, "capacity": 1024}],
+}
+
+
+@pytest.mark.parametrize(("android", "words"), [
+    ({"oom_victim": "init"}, "x.yaml: android.oom_victim must be one of engine, system_server"),
+    ({"smaps_rollup": "no"}, "x.yaml: android.smaps_rollup must be true or false"),
+    ({"colour": 1}, "x.yaml: android: unknown key 'colour'"),
+    ({"unreadable": ["sys/x"]}, "x.yaml: android.unreadable must be a list of absolute"),
+    ({"offline_cpus": [8]}, "x.yaml: android.offline_cpus must list cpu numbers 0..7"),
+    ({"offline_cpus": list(range(8))}, "must leave at least one cpu online"),
+    ({"thermal_hal": 2.0}, "x.yaml: android.thermal_hal must be one of 2.0, 1.0, not_ready"),
+    ({"logcat_ring_lines": 0}, "x.yaml: android.logcat_ring_lines must be at least 1"),
+    ({"affinity": "strict"}, "x.yaml: android.affinity must be one of honoured, ignored"),
+    ({"power": {"charging": "solar"}}, "x.yaml: android.power.charging must be one of none"),
+    ({"power": {"doze": "DEEP"}}, "x.yaml: android.power.doze must be one of ACTIVE"),
+    ({"power": {"wifi": True}}, "x.yaml: android.power: unknown key 'wifi'"),
+    ({"background_apps": [{"name": "a", "rss_mb": "big", "adj": 900}]},
+     "x.yaml: android.background_apps[0]: key 'rss_mb' must be int"),
+    ({"background_apps": [{"name": "a b", "rss_mb": 1, "adj": 900}]},
+     "android.background_apps[0].name must be a package name"),
+    ({"background_apps": [{"name": "a", "rss_mb": 1}]},
+     "x.yaml: android.background_apps[0]: missing key 'adj'"),
+    ([], "x.yaml: android must be a mapping of keys"),
+])
+def test_profile_android_keys_are_validated_naming_file_and_key(android: object,
+                                                                 words: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_profile({**BASE_PROFILE, "android": android}, "x.yaml")
+    assert words in str(caught.value)
+
+
+def test_profile_android_keys_parse_and_default_to_a_stock_phone() -> None:
+    stock = parse_profile(BASE_PROFILE, "x.yaml").android
+    assert stock == AndroidRules()
+    rules = parse_profile({**BASE_PROFILE, "android": {
+        "background_apps": [{"name": "com.a", "rss_mb": 50, "adj": 905}],
+        "oom_victim": "system_server", "smaps_rollup": False, "offline_cpus": [7, 6],
+        "unreadable": ["/sys/class/thermal/thermal_zone1/temp"], "thermal_hal": "1.0",
+        "power": {"charging": "ac", "doze": "IDLE"}}}, "x.yaml").android
+    assert rules.background_apps == (BackgroundApp("com.a", 50, 905),)
+    assert rules.offline_cpus == (6, 7) and rules.power.charging == "ac"
+    assert rules.power.screen_on and rules.logcat_ring_lines == 4000
+    # the stock apps shrink to a fifth of a small phone's limit; explicit apps are as given
+    assert [a.rss_mb for a in stock.apps(8192)] == [180, 150, 120]
+    assert sum(a.rss_mb for a in stock.apps(300)) <= 60
+    assert rules.apps(300) == rules.background_apps
+
+
+def test_new_device_paths_map_into_the_sandbox(tmp_path: Path) -> None:
+    box = Sandbox(tmp_path)
+    for path in ("/proc/uptime", "/proc/pressure/memory", "/proc/sys/kernel/random/boot_id"):
+        assert box.host_path(path) == tmp_path / "root" / path.lstrip("/")
+        assert rewrite_paths(f"cat {path}", tmp_path / "root") == f"cat {tmp_path}/root{path}"
+
+
+def test_logcat_ring_keeps_the_newest_lines_of_each_buffer(tmp_path: Path) -> None:
+    for i in range(10):
+        logstore.append(tmp_path, "main", "I", "t", 1, f"main{i}", epoch=1000.0 + i)
+        logstore.append(tmp_path, "system", "I", "t", 1, f"system{i}", epoch=1000.5 + i)
+    kept = [e.message for e in logstore.read(tmp_path, ring=3)]
+    assert kept == ["main7", "system7", "main8", "system8", "main9", "system9"]
+    logstore.trim(tmp_path, 3)
+    assert [e.message for e in logstore.read(tmp_path)] == kept
+
+
+def test_power_battery_and_thermal_texts() -> None:
+    assert formats.cpu_list([0, 1, 2, 3, 6]) == "0-3,6" and formats.cpu_list([5]) == "5"
+    assert formats.battery_status("none", 50) == 3 and formats.battery_status("usb", 100) == 5
+    assert formats.battery_status("ac", 50, overheat=True) == 4  # plugged in, too hot to charge
+    unplugged = formats.battery(50, 30.0, False, "none")
+    assert "  USB powered: false\n" in unplugged and "  status: 3\n" in unplugged
+    power = formats.Power(screen_on=True, plug_type=1, level=50, stay_on_setting=2,
+                          battery_saver=False, deep="ACTIVE", light="ACTIVE")
+    assert not power.stay_on  # set for USB only, plugged into AC
+    assert "  mStayOn=false\n  mProximityPositive" in formats.dumpsys_power(power, 1000)
+    assert formats.light_idle_state("IDLE") == "OVERRIDE"
+    temps = [formats.Temperature("skin", 3, 40.0, 0)]
+    not_ready = formats.thermalservice(0, [], [], False, [38.0], hal="not_ready")
+    assert not_ready.endswith("HAL Ready: false\n") and "Temperature{" not in not_ready
+    old = formats.thermalservice(0, temps, [], False, [38.0], hal="1.0")
+    assert "\tThermalHAL 1.0 connected: yes\n" in old and "TemperatureThreshold" not in old
+    assert formats.pressure([1.5, 0.25, 0.0], 1200, [0.0, 0.0, 0.0], 0) == (
+        "some avg10=1.50 avg60=0.25 avg300=0.00 total=1200\n"
+        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+    app = formats.lmkd_kill_line(34, "com.a", 7, 100, 0, "min watermark is breached",
+                                 uid=10123, adj=905)
+    assert app.startswith("Kill 'com.a' (7), uid 10123, oom_score_adj 905 to free 100kB rss")
+
+
+def test_tool_shims_replace_applet_links_without_writing_through_them(tmp_path: Path) -> None:
+    """An older phone linked /system/bin/dmesg to toybox; the dmesg tool must not overwrite
+    toybox through that link."""
+    box = Sandbox(tmp_path / "phone")
+    box.bin.mkdir(parents=True)
+    applet = tmp_path / "toybox"
+    applet.write_text("the real applet")
+    (box.bin / "dmesg").symlink_to(applet)
+    box.create()
+    assert applet.read_text() == "the real applet"
+    shim = box.bin / "dmesg"
+    assert not shim.is_symlink() and "phonetools dmesg" in shim.read_text()
+    assert "LD_PRELOAD= " in shim.read_text()  # system services: not bound by the shell's limits

@@ -28,6 +28,10 @@ def test_sim_lifecycle_through_the_cli(adb_server: AdbServer, tmp_path: Path,
         assert status[0]["running"] and status[0]["faults"]["thermal_forced"] == 5
         thermal = adb_server.adb("-s", phone["serial"], "shell", "dumpsys thermalservice").stdout
         assert "Thermal Status: 5" in thermal
+        unplug = runner.invoke(main, ["sim", "fault", phone["serial"], "charging", "none"])
+        assert unplug.exit_code == 0, unplug.output
+        battery = adb_server.adb("-s", phone["serial"], "shell", "dumpsys battery").stdout
+        assert "  status: 3\n" in battery  # discharging
         bad = runner.invoke(main, ["sim", "fault", phone["serial"], "thermal", "9"])
         assert bad.exit_code == 2 and "0..6" in bad.output and "Traceback" not in bad.output
     finally:
@@ -52,3 +56,14 @@ def test_sim_start_without_an_adb_server_is_a_clean_error(tmp_path: Path,
 def test_sim_fault_rejects_unknown_kinds() -> None:
     result = CliRunner().invoke(main, ["sim", "fault", "127.0.0.1:1", "meteor"])
     assert result.exit_code == 2 and "meteor" in result.output
+
+
+@pytest.mark.parametrize(("kind", "value", "words"), [
+    ("charging", "solar", "none, usb, ac"), ("charging", None, "none, usb, ac"),
+    ("battery-saver", "maybe", "on, off"),
+    ("screen", None, "on, off"), ("doze", "DEEPER", "ACTIVE"),
+])
+def test_sim_fault_rejects_bad_power_values(kind: str, value: str | None, words: str) -> None:
+    args = ["sim", "fault", "127.0.0.1:1", kind] + ([value] if value else [])
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and words in result.output and "Traceback" not in result.output
