@@ -4,11 +4,16 @@ One shell round trip (mksh + toybox), ``conditions_command``, reads three things
 cooldown gate polls it until the phone is cool, so its last reading is the phone just before
 the launch:
 
-* the gate's state (``probe.state_command``: thermal status, temperatures, battery, clocks);
-* ``PREFLIGHT``: screen/wakefulness, stay-awake, plug and charging, battery saver, Doze; the
-  first reading is checked against the run's requirements before any waiting;
-* ``BASELINE``: boot id and uptime, MemTotal and MemAvailable, memory pressure, and the lmkd
-  kill lines already in the log, so the end of the trial can tell what happened *during* it.
+* the gate's state (``probe.STATE_SERVICES`` and ``probe.state_files``: thermal status,
+  temperatures, battery, clocks);
+* the pre-flight state (``SERVICES``): screen/wakefulness, stay-awake, plug and charging,
+  battery saver, Doze; the first reading is checked against the run's requirements before any
+  waiting;
+* the baseline (``BASELINE`` and the ``lmkd`` section): boot id and uptime, MemTotal and
+  MemAvailable, memory pressure, and the lmkd kill lines already in the log, so the end of the
+  trial can tell what happened *during* it.
+
+The system services are asked all at once (``_concurrently``).
 
 Turning the text into values and checking requirements are pure functions, tested on text.
 """
@@ -33,7 +38,13 @@ from harness.android.power import (
     parse_stay_on_setting,
 )
 from harness.matrix import Requirements
-from harness.run.probe import MARK, split_sections, state_command, state_from_output
+from harness.run.probe import (
+    MARK,
+    STATE_SERVICES,
+    split_sections,
+    state_files,
+    state_from_output,
+)
 from harness.run.state import DeviceState
 
 # lmkd's kill lines (tag lowmemorykiller); the tail is enough, the baseline only has to cover
@@ -42,24 +53,47 @@ LMKD_LINES = "logcat -d -s lowmemorykiller 2>/dev/null | tail -n 100"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
+# Where the concurrent service queries write their answers (one folder per shell, removed after).
+SCRATCH = "/data/local/tmp/harness/pre.$$"
+
+
 def _command(sections: list[tuple[str, str]]) -> str:
     return "; ".join(f"echo {MARK}{name}; {command}" for name, command in sections)
 
 
-# (dumpsys battery, for charging and its source, is the state command's "battery" section)
-PREFLIGHT = _command([
-    ("power", "dumpsys power 2>/dev/null"),
-    ("low_power", "settings get global low_power 2>/dev/null"),
-    ("stay_on", "settings get global stay_on_while_plugged_in 2>/dev/null"),
-    ("deep", "dumpsys deviceidle get deep 2>/dev/null"),
-])
+def _concurrently(sections: list[tuple[str, str]], then: str) -> str:
+    """Sections whose commands ask the phone's system services, asked all at once.
+
+    Each of ``dumpsys``, ``settings`` and ``logcat`` is a round trip to a system service that
+    takes tens of milliseconds on a phone (a process start on the virtual phone); one after the
+    other they made the pre-trial read the largest part of the harness's overhead per trial.
+    Each answer goes to its own file, then the sections are printed in order; without a
+    writable scratch folder they run one after the other. ``then`` runs after them, while the
+    answers are still in ``$d``.
+    """
+    jobs = " ".join(f"{{ {command}; }} > \"$d/{name}\" 2>/dev/null &" for name, command in sections)
+    shown = "; ".join(f"echo {MARK}{name}; cat \"$d/{name}\"" for name, _ in sections)
+    plain = "; ".join(f"echo {MARK}{name}; {command} 2>/dev/null" for name, command in sections)
+    return (f"d={SCRATCH}; if mkdir -p \"$d\" 2>/dev/null; then {jobs} wait; {shown}; "
+            f"{then}; rm -rf \"$d\"; else {plain}; {then}; fi")
+
+
+# (dumpsys battery, for charging and its source, is the state command's "battery" section).
+# stay_on_while_plugged_in is asked only of a phone whose dumpsys power has no mStayOn.
+SERVICES = [
+    ("power", "dumpsys power"),
+    ("low_power", "settings get global low_power"),
+    ("deep", "dumpsys deviceidle get deep"),
+    ("lmkd", LMKD_LINES),
+]
+STAY_ON = (f"grep -q mStayOn= \"$d/power\" 2>/dev/null || {{ echo {MARK}stay_on; "
+           "settings get global stay_on_while_plugged_in 2>/dev/null; }")
 # file reads keep their stderr: a denied /proc/pressure is recorded as unreadable, not guessed
 BASELINE = _command([
     ("boot_id", f"cat {BOOT_ID}"),
     ("uptime", "cat /proc/uptime"),
     ("meminfo", "cat /proc/meminfo"),
     ("pressure", "cat /proc/pressure/memory"),
-    ("lmkd", LMKD_LINES),
 ])
 
 
@@ -179,7 +213,10 @@ class Conditions:
 
 
 def conditions_command(big_cpu: int) -> str:
-    return "; ".join([state_command(big_cpu), PREFLIGHT, BASELINE])
+    """The gate's state, the pre-flight state and the baseline in one shell; every system
+    service asked at once (``_concurrently``)."""
+    services = _concurrently([*STATE_SERVICES, *SERVICES], then=STAY_ON)
+    return "; ".join([services, state_files(big_cpu), BASELINE])
 
 
 def conditions_from_output(text: str, errors: str = "") -> Conditions:

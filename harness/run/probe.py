@@ -41,17 +41,25 @@ def _section(name: str) -> str:
     return f"echo {shlex.quote(MARK + name)}"
 
 
-def state_command(big_cpu: int) -> str:
+# The state's system-service queries (section, command); their stderr is not evidence.
+STATE_SERVICES = [("thermal", "dumpsys thermalservice"), ("battery", "dumpsys battery")]
+
+
+def state_files(big_cpu: int) -> str:
+    """The state's file reads (thermal zones, big-core clocks); an unreadable one says why."""
     cpufreq = f"/sys/devices/system/cpu/cpu{int(big_cpu)}/cpufreq"
-    parts = [
-        _section("thermal"), "dumpsys thermalservice 2>/dev/null",
-        _section("battery"), "dumpsys battery 2>/dev/null",
+    return "; ".join([
         _section("zones"), ZONES,
         _section("cur"), f"cat {cpufreq}/scaling_cur_freq",
         _section("max"), f"cat {cpufreq}/scaling_max_freq",
         _section("hwmax"), f"cat {cpufreq}/cpuinfo_max_freq",
-    ]
-    return "; ".join(parts)
+    ])
+
+
+def state_command(big_cpu: int) -> str:
+    services = "; ".join(f"{_section(name)}; {command} 2>/dev/null"
+                         for name, command in STATE_SERVICES)
+    return f"{services}; {state_files(big_cpu)}"
 
 
 def memory_command(pid: int) -> str:

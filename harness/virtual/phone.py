@@ -68,6 +68,7 @@ REBOOT_S = 2.0  # a rebooting phone refuses connections this long
 KILLED_GRACE_S = 2.0  # a SIGKILLed process still freeing its memory is not counted again
 LOG_TRIM_BYTES = 256 * 1024  # the log file is trimmed to its rings after growing this much
 LMKD_REASON = "min watermark is breached"
+SERVICE_MODULE = "harness.virtual.phonetools"  # the module the phone's tools run (sandbox.py)
 
 
 @dataclass
@@ -131,6 +132,19 @@ def _on(value: object) -> bool:
     if word not in ("on", "off", "1", "0", "true", "false"):
         raise ValueError(f"expected on or off, got {value!r}")
     return word in ("on", "1", "true")
+
+
+def _is_service(stat: procs.ProcStat) -> bool:
+    """A stand-in for one of Android's system services (``dumpsys``, ``logcat``, ``settings``...).
+
+    On a phone that work happens in system_server and logd, whose memory is already outside
+    what the phone has free; the stand-ins are Python processes of ~15 MB in the shell's session.
+    Counted, a few concurrent ``dumpsys`` calls would push a small test phone over its limit and
+    make lmkd kill its apps. They still heat the phone and are throttled with it.
+    """
+    if not stat.comm.startswith("python"):
+        return False
+    return SERVICE_MODULE in procs.read_text(f"/proc/{stat.pid}/cmdline")
 
 
 @dataclass
@@ -271,7 +285,8 @@ class Phone:
     # ----- memory ------------------------------------------------------------------------------
     def footprint_kb(self) -> int:
         """RSS of the phone's processes (less those the OOM killer just hit) and live apps."""
-        used = sum(s.rss_kb for s in self._members if s.pid not in self._killed)
+        used = sum(s.rss_kb for s in self._members
+                   if s.pid not in self._killed and not _is_service(s))
         return used + sum(a.rss_kb for a in self.apps if a.pid)
 
     def _memory(self, dt: float, now: float) -> None:
@@ -311,7 +326,8 @@ class Phone:
         if self.config.android.oom_victim == "system_server":
             self.reboot()
             return
-        candidates = [s for s in self._members if s.pid not in self._killed]
+        candidates = [s for s in self._members
+                      if s.pid not in self._killed and not _is_service(s)]
         if not candidates:
             return
         victim = max(candidates, key=lambda s: s.rss_kb)
