@@ -165,12 +165,15 @@ def open_lab(work: Path) -> Iterator[Lab]:
     when a figure fails half-way.
     """
     from harness.artifacts.cmake_build import ensure_host_build
+    from harness.artifacts.testmodels import default_cache_root
     from harness.testing.adbserver import private_adb_server
     from harness.virtual.control import stop_phones
 
     builds = work / "builds"
     ensure_host_build("host-release", builds)
     saved = dict(os.environ)
+    # the adb server gets its own HOME; the models cache stays the user's
+    os.environ["HARNESS_CACHE"] = str(default_cache_root())
     with private_adb_server(work / "adb-home") as server:
         os.environ.update(server.env)
         os.environ["HARNESS_HOME"] = str(work / "harness-home")

@@ -29,14 +29,14 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import farm, memory, push, sampler, scripts
+from bench import farm, memory, push, realmodel, sampler, scripts
 from bench.common import RESULTS, Figure, Lab, machine, open_lab, parse_models_once
 
 PhoneFigure = Callable[[Lab, bool], tuple[list[Figure], dict[str, Any]]]
 HostFigure = Callable[[Path, bool], tuple[list[Figure], dict[str, Any]]]
 PHONE_FIGURES: dict[str, PhoneFigure] = {
     "sampler": sampler.measure, "push": push.measure, "memory": memory.measure,
-    "farm": farm.measure,
+    "real": realmodel.measure, "farm": farm.measure,
 }
 HOST_FIGURES: dict[str, HostFigure] = {
     "report": scripts.report,
@@ -119,7 +119,7 @@ def run_suite(names: Sequence[str], quick: bool, work: Path) -> tuple[list[Figur
 def _group_loads(meta: dict[str, Any]) -> dict[str, str]:
     """Figure number -> load average text, from the module that measured it."""
     module_of = {"1": "sampler", "2": "push", "3": "farm", "4": "sampler", "5": "report",
-                 "6": "detector", "7": "memory"}
+                 "6": "detector", "7": "memory", "8": "real"}
     loads = {}
     for number, module in module_of.items():
         info = meta["figures"].get(module)

@@ -35,10 +35,15 @@ class Cell:
     n_gen: int
     n_depth: int = 0
     repetitions: int = 3
+    # Full-size cache for sliding-window layers (llama.cpp's swa_full). False is what llama-bench
+    # always uses; it stays out of the ids, so cells from before this knob keep theirs.
+    swa_full: bool = False
 
     def identity(self, with_build: bool = True) -> dict[str, Any]:
         data = asdict(self)
         data.pop("repetitions")
+        if not data["swa_full"]:
+            data.pop("swa_full")
         if not with_build:
             data.pop("build")
         return data
@@ -56,9 +61,11 @@ class Cell:
         kv = self.type_k if self.type_k == self.type_v else f"{self.type_k}/{self.type_v}"
         depth = f"/d{self.n_depth}" if self.n_depth else ""
         mmap = "" if self.mmap else " no-mmap"
+        swa = " swa-full" if self.swa_full else ""
         return (
             f"{self.model} {self.quant} ctx{self.n_ctx} kv={kv} t{self.threads}"
             f"@{self.affinity} fa={self.flash_attn} p{self.n_prompt}/g{self.n_gen}{depth}{mmap}"
+            f"{swa}"
         )
 
 

@@ -19,6 +19,7 @@ from harness.testing.adbserver import private_adb_server
 @dataclass(frozen=True)
 class DemoPaths:
     root: Path
+    name: str = "demo"  # "real" for the real-model demo
 
     @property
     def builds(self) -> Path:
@@ -26,11 +27,11 @@ class DemoPaths:
 
     @property
     def results(self) -> Path:
-        return self.root / "results" / "demo"
+        return self.root / "results" / self.name
 
     @property
     def report(self) -> Path:
-        return self.root / "reports" / "demo.html"
+        return self.root / "reports" / f"{self.name}.html"
 
     @property
     def home(self) -> Path:
@@ -40,27 +41,33 @@ class DemoPaths:
 @contextmanager
 def demo_environment(paths: DemoPaths) -> Iterator[None]:
     """A private adb server and sim state for the demo; restored and stopped afterwards."""
+    from harness.artifacts.testmodels import default_cache_root
+
     paths.home.mkdir(parents=True, exist_ok=True)
     saved = dict(os.environ)
-    with private_adb_server(paths.home / "adb") as server:
-        os.environ.update(server.env)
-        os.environ["HARNESS_HOME"] = str(paths.home)
-        try:
-            yield
-        finally:
-            from harness.virtual.control import stop_phones
+    try:
+        # The adb server gets its own HOME; the models cache stays where the ladder was made.
+        os.environ["HARNESS_CACHE"] = str(default_cache_root())
+        with private_adb_server(paths.home / "adb") as server:
+            os.environ.update(server.env)
+            os.environ["HARNESS_HOME"] = str(paths.home)
+            try:
+                yield
+            finally:
+                from harness.virtual.control import stop_phones
 
-            stop_phones(home=paths.home / "sim")
-            os.environ.clear()
-            os.environ.update(saved)
+                stop_phones(home=paths.home / "sim")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
-def prepare_artifacts(paths: DemoPaths, say: Callable[[str], None]) -> None:
+def prepare_artifacts(paths: DemoPaths, say: Callable[[str], None], ladder: str = "tiny") -> None:
     from harness.artifacts.cmake_build import ensure_host_build
     from harness.artifacts.testmodels import ensure_ladder
 
-    say("models: making the tiny quant ladder (cached by content)")
-    ensure_ladder("tiny", progress=say)
+    say(f"models: making the {ladder} quant ladder (cached by content)")
+    ensure_ladder(ladder, progress=say)
     say("engine: building llama-bench from the vendored llama.cpp (cached by content; "
         "about 5 minutes the first time)")
     ensure_host_build("host-release", paths.builds)

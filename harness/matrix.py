@@ -27,7 +27,7 @@ from harness.memory import BITS_PER_WEIGHT, ModelCard
 # Axes in expansion order (the last one varies fastest).
 AXES = (
     "build", "model", "quant", "n_ctx", "kv", "threads", "affinity", "flash_attn", "mmap",
-    "n_batch", "n_ubatch",
+    "n_batch", "n_ubatch", "swa_full",
 )
 REQUIRED_AXES = ("build", "model", "quant", "n_ctx")
 # Values of axes a matrix leaves out (llama.cpp's own defaults where it has one).
@@ -39,6 +39,7 @@ AXIS_DEFAULTS: dict[str, Any] = {
     "mmap": True,
     "n_batch": 2048,
     "n_ubatch": 512,
+    "swa_full": False,  # llama-bench's (fixed) choice; llama-cpp-python's own default is true
 }
 WORKLOAD_KEYS = ("n_prompt", "n_gen", "n_depth")
 TOP_KEYS = (
@@ -48,8 +49,10 @@ TOP_KEYS = (
 REQUIRED_TOP_KEYS = ("name", "axes", "models", "workload")
 # llama.cpp file-type names, largest first (that is how people read a quant ladder).
 QUANTS = tuple(sorted(BITS_PER_WEIGHT, key=lambda q: (-BITS_PER_WEIGHT[q], q)))
-LADDER_SIZES = ("tiny", "bench")
+LADDER_SIZES = ("tiny", "bench", "gemma3-270m")  # synthetic ones, then real ones from PyPI
 CARD_KEYS = ("n_layer", "n_head", "n_head_kv", "head_dim", "n_embd", "n_ff", "n_vocab", "n_params")
+# A card may state a sliding window: n_swa tokens, every swa_pattern-th layer global.
+CARD_OPTIONAL_KEYS = ("n_swa", "swa_pattern")
 COOLDOWN_DEFAULTS: dict[str, float] = {
     "max_thermal_status": 1, "max_temperature_c": 40.0, "min_battery_pct": 20, "max_wait_s": 600.0,
 }
@@ -253,6 +256,7 @@ AXIS_PARSERS: dict[str, AxisParser] = {
     "mmap": _boolean,
     "n_batch": lambda c, v, w: c.integer(v, w, 1),
     "n_ubatch": lambda c, v, w: c.integer(v, w, 1),
+    "swa_full": _boolean,
 }
 WORKLOAD_PARSERS: dict[str, AxisParser] = {
     "n_prompt": lambda c, v, w: c.integer(v, w, 0),
@@ -287,8 +291,11 @@ def _parse_axes(check: _Checker, raw: Any) -> dict[str, tuple[Any, ...]]:
 
 def _parse_card(check: _Checker, raw: Any, where: str) -> ModelCard:
     data = check.mapping(raw, where)
-    check.keys(data, where, CARD_KEYS)
+    check.keys(data, where, CARD_KEYS + CARD_OPTIONAL_KEYS)
     values: dict[str, int] = {}
+    for key in CARD_OPTIONAL_KEYS:
+        if key in data:
+            values[key] = check.integer(data[key], f"{where}.{key}", 0)
     for key in CARD_KEYS:
         if key not in data:
             raise check.fail(where, f"missing key '{key}' (a card needs: {', '.join(CARD_KEYS)})")
@@ -536,6 +543,7 @@ def _to_cell(combo: Mapping[str, Any], matrix: Matrix) -> Cell:
         mmap=values["mmap"],
         n_batch=values["n_batch"],
         n_ubatch=values["n_ubatch"],
+        swa_full=values["swa_full"],
         n_prompt=values.get("n_prompt", workload.n_prompt),
         n_gen=values.get("n_gen", workload.n_gen),
         n_depth=_depth(values.get("n_depth", workload.n_depth), values, workload),

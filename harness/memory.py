@@ -10,6 +10,7 @@ docs/memory.md for every assumption and what is left out).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -69,6 +70,10 @@ CTX_PADDING = 256
 # llama-bench (GGML_NATIVE=OFF) on the 2.3M-parameter test model peaks at 16-18 MiB RSS of which
 # weights, KV cache and compute buffers are 4-5 MiB (see docs/memory.md, "Calibration").
 ENGINE_OVERHEAD_BYTES = 13 * MiB
+# llama.cpp's vocabulary in memory: token strings, scores and attributes, the token-to-id map and
+# the GGUF metadata they are read from. Measured: loading Gemma 3's 262,144-token vocabulary alone
+# (llama-cpp-python, vocab_only) adds 43.0 MiB of anonymous memory, 172 bytes per token.
+VOCAB_BYTES_PER_TOKEN = 172
 F32 = 4
 
 
@@ -84,6 +89,8 @@ class ModelCard:
     n_ff: int
     n_vocab: int
     n_params: int
+    n_swa: int = 0  # sliding window in tokens (0: every layer caches the whole context)
+    swa_pattern: int = 0  # every swa_pattern-th layer is global, the others windowed
 
     @property
     def head_dim_k(self) -> int:
@@ -92,6 +99,47 @@ class ModelCard:
     @property
     def head_dim_v(self) -> int:
         return self.head_dim
+
+    @property
+    def swa_layers(self) -> tuple[bool, ...]:
+        if self.n_swa <= 0:
+            return ()
+        p = self.swa_pattern
+        return tuple(p == 0 or il % p < p - 1 for il in range(self.n_layer))
+
+    def kv_heads(self, layer: int) -> int:
+        return self.n_head_kv
+
+
+# ggml types whose matrices the CPU backend repacks into interleaved layouts at load time, by the
+# CPU feature that enables it (ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type, for the
+# vendored llama.cpp). The repacked copy is anonymous memory; with mmap the file pages it was read
+# from stay mapped and resident too, so those bytes count twice.
+_REPACK_BY_FEATURE: dict[tuple[str, str], frozenset[str]] = {
+    ("x86_64", "avx2"): frozenset({"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"}),
+    ("x86_64", "avx512"): frozenset({"Q2_K"}),
+    ("aarch64", "dotprod"): frozenset({"Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q8_0", "IQ4_NL",
+                                       "MXFP4"}),
+    ("aarch64", "i8mm"): frozenset({"Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q8_0"}),
+}
+
+
+def repacked_types(arch: str, features: Iterable[str]) -> frozenset[str]:
+    """The weight types a build for ``arch`` (x86_64, aarch64) with ``features`` repacks."""
+    out: set[str] = set()
+    for feature in features:
+        out |= _REPACK_BY_FEATURE.get((arch, feature), frozenset())
+    return frozenset(out)
+
+
+@dataclass(frozen=True)
+class KvCache:
+    """One of llama.cpp's caches: ``layers`` layers of ``cells`` tokens each."""
+
+    name: str  # "base" (every layer, or the global ones) or "swa" (the windowed layers)
+    layers: tuple[int, ...]
+    cells: int
+    bytes: int
 
 
 @dataclass(frozen=True)
@@ -106,16 +154,23 @@ class MemoryPrediction:
     n_ubatch: int  # the micro-batch after llama.cpp's clamping
     flash_attn: bool  # as resolved ("auto" counts as on: the CPU backend supports it)
     weights_source: str  # "gguf" (tensor bytes of the file) or "card" (params x bits/weight)
+    repack: int = 0  # the CPU backend's interleaved copy of some weight types (repacked_types)
+    vocab: int = 0  # the tokenizer's tables (VOCAB_BYTES_PER_TOKEN per token)
+    caches: tuple[KvCache, ...] = ()  # the KV term, cache by cache
+    compute_reserved: int = 0  # the compute buffer llama.cpp reserves (and logs); compute is
+    # what the measured graphs touch: only the last token's logits are computed
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv + self.compute + self.overhead
+        return self.weights + self.repack + self.kv + self.compute + self.vocab + self.overhead
 
     def terms(self) -> dict[str, int]:
         return {
             "weights": self.weights,
+            "repack": self.repack,
             "kv": self.kv,
             "compute": self.compute,
+            "vocab": self.vocab,
             "overhead": self.overhead,
         }
 
@@ -161,6 +216,40 @@ def padded_ctx(n_ctx: int) -> int:
     return math.ceil(n_ctx / CTX_PADDING) * CTX_PADDING
 
 
+def kv_caches(model: ModelInfo | ModelCard, n_ctx: int, n_ubatch: int, type_k: str,
+              type_v: str, swa_full: bool) -> tuple[KvCache, ...]:
+    """llama.cpp's caches for a context of ``n_ctx`` cells (already padded).
+
+    A model with sliding-window attention gets two (llama_kv_cache_iswa): the global layers
+    cache every cell, the windowed layers ``min(n_ctx, n_swa + n_ubatch)`` cells rounded up to
+    256 (one sequence), or every cell too when ``swa_full``. Rows are per layer, with that
+    layer's KV heads.
+    """
+    swa = model.swa_layers if model.n_swa > 0 else ()
+    layers = range(model.n_layer)
+
+    def cache(name: str, members: list[int], cells: int) -> KvCache:
+        size = sum(
+            cells * (kv_row_bytes(type_k, model.kv_heads(il) * model.head_dim_k)
+                     + kv_row_bytes(type_v, model.kv_heads(il) * model.head_dim_v))
+            for il in members)
+        return KvCache(name, tuple(members), cells, size)
+
+    if not swa or not any(swa):
+        return (cache("base", list(layers), n_ctx),)
+    cells_swa = n_ctx if swa_full else min(
+        n_ctx, math.ceil((model.n_swa + n_ubatch) / CTX_PADDING) * CTX_PADDING)
+    return (cache("base", [il for il in layers if not swa[il]], n_ctx),
+            cache("swa", [il for il in layers if swa[il]], cells_swa))
+
+
+def repack_bytes(model: ModelInfo | ModelCard, types: frozenset[str]) -> int:
+    """Bytes of the matrices the CPU backend repacks (rows a multiple of 8, not the embedding)."""
+    tensors = getattr(model, "matmul_tensors", ())
+    return sum(n_bytes for type_name, rows, n_bytes in tensors
+               if type_name in types and rows % 8 == 0)
+
+
 def effective_ubatch(n_ctx: int, n_batch: int, n_ubatch: int) -> int:
     """llama.cpp clamps n_batch to n_ctx (causal models) and n_ubatch to n_batch."""
     return max(1, min(n_ubatch, n_batch, n_ctx))
@@ -178,6 +267,8 @@ def compute_buffer_bytes(
     head_dim_v: int,
     n_vocab: int,
     flash_attn: bool,
+    n_outputs: int | None = None,
+    n_ctx_swa: int = 0,
 ) -> int:
     """The CPU compute buffer of the worst-case (prompt) graph, approximated.
 
@@ -190,9 +281,15 @@ def compute_buffer_bytes(
     states), inside the feed-forward block (three n_ff tensors and four hidden states) and at
     the output (the n_vocab logits and five hidden states). The hidden-state counts were fitted
     to llama.cpp's logged buffer sizes (docs/memory.md); they over-estimate small graphs a little.
+
+    ``n_outputs`` is how many tokens of the micro-batch produce logits: all of them (the default)
+    is what llama.cpp reserves; a benchmark's prompt asks only for the last token's, and pages of
+    the buffer no graph writes to are never resident. ``n_ctx_swa`` adds the windowed layers'
+    own attention mask.
     """
     ub = n_ubatch
-    mask = n_ctx * ub * (2 if flash_attn else F32)
+    outputs = ub if n_outputs is None else max(0, min(n_outputs, ub))
+    mask = (n_ctx + n_ctx_swa) * ub * (2 if flash_attn else F32)
     scores = 0 if flash_attn else n_ctx * n_head * F32
     attention = scores + F32 * (
         n_head * head_dim_k + n_head_kv * (head_dim_k + head_dim_v) + n_head * head_dim_v
@@ -201,7 +298,9 @@ def compute_buffer_bytes(
     feed_forward = F32 * (3 * n_ff + 4 * n_embd)
     output = F32 * (n_vocab + 5 * n_embd)
     small_inputs = 6 * 4  # token ids, positions, output ids ... (int32 per token)
-    return mask + ub * (max(attention, feed_forward, output) + small_inputs)
+    if outputs == ub:
+        return mask + ub * (max(attention, feed_forward, output) + small_inputs)
+    return mask + ub * (max(attention, feed_forward) + small_inputs) + outputs * output
 
 
 def estimate_weights_bytes(card: ModelCard, quant: str) -> int:
@@ -222,11 +321,13 @@ def estimate_weights_bytes(card: ModelCard, quant: str) -> int:
     return math.ceil(body * bpw / 8 + output_params * _OUTPUT_Q6K_BPW / 8)
 
 
-def predict_peak(cell: Cell, model: ModelInfo | ModelCard) -> MemoryPrediction:
+def predict_peak(cell: Cell, model: ModelInfo | ModelCard,
+                 repack: frozenset[str] = frozenset()) -> MemoryPrediction:
     """Predict the peak resident memory of running ``cell`` on ``model``.
 
     With mmap the weights are file-backed pages, but every one is touched while decoding, so
-    they count in RSS/PSS just as an anonymous copy would.
+    they count in RSS/PSS just as an anonymous copy would. ``repack`` names the weight types the
+    build repacks (``repacked_types``): with mmap they count twice, without it once.
     """
     if isinstance(model, ModelCard):
         weights = estimate_weights_bytes(model, cell.quant)
@@ -236,30 +337,25 @@ def predict_peak(cell: Cell, model: ModelInfo | ModelCard) -> MemoryPrediction:
         source = "gguf"
     flash = cell.flash_attn != "off"
     n_ctx = padded_ctx(cell.n_ctx)
-    ubatch = effective_ubatch(n_ctx, cell.n_batch, cell.n_ubatch)
-    kv = kv_cache_bytes(
-        model.n_layer, model.n_head_kv, model.head_dim_k, model.head_dim_v,
-        n_ctx, cell.type_k, cell.type_v,
-    )
-    compute = compute_buffer_bytes(
-        n_ctx=n_ctx,
-        n_ubatch=ubatch,
-        n_embd=model.n_embd,
-        n_ff=model.n_ff,
-        n_head=model.n_head,
-        n_head_kv=model.n_head_kv,
-        head_dim_k=model.head_dim_k,
-        head_dim_v=model.head_dim_v,
-        n_vocab=model.n_vocab,
-        flash_attn=flash,
-    )
+    ubatch = effective_ubatch(cell.n_ctx, cell.n_batch, cell.n_ubatch)
+    caches = kv_caches(model, n_ctx, ubatch, cell.type_k, cell.type_v, cell.swa_full)
+    swa_cells = next((c.cells for c in caches if c.name == "swa"), 0)
+    shape = dict(n_ctx=n_ctx, n_ubatch=ubatch, n_embd=model.n_embd, n_ff=model.n_ff,
+                 n_head=model.n_head, n_head_kv=model.n_head_kv, head_dim_k=model.head_dim_k,
+                 head_dim_v=model.head_dim_v, n_vocab=model.n_vocab, flash_attn=flash,
+                 n_ctx_swa=swa_cells)
+    repacked = repack_bytes(model, repack)
     return MemoryPrediction(
-        weights=weights,
-        kv=kv,
-        compute=compute,
+        weights=weights if cell.mmap else weights - repacked,
+        kv=sum(c.bytes for c in caches),
+        compute=compute_buffer_bytes(**shape, n_outputs=1),  # type: ignore[arg-type]
         overhead=ENGINE_OVERHEAD_BYTES,
         n_ctx=n_ctx,
         n_ubatch=ubatch,
         flash_attn=flash,
         weights_source=source,
+        repack=repacked,
+        vocab=model.n_vocab * VOCAB_BYTES_PER_TOKEN,
+        caches=caches,
+        compute_reserved=compute_buffer_bytes(**shape),  # type: ignore[arg-type]
     )

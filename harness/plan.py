@@ -116,7 +116,7 @@ def estimate_seconds(
 
 
 def _verdict(
-    cell: Cell, model: ModelFacts, budget: int
+    cell: Cell, model: ModelFacts, budget: int, repack: frozenset[str] = frozenset()
 ) -> tuple[MemoryPrediction | None, str, str]:
     if isinstance(model, MissingModel):
         return None, "model_unavailable", model.reason
@@ -126,7 +126,7 @@ def _verdict(
                 f"{kv_type} cache needs rows in blocks of 32 values; this model's row has "
                 f"{model.n_head_kv * dim}"
             )
-    prediction = _predict_peak(cell, model)
+    prediction = _predict_peak(cell, model, repack)
     if cell.flash_attn == "off" and cell.type_v not in ("f16", "bf16", "f32"):
         return prediction, "v_cache_needs_flash_attn", (
             f"a quantised V cache ({cell.type_v}) needs flash attention; llama.cpp refuses it "
@@ -151,8 +151,12 @@ def plan_cells(
     available_bytes: int,
     reserve: int = DEFAULT_RESERVE_BYTES,
     trial_timeout_s: float | None = None,
+    repack: Mapping[str, frozenset[str]] | None = None,
 ) -> list[PlannedCell]:
     """Verdict, prediction and duration for each cell; ``models`` is keyed by (model, quant).
+
+    ``repack`` gives, per build name, the weight types that build repacks (``memory.
+    repacked_types``); a build not named repacks nothing.
 
     The budget is ``available_bytes - reserve``: the reserve is headroom for the rest of the
     phone (and the predictor's error). Infeasible cells are estimated at 0 s: they are skipped.
@@ -162,7 +166,8 @@ def plan_cells(
     for cell in cells:
         key = (cell.model, cell.quant)
         model = models.get(key, MissingModel(f"no facts for model {cell.model} {cell.quant}"))
-        prediction, code, reason = _verdict(cell, model, budget)
+        types = (repack or {}).get(cell.build, frozenset())
+        prediction, code, reason = _verdict(cell, model, budget, types)
         feasible = code == "fits"
         seconds = (
             estimate_seconds(cell, model, trial_timeout_s)

@@ -111,6 +111,12 @@ class TrialRecord:
     battery_saver: bool | None = None
     doze_state: str | None = None  # deep idle state (ACTIVE ... IDLE)
     unreadable: str | None = None  # "thermal_zone1/temp: Permission denied; ...", once a trial
+    # added in schema 4 (older parts read them as null)
+    swa_full: bool | None = None  # full-size cache for sliding-window layers (cell knob)
+    predicted_kv_bytes: int | None = None  # the predictor's KV term for this cell
+    kv_reported_bytes: int | None = None  # llama.cpp's own "llama_kv_cache: size" lines, summed
+    repack_reported_bytes: int | None = None  # llama.cpp's CPU_REPACK model buffer
+    compute_reported_bytes: int | None = None  # llama.cpp's CPU compute buffer (reserved)
 
 
 @dataclass(frozen=True)

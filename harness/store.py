@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from harness.errors import StoreError
 from harness.records import SampleRecord, TrialRecord
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 TABLES: dict[str, type] = {"trials": TrialRecord, "samples": SampleRecord}
 log = logging.getLogger(__name__)
 

@@ -24,3 +24,18 @@ def tiny_ladder() -> dict[str, Path]:
 def bench_ladder() -> dict[str, Path]:
     """quant -> GGUF path of the bench-size synthetic model (tens of millions of parameters)."""
     return ensure_ladder("bench")
+
+
+@pytest.fixture(scope="session")
+def gemma_ladder() -> dict[str, Path]:
+    """quant -> GGUF path of the real Gemma 3 270M ladder (F16 dequantised from PyPI's Q4_K_M,
+    the rest requantised), about 2 GB in all, made once per machine (about a minute).
+
+    The models extra is part of the test environment (noxfile), so a missing package fails the
+    tests that need the real model rather than skipping them.
+    """
+    from harness.artifacts import realmodel
+
+    if not realmodel.installed():
+        pytest.fail(f"the real model is not installed: {realmodel.INSTALL_HINT}")
+    return ensure_ladder("gemma3-270m")

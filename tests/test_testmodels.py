@@ -23,6 +23,8 @@ from harness.artifacts.testmodels import (
     LADDER_QUANTS,
     LADDER_SIZES,
     LADDER_SPECS,
+    REAL_LADDERS,
+    SYNTHETIC_SIZES,
     ModelSpec,
     cache_key,
     ensure_ladder,
@@ -131,7 +133,8 @@ def test_spec_rejects_shapes_that_would_break_k_quants_or_gqa(change: dict[str, 
 def test_bench_spec_has_tens_of_millions_of_parameters() -> None:
     assert 10_000_000 <= LADDER_SPECS["bench"].n_params < 100_000_000
     assert TINY.n_params < 5_000_000
-    assert set(LADDER_SPECS) == set(LADDER_SIZES)
+    assert set(LADDER_SPECS) == set(SYNTHETIC_SIZES)
+    assert set(LADDER_SIZES) == set(SYNTHETIC_SIZES) | set(REAL_LADDERS)
 
 
 def test_cache_key_changes_with_spec_seed_and_quantiser_version(

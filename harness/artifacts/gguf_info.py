@@ -46,6 +46,23 @@ class ModelInfo:
     tensor_bytes: int  # sum of the tensors' data sizes
     n_params: int  # sum of the tensors' element counts
     file_size: int
+    # Sliding-window attention (llama.cpp's iSWA cache): the window in tokens (0: none), and per
+    # layer whether the layer is a windowed one; both from the metadata or the architecture's
+    # default pattern (SWA_PATTERNS).
+    n_swa: int = 0
+    swa_layers: tuple[bool, ...] = ()
+    head_count_kv_layers: tuple[int, ...] = ()  # per layer when the file gives an array
+    tied_embeddings: bool = False  # no output.weight: the token embedding is the output matrix
+    # (ggml type, ne[1], bytes) of every matrix but the token embedding: what the CPU may repack
+    matmul_tensors: tuple[tuple[str, int, int], ...] = ()
+
+    @property
+    def n_swa_layers(self) -> int:
+        return sum(self.swa_layers)
+
+    def kv_heads(self, layer: int) -> int:
+        heads = self.head_count_kv_layers
+        return heads[layer] if layer < len(heads) else self.n_head_kv
 
 
 def file_type_name(file_type: int) -> str:
@@ -78,6 +95,53 @@ def _check_header(path: Path, size: int) -> None:
         raise ModelError(f"{path}: absurd tensor count {n_tensors} for a file of {size} bytes")
     if n_kv * _MIN_KV > size:
         raise ModelError(f"{path}: absurd metadata count {n_kv} for a file of {size} bytes")
+
+
+# The layer pattern llama.cpp assumes when a file with a sliding window gives none (its models/
+# ARCH.cpp, load_swa_pattern(ml, N[, dense_first])): N-1 windowed layers then one global one, or
+# with dense_first the global layer leads. Architectures not listed must say it in the file.
+SWA_PATTERNS: dict[str, tuple[int, bool]] = {
+    "gemma2": (2, False), "gemma3": (6, False), "gemma-embedding": (6, False),
+    "gemma3n": (5, False), "cohere2": (4, False), "cohere2moe": (4, True),
+    "exaone4": (4, False), "llama4": (4, False), "olmo2": (4, False), "gpt-oss": (2, False),
+}
+
+
+def swa_pattern(n_layer: int, n_pattern: int, dense_first: bool = False) -> tuple[bool, ...]:
+    """Which layers are windowed (llama_hparams::set_swa_pattern); 0 means every layer."""
+    if dense_first:
+        return tuple(n_pattern == 0 or il % n_pattern != 0 for il in range(n_layer))
+    return tuple(n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(n_layer))
+
+
+def _swa_layers(fields: dict[str, Any], arch: str, n_layer: int, n_swa: int,
+                path: Path) -> tuple[bool, ...]:
+    if n_swa <= 0:
+        return ()
+    key = f"{arch}.attention.sliding_window_pattern"
+    field = fields.get(key)
+    if field is not None:
+        value = field.contents()
+        if isinstance(value, list):
+            if len(value) < n_layer:
+                raise ModelError(f"{path}: GGUF metadata '{key}' has {len(value)} entries for "
+                                 f"{n_layer} layers")
+            return tuple(bool(v) for v in value[:n_layer])
+        if isinstance(value, int | float):
+            return swa_pattern(n_layer, int(value), SWA_PATTERNS.get(arch, (0, False))[1])
+    if arch not in SWA_PATTERNS:
+        raise ModelError(f"{path}: GGUF metadata lacks '{key}' (a {arch} model with a sliding "
+                         "window must say which layers use it)")
+    n_pattern, dense_first = SWA_PATTERNS[arch]
+    return swa_pattern(n_layer, n_pattern, dense_first)
+
+
+def _int_list(fields: dict[str, Any], key: str) -> tuple[int, ...]:
+    field = fields.get(key)
+    if field is None:
+        return ()
+    value = field.contents()
+    return tuple(int(v) for v in value) if isinstance(value, list) else ()
 
 
 def _field(fields: dict[str, Any], key: str) -> Any:
@@ -159,8 +223,13 @@ def _read_model_info(path: Path, resolved: str, size: int, mtime_ns: int) -> Mod
     if not n_vocab:
         embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
         n_vocab = int(embd.shape[-1]) if embd is not None and len(embd.shape) > 1 else 0
+    if n_vocab <= 0:
+        raise ModelError(f"{path}: GGUF metadata lacks '{arch}.vocab_size' and "
+                         "'tokenizer.ggml.tokens' (the predictor needs the vocabulary size)")
     file_type = _optional_int(fields, "general.file_type", -1)
     name = _field(fields, "general.name")
+    n_swa = _optional_int(fields, f"{arch}.attention.sliding_window", 0)
+    names = {t.name for t in tensors}
     return ModelInfo(
         path=str(path),
         architecture=arch,
@@ -179,6 +248,13 @@ def _read_model_info(path: Path, resolved: str, size: int, mtime_ns: int) -> Mod
         tensor_bytes=sum(int(t.n_bytes) for t in tensors),
         n_params=sum(int(t.n_elements) for t in tensors),
         file_size=size,
+        n_swa=n_swa,
+        swa_layers=_swa_layers(fields, arch, n_layer, n_swa, path),
+        head_count_kv_layers=_int_list(fields, f"{arch}.attention.head_count_kv"),
+        tied_embeddings="token_embd.weight" in names and "output.weight" not in names,
+        matmul_tensors=tuple(
+            (t.tensor_type.name, int(t.shape[1]), int(t.n_bytes)) for t in tensors
+            if len(t.shape) >= 2 and t.name != "token_embd.weight"),
     )
 
 

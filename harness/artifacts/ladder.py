@@ -68,22 +68,46 @@ def atomic_output(dest: Path) -> Iterator[Path]:
 
 
 @contextmanager
-def _quiet_llama_log() -> Iterator[None]:
-    """Keep llama.cpp's per-tensor quantisation log (routed to this logger) to errors only."""
+def _quiet_llama_log() -> Iterator[list[str]]:
+    """Keep llama.cpp's quantisation chatter off the terminal; yield a list that receives it.
+
+    Its per-tensor lines go partly through llama-cpp-python's logger (kept to errors) and partly
+    straight to the C streams (a "falling back to q4_0" warning per tensor whose rows do not fit a
+    K-quant: hundreds for a real model), so file descriptors 1 and 2 point at a temporary file
+    for the call. What was printed is handed back, for the error message if the call fails.
+    """
+    import sys
+    import tempfile
+
     logger = logging.getLogger("llama-cpp-python")
     level = logger.level
     logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
+    captured: list[str] = []
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            logger.setLevel(level)
+            sink.seek(0)
+            captured.extend(sink.read().decode(errors="replace").splitlines()[-5:])
 
 
-def quantize(src: Path, dest: Path, quant: str, nthread: int = 0) -> None:
+def quantize(src: Path, dest: Path, quant: str, nthread: int = 0,
+             allow_requantize: bool = False) -> None:
     """Quantise ``src`` (an F16/F32 GGUF) into ``dest`` as ``quant``, atomically.
 
-    ``nthread`` 0 lets llama.cpp use every core. Raises ModelError if llama-cpp-python is missing
-    or its quantiser reports a failure.
+    ``nthread`` 0 lets llama.cpp use every core. ``allow_requantize`` lets llama.cpp read an
+    already quantised source (dequantising it first), e.g. to make an F16 from a Q4_K_M. Raises
+    ModelError if llama-cpp-python is missing or its quantiser reports a failure.
     """
     if quant not in FILE_TYPES:
         allowed = ", ".join(LADDER_QUANTS)
@@ -97,12 +121,16 @@ def quantize(src: Path, dest: Path, quant: str, nthread: int = 0) -> None:
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{quant}")
     params.nthread = nthread
-    with atomic_output(dest) as tmp, _quiet_llama_log():
-        status = llama_cpp.llama_model_quantize(
-            str(src).encode(), str(tmp).encode(), ctypes.byref(params)
-        )
+    params.allow_requantize = allow_requantize
+    with atomic_output(dest) as tmp:
+        with _quiet_llama_log() as said:
+            status = llama_cpp.llama_model_quantize(
+                str(src).encode(), str(tmp).encode(), ctypes.byref(params)
+            )
         if status != 0:
-            raise ModelError(f"{src}: llama.cpp failed to quantise it to {quant} (status {status})")
+            last = said[-1].strip() if said else "no message"
+            raise ModelError(f"{src}: llama.cpp failed to quantise it to {quant} (status "
+                             f"{status}: {last})")
 
 
 def quantize_ladder(

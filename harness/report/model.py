@@ -105,12 +105,36 @@ class MemoryCell:
     config: str
     measured_bytes: float
     predicted_bytes: float | None
+    kv_predicted_bytes: float | None = None  # the predictor's KV term
+    kv_reported_bytes: float | None = None  # llama.cpp's own figure (llama-bench -v)
 
     @property
     def error(self) -> float | None:
         if not self.predicted_bytes:
             return None
         return self.measured_bytes / self.predicted_bytes - 1
+
+    @property
+    def kv_error(self) -> float | None:
+        if not self.kv_predicted_bytes or not self.kv_reported_bytes:
+            return None
+        return self.kv_predicted_bytes / self.kv_reported_bytes - 1
+
+
+@dataclass(frozen=True)
+class QualityRow:
+    """One model file's quality (harness quality) beside what it measured on the phones."""
+
+    model: str
+    quant: str
+    kl: float
+    kl_max: float
+    top1: float
+    ppl: float | None
+    positions: int
+    text: str | None  # None: a seeded token sequence (synthetic ladders)
+    tg_tps: float | None  # median of the ok trials
+    peak_bytes: float | None  # median measured peak RSS of the ok trials
 
 
 @dataclass(frozen=True)
@@ -236,3 +260,4 @@ class ReportData:
     recommendations: tuple[DeviceRecommendations, ...]
     timings: dict[str, float] = field(default_factory=dict)
     conditions: Conditions = field(default_factory=lambda: Conditions((), 0, False))
+    quality: tuple[QualityRow, ...] = ()

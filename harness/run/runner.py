@@ -29,6 +29,7 @@ from harness.device.lease import DEFAULT_TTL_S, DeviceBusyError, DeviceLease
 from harness.engines.llama_bench import LlamaBench
 from harness.errors import ConfigError, DeviceError, DeviceLostError, HarnessError
 from harness.matrix import Matrix, expand, load_matrix
+from harness.memory import repacked_types
 from harness.plan import DEFAULT_RESERVE_BYTES, PlannedCell, plan_cells, resolve_models
 from harness.records import SampleRecord, TrialRecord
 from harness.run import store_io
@@ -111,6 +112,15 @@ def abi_refusal(build: Build, facts: DeviceFacts) -> str | None:
         return None
     return (f"build {build.name} is {wanted}; {facts.serial} executes only "
             f"{', '.join(runs)}: build for its ABI (harness build llama.cpp --abi {runs[0]})")
+
+
+def build_repack(builds: Mapping[str, Build]) -> dict[str, frozenset[str]]:
+    """Per build, the weight types its CPU code repacks (unknown features: none)."""
+    out: dict[str, frozenset[str]] = {}
+    for name, build in builds.items():
+        cpu = build.manifest.cpu
+        out[name] = repacked_types(cpu.arch, cpu.enabled) if cpu else frozenset()
+    return out
 
 
 def _build_artifacts(build: Build, tool: str = "llama-bench") -> tuple[list[Artifact], str, str]:
@@ -199,7 +209,8 @@ class DeviceWorker:
         available = (facts.available_ram_kb or 0) * 1024
         planned = plan_cells(self.prepared.cells, self.prepared.models, available,
                              self.options.reserve_bytes,
-                             self.prepared.matrix.timeout.trial_s)
+                             self.prepared.matrix.timeout.trial_s,
+                             repack=build_repack(self.prepared.builds))
         return {p.cell.cell_id: p for p in planned}
 
     def run(self) -> DeviceSummary:
@@ -357,6 +368,7 @@ class DeviceWorker:
                 big_cpu=max(big),
                 memory_limit_bytes=(facts.available_ram_kb or 0) * 1024 or None,
                 predicted_peak_bytes=prediction.total if prediction else None,
+                predicted_kv_bytes=prediction.kv if prediction else None,
                 device_meta=_meta_device(facts),
                 build_meta={"engine": build.manifest.engine, "version": build.manifest.version,
                             "commit": build.manifest.commit, "abi": build.manifest.abi},

@@ -27,6 +27,7 @@ from harness.android.lmkd import parse_lmkd_kill
 from harness.android.readerrors import parse_read_errors
 from harness.device.base import Device
 from harness.engines.base import Engine, Measurement, affinity_mask
+from harness.engines.llamalog import EngineMemoryLog, parse_memory_log
 from harness.errors import DeviceError, EngineError, HarnessError
 from harness.matrix import Requirements
 from harness.records import SampleRecord, TrialRecord
@@ -90,6 +91,7 @@ class TrialContext:
     device_meta: dict[str, Any]  # serial, model, manufacturer, soc, sdk, ram_bytes
     build_meta: dict[str, Any]  # engine, version, commit, abi
     model_meta: dict[str, Any]  # sha256, n_params, file_bytes
+    predicted_kv_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,7 @@ class Findings:
     gate: GateResult | None = None
     applied: AffinityCheck | None = None
     unreadable: tuple[str, ...] = ()
+    engine_log: EngineMemoryLog | None = None  # llama.cpp's own memory figures (schema 4)
 
 
 @dataclass(frozen=True)
@@ -321,6 +324,7 @@ class TrialRunner:
         except EngineError as error:
             records, stderr = [], f"{stderr}\n{error}"
         measurements = ctx.engine.measure(records)
+        engine_log = parse_memory_log(stderr)
         mems = [t.memory for t in ticks if t.memory]
         top = peak([*(m.rss_kb for m in mems), *(m.vm_hwm_kb for m in mems)])
         engine_line, app_kills = _new_kills(baseline, after.get("lmkd", ""), pid)
@@ -348,7 +352,7 @@ class TrialRunner:
         trial = self._record(spec, ctx, started_at, outcome, ticks, wall,
                              measurements[0] if measurements else None,
                              json.dumps([r.as_dict() for r in records]) if records else None,
-                             Findings(conditions, gate, applied, unreadable))
+                             Findings(conditions, gate, applied, unreadable, engine_log))
         return trial, self._samples(spec, ticks)
 
     def explain_loss(self, trial: TrialRecord) -> TrialRecord:
@@ -419,6 +423,7 @@ class TrialRunner:
         pre = conditions.preflight if conditions else None
         base = conditions.baseline if conditions else None
         applied = findings.applied
+        log = findings.engine_log
         return TrialRecord(
             run_id=spec.run_id, trial_id=spec.trial_id, job_id=spec.job_id,
             cell_id=cell.cell_id, config_id=cell.config_id, rep=spec.rep,
@@ -484,6 +489,11 @@ class TrialRunner:
             battery_saver=pre.battery_saver if pre else None,
             doze_state=pre.doze_state if pre else None,
             unreadable=_unreadable_text(findings.unreadable),
+            swa_full=cell.swa_full,
+            predicted_kv_bytes=ctx.predicted_kv_bytes,
+            kv_reported_bytes=log.kv_bytes if log else None,
+            repack_reported_bytes=log.repack_bytes if log else None,
+            compute_reported_bytes=log.compute_bytes if log else None,
         )
 
 

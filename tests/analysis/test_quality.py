@@ -63,7 +63,8 @@ def test_results_are_cached_beside_the_models_by_sha256(
     from harness.artifacts import testmodels
 
     subset = {q: tiny_ladder[q] for q in ("F16", "Q8_0")}
-    monkeypatch.setattr(testmodels, "ensure_ladder", lambda size, cache_dir=None: subset)
+    monkeypatch.setattr(testmodels, "ensure_ladder",
+                        lambda size, cache_dir=None, progress=None: subset)
     monkeypatch.setattr(testmodels, "ladder_dir", lambda size, cache_dir=None: tmp_path)
     calls: list[str] = []
 

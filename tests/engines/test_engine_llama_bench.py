@@ -50,7 +50,7 @@ def test_argv_maps_every_cell_field_in_the_current_dialect() -> None:
     assert argv == [
         "/data/local/tmp/b/llama-bench", "-m", "/data/local/tmp/m.gguf", "-p", "32", "-n", "16",
         "-d", "0", "-b", "512", "-ub", "256", "-t", "2", "-ctk", "f16", "-ctv", "f16",
-        "-fa", "auto", "-lm", "mmap", "-r", "2", "-o", "jsonl",
+        "-fa", "auto", "-lm", "mmap", "-r", "2", "-o", "jsonl", "-v",
     ]
 
 

@@ -1,0 +1,84 @@
+"""The predictor's KV term against llama.cpp's own report, cell by cell, on this host.
+
+For each cell the vendored llama.cpp (through llama-cpp-python, in a child process so its log
+can be read) loads the model and creates the cell's context: that is enough for llama.cpp to
+size and log its caches ("llama_kv_cache: size = ..."), and no token is computed, so even a
+32k-token context is checked in about a second. The prediction is ``harness.memory``'s KV term
+for the same cell. A model file that is absent is reported, not guessed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness.artifacts.gguf_info import ModelInfo
+from harness.cell import Cell
+from harness.engines.base import flash_attn_setting
+from harness.engines.llamalog import EngineMemoryLog, parse_memory_log
+from harness.memory import ModelCard, predict_peak
+
+TOLERANCE = 0.02  # the issue's bound: within 2 % of llama.cpp's figure
+
+
+@dataclass(frozen=True)
+class KvCheck:
+    cell: Cell
+    predicted_bytes: int | None
+    reported_bytes: int | None
+    reported_caches: int  # how many caches llama.cpp logged for the context (2 with SWA)
+    error: str | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        if not self.predicted_bytes or not self.reported_bytes:
+            return None
+        return self.predicted_bytes / self.reported_bytes
+
+    @property
+    def within(self) -> bool:
+        ratio = self.ratio
+        return ratio is not None and abs(ratio - 1) <= TOLERANCE
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"cell_id": self.cell.cell_id, "label": self.cell.label(),
+                "quant": self.cell.quant, "n_ctx": self.cell.n_ctx, "type_k": self.cell.type_k,
+                "type_v": self.cell.type_v, "swa_full": self.cell.swa_full,
+                "predicted_bytes": self.predicted_bytes, "reported_bytes": self.reported_bytes,
+                "reported_caches": self.reported_caches, "ratio": self.ratio,
+                "within": self.within, "error": self.error}
+
+
+def load_command(model_path: str, cell: Cell) -> list[str]:
+    """The child process: pybench loads the model and makes the cell's context, then exits."""
+    flash, _ = flash_attn_setting(cell)
+    return [sys.executable, "-m", "harness.engines.pybench", "--model", model_path,
+            "--n-ctx", str(cell.n_ctx), "--n-batch", str(cell.n_batch),
+            "--n-ubatch", str(cell.n_ubatch), "--type-k", cell.type_k, "--type-v", cell.type_v,
+            "--flash-attn", str(flash), "--mmap" if cell.mmap else "--no-mmap",
+            "--swa-full" if cell.swa_full else "--no-swa-full", "--threads", "1",
+            "--verbose", "--load-only"]
+
+
+def engine_report(model_path: str, cell: Cell, timeout_s: float = 120.0) -> EngineMemoryLog:
+    done = subprocess.run(load_command(model_path, cell), capture_output=True, text=True,
+                          timeout=timeout_s, check=False)
+    return parse_memory_log(done.stderr)
+
+
+def check_cells(cells: Iterable[Cell],
+                models: Mapping[tuple[str, str], ModelInfo | ModelCard | Any]) -> list[KvCheck]:
+    out = []
+    for cell in cells:
+        model = models.get((cell.model, cell.quant))
+        if not isinstance(model, ModelInfo):
+            out.append(KvCheck(cell, None, None, 0, "no model file to load"))
+            continue
+        predicted = predict_peak(cell, model).kv
+        log = engine_report(model.path, cell)
+        error = None if log.kv_bytes else "llama.cpp logged no KV cache (the load failed?)"
+        out.append(KvCheck(cell, predicted, log.kv_bytes, len(log.kv_caches), error))
+    return out
