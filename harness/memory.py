@@ -156,13 +156,15 @@ class MemoryPrediction:
     weights_source: str  # "gguf" (tensor bytes of the file) or "card" (params x bits/weight)
     repack: int = 0  # the CPU backend's interleaved copy of some weight types (repacked_types)
     vocab: int = 0  # the tokenizer's tables (VOCAB_BYTES_PER_TOKEN per token)
+    state: int = 0  # llama-bench's saved copy of the cache after the depth prefill
     caches: tuple[KvCache, ...] = ()  # the KV term, cache by cache
     compute_reserved: int = 0  # the compute buffer llama.cpp reserves (and logs); compute is
     # what the measured graphs touch: only the last token's logits are computed
 
     @property
     def total(self) -> int:
-        return self.weights + self.repack + self.kv + self.compute + self.vocab + self.overhead
+        return (self.weights + self.repack + self.kv + self.compute + self.vocab + self.state
+                + self.overhead)
 
     def terms(self) -> dict[str, int]:
         return {
@@ -171,6 +173,7 @@ class MemoryPrediction:
             "kv": self.kv,
             "compute": self.compute,
             "vocab": self.vocab,
+            "state": self.state,
             "overhead": self.overhead,
         }
 
@@ -241,6 +244,15 @@ def kv_caches(model: ModelInfo | ModelCard, n_ctx: int, n_ubatch: int, type_k: s
         n_ctx, math.ceil((model.n_swa + n_ubatch) / CTX_PADDING) * CTX_PADDING)
     return (cache("base", [il for il in layers if not swa[il]], n_ctx),
             cache("swa", [il for il in layers if swa[il]], cells_swa))
+
+
+def depth_state_bytes(caches: tuple[KvCache, ...], n_depth: int) -> int:
+    """llama-bench's copy of the cache after the depth prefill (tools/llama-bench, ``ctx_state``:
+    ``llama_state_seq_get_data`` into a host buffer, restored before every repetition instead of
+    recomputing the depth): the rows of the cells the depth occupies, per cache."""
+    if n_depth <= 0:
+        return 0
+    return sum(c.bytes // c.cells * min(c.cells, n_depth) for c in caches if c.cells)
 
 
 def repack_bytes(model: ModelInfo | ModelCard, types: frozenset[str]) -> int:
@@ -356,6 +368,7 @@ def predict_peak(cell: Cell, model: ModelInfo | ModelCard,
         weights_source=source,
         repack=repacked,
         vocab=model.n_vocab * VOCAB_BYTES_PER_TOKEN,
+        state=depth_state_bytes(caches, cell.n_depth),
         caches=caches,
         compute_reserved=compute_buffer_bytes(**shape),  # type: ignore[arg-type]
     )

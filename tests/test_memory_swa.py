@@ -90,3 +90,15 @@ def test_repacked_weights_count_twice_with_mmap_and_once_without() -> None:
     assert "Q4_K" not in repacked_types("x86_64", ["sse42"])
     assert repacked_types("aarch64", ["dotprod"]) >= {"Q4_0", "Q4_K", "Q8_0"}
     assert repacked_types("aarch64", []) == frozenset()
+
+
+def test_llama_bench_keeps_a_copy_of_the_depths_cache() -> None:
+    # tools/llama-bench saves the cache after the depth prefill (llama_state_seq_get_data) and
+    # restores it before each repetition: the rows of the cells the depth fills, per cache.
+    cell = _cell(2048, ubatch=256)
+    filled = predict_peak(Cell(**{**cell.__dict__, "n_depth": 2000}), GEMMA3_270M)
+    empty = predict_peak(cell, GEMMA3_270M)
+    assert empty.state == 0
+    # 3 global layers x 2000 cells + 15 windowed layers x their 768 cells, 1 KiB a row pair
+    assert filled.state == (3 * 2000 + 15 * 768) * 1024
+    assert filled.total - empty.total == filled.state

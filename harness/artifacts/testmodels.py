@@ -127,7 +127,9 @@ def spec_for(size: str) -> ModelSpec:
     try:
         return LADDER_SPECS[size]
     except KeyError:
-        allowed = ", ".join(SYNTHETIC_SIZES)
+        if size in REAL_LADDERS:
+            raise ConfigError(f"{size} is a real model, not a synthetic spec") from None
+        allowed = ", ".join(LADDER_SIZES)
         raise ConfigError(f"unknown model size {size!r}; use one of: {allowed}") from None
 
 
