@@ -56,8 +56,10 @@ def test_smoke_matrix_on_two_virtual_phones(
         "vm_hwm_bytes"]
     assert close.all(), trials[["peak_rss_bytes", "vm_hwm_bytes"]]
     assert trials["predicted_peak_bytes"].notna().all()
-    # llama.cpp's own KV figure, read from llama-bench -v, is what the predictor said
-    assert (trials["kv_reported_bytes"] == trials["predicted_kv_bytes"]).all()
+    # llama.cpp's own KV figure, read from llama-bench -v (printed to 0.01 MiB), is what the
+    # predictor said
+    gap = (trials["kv_reported_bytes"] - trials["predicted_kv_bytes"]).abs()
+    assert (gap <= 0.006 * 2**20).all(), gap
     assert all(d["bytes_pushed"] > 0 for d in summary["devices"])
 
     # the same matrix again on the same (restarted) phones pushes nothing
