@@ -19,17 +19,6 @@ SMOKE = REPO / "matrices" / "smoke.yaml"
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def sim_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, adb_server: object) -> Path:
-    """`--devices sim:N` keeps its phones under HARNESS_HOME, here a temporary one."""
-    home = tmp_path / "harness-home"
-    monkeypatch.setenv("HARNESS_HOME", str(home))
-    yield home
-    from harness.virtual.control import stop_phones
-
-    stop_phones(home=home / "sim")
-
-
 def run_cli(*args: str) -> dict[str, object]:
     result = CliRunner().invoke(main, ["run", *args, "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output

@@ -46,16 +46,6 @@ timeout: {trial_s: 180}
 """
 
 
-@pytest.fixture
-def sim_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, adb_server: object) -> Path:
-    home = tmp_path / "harness-home"
-    monkeypatch.setenv("HARNESS_HOME", str(home))
-    yield home
-    from harness.virtual.control import stop_phones
-
-    stop_phones(home=home / "sim")
-
-
 def test_gemma_on_a_virtual_phone_peaks_where_the_predictor_says(
         sim_home: Path, tmp_path: Path, host_build: Build,
         gemma_ladder: dict[str, Path]) -> None:
