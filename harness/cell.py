@@ -2,8 +2,8 @@
 
 Cells are made by ``harness.matrix.expand`` and consumed by the planner, the engine adapters and
 the store. ``cell_id`` is a stable hash of everything that defines the measurement (the number of
-repetitions is policy, not identity); ``config_id`` leaves the build out, so the same
-configuration measured with two builds can be paired for a comparison.
+repetitions is policy, not identity); ``config_id`` leaves the build and the engine out, so
+the same configuration measured with two builds, or two engines, can be paired for a comparison.
 """
 
 from __future__ import annotations
@@ -15,6 +15,10 @@ from typing import Any
 
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 FLASH_ATTN = ("on", "off", "auto")
+DEFAULT_ENGINE = "llama-bench"
+# The build of a llama-cpp-python cell: whatever llama-cpp-python the device's Python has (its
+# version is read on the device and stored per trial).
+DEVICE_PYTHON_BUILD = "device-python"
 
 
 @dataclass(frozen=True)
@@ -38,12 +42,19 @@ class Cell:
     # Full-size cache for sliding-window layers (llama.cpp's swa_full). False is what llama-bench
     # always uses; it stays out of the ids, so cells from before this knob keep theirs.
     swa_full: bool = False
+    # The engine adapter that runs the cell (harness.engines.get_engine). The default stays out
+    # of the ids, so cells from before engines were an axis keep theirs.
+    engine: str = DEFAULT_ENGINE
 
     def identity(self, with_build: bool = True) -> dict[str, Any]:
+        """What defines the measurement; without the build, the *configuration*: the knobs
+        that stay when one compares two builds or two engines on the same phone."""
         data = asdict(self)
         data.pop("repetitions")
         if not data["swa_full"]:
             data.pop("swa_full")
+        if data["engine"] == DEFAULT_ENGINE or not with_build:
+            data.pop("engine")
         if not with_build:
             data.pop("build")
         return data
@@ -55,6 +66,14 @@ class Cell:
     @property
     def config_id(self) -> str:
         return _digest(self.identity(with_build=False))
+
+    def setup_label(self) -> str:
+        """What runs the cell, e.g. ``host-release``, ``llama-cpp-python`` or ``mnn.yaml@b1``."""
+        if self.engine == DEFAULT_ENGINE:
+            return self.build
+        if self.build == DEVICE_PYTHON_BUILD:
+            return self.engine
+        return f"{self.engine}@{self.build}"
 
     def label(self) -> str:
         """A short human label, e.g. ``tiny Q4_K_M ctx512 kv=q8_0/q8_0 t4 fa=auto``."""

@@ -20,18 +20,19 @@ from typing import Any
 
 import yaml
 
-from harness.cell import FLASH_ATTN, KV_TYPES, Cell
+from harness.cell import DEFAULT_ENGINE, DEVICE_PYTHON_BUILD, FLASH_ATTN, KV_TYPES, Cell
 from harness.errors import ConfigError
 from harness.memory import BITS_PER_WEIGHT, ModelCard
 
 # Axes in expansion order (the last one varies fastest).
 AXES = (
-    "build", "model", "quant", "n_ctx", "kv", "threads", "affinity", "flash_attn", "mmap",
+    "engine", "build", "model", "quant", "n_ctx", "kv", "threads", "affinity", "flash_attn", "mmap",
     "n_batch", "n_ubatch", "swa_full",
 )
 REQUIRED_AXES = ("build", "model", "quant", "n_ctx")
 # Values of axes a matrix leaves out (llama.cpp's own defaults where it has one).
 AXIS_DEFAULTS: dict[str, Any] = {
+    "engine": DEFAULT_ENGINE,
     "kv": ("f16", "f16"),
     "threads": 4,
     "affinity": "all",
@@ -243,8 +244,23 @@ def _boolean(check: _Checker, value: Any, where: str) -> bool:
     return value
 
 
+def _engine(check: _Checker, value: Any, where: str) -> str:
+    """A built-in engine's name, or the path of a YAML-declared engine (checked by loading it)."""
+    from harness.engines import BUILTIN
+    from harness.engines.generic import load_generic_engine
+
+    if isinstance(value, str) and value in BUILTIN:
+        return value
+    if isinstance(value, str) and value.endswith((".yaml", ".yml")):
+        load_generic_engine(Path(value))  # names the file and key when it is wrong
+        return value
+    raise check.fail(where, f"unknown engine {_show(value)} (allowed: {', '.join(BUILTIN)}, "
+                            "or the path of a generic engine's .yaml file)")
+
+
 AxisParser = Callable[[_Checker, Any, str], Any]
 AXIS_PARSERS: dict[str, AxisParser] = {
+    "engine": _engine,
     "build": lambda c, v, w: c.name(v, w, "build name"),
     "model": lambda c, v, w: c.name(v, w, "model name"),
     "quant": lambda c, v, w: _choice(c, v, w, QUANTS, "quant"),
@@ -530,8 +546,11 @@ def _to_cell(combo: Mapping[str, Any], matrix: Matrix) -> Cell:
     values = {**AXIS_DEFAULTS, **combo}
     type_k, type_v = values["kv"]
     workload = matrix.workload
+    engine = values["engine"]
     return Cell(
-        build=values["build"],
+        engine=engine,
+        # llama-cpp-python runs the device's own install, whatever builds the matrix names
+        build=DEVICE_PYTHON_BUILD if engine == "llama-cpp-python" else values["build"],
         model=values["model"],
         quant=values["quant"],
         n_ctx=values["n_ctx"],

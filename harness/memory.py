@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.cell import KV_TYPES, Cell
+from harness.units import MIB
 
 if TYPE_CHECKING:
     from harness.artifacts.gguf_info import ModelInfo
-
-MiB = 1024 * 1024
 
 # ggml block layout of each KV cache type: (bytes per block, elements per block).
 KV_BLOCKS: dict[str, tuple[int, int]] = {
@@ -58,6 +57,21 @@ BITS_PER_WEIGHT: dict[str, float] = {
         for name, gib in _LLAMA3_8B_GIB.items()
     },
 }
+
+
+def quant_rank(quant: str) -> tuple[int, float, str]:
+    """Sort key of a quant name: fewest bits per weight first, ties by name; unknown names last.
+
+    The one ordering of quants (matrix choices, report axes, "the next lower quant"); names are
+    matched case-insensitively, as llama.cpp's file type names are written either way.
+    """
+    bpw = BITS_PER_WEIGHT.get(quant.upper())
+    return (0, bpw, quant.upper()) if bpw is not None else (1, 0.0, quant)
+
+
+# Every quant the predictor knows, from fewest to most bits per weight.
+QUANT_ORDER: tuple[str, ...] = tuple(sorted(BITS_PER_WEIGHT, key=quant_rank))
+
 # llama.cpp stores the output projection (or the tied token embedding) as Q6_K for every
 # quantised file type except Q8_0 (llama_tensor_get_type); 210 bytes per 256 weights.
 _OUTPUT_Q6K_BPW = 210 * 8 / 256
@@ -69,7 +83,12 @@ CTX_PADDING = 256
 # output buffer, taken together. A flat figure calibrated on a measured peak: a static x86_64
 # llama-bench (GGML_NATIVE=OFF) on the 2.3M-parameter test model peaks at 16-18 MiB RSS of which
 # weights, KV cache and compute buffers are 4-5 MiB (see docs/memory.md, "Calibration").
-ENGINE_OVERHEAD_BYTES = 13 * MiB
+ENGINE_OVERHEAD_BYTES = 13 * MIB
+# The same for llama-cpp-python's bench (harness.engines.pybench): the interpreter with llama_cpp,
+# numpy and the shared libllama/ggml imported. Measured on this project's x86_64 host: `python -c
+# "import llama_cpp"` peaks at 41.5 MiB; the bench on the tiny test model (Q8_0, ctx 512) at 49.9
+# MiB, of which the predicted llama.cpp buffers are 4.6 MiB (docs/memory.md, "Calibration").
+PYTHON_OVERHEAD_BYTES = 45 * MIB
 # llama.cpp's vocabulary in memory: token strings, scores and attributes, the token-to-id map and
 # the GGUF metadata they are read from. Measured: loading Gemma 3's 262,144-token vocabulary alone
 # (llama-cpp-python, vocab_only) adds 43.0 MiB of anonymous memory, 172 bytes per token.
@@ -333,6 +352,27 @@ def estimate_weights_bytes(card: ModelCard, quant: str) -> int:
     return math.ceil(body * bpw / 8 + output_params * _OUTPUT_Q6K_BPW / 8)
 
 
+@dataclass(frozen=True)
+class EngineMemory:
+    """What an engine adds around llama.cpp's own buffers."""
+
+    overhead_bytes: int  # the process itself: binary, runtime, libraries, allocator
+    saves_depth_state: bool  # keeps a copy of the cache after the depth prefill (llama-bench)
+
+
+ENGINE_MEMORY = {
+    "llama-bench": EngineMemory(ENGINE_OVERHEAD_BYTES, True),
+    # the interpreter, numpy and libllama.so, imported (see PYTHON_OVERHEAD_BYTES); the bench
+    # prefills the depth again before every test instead of restoring a saved copy
+    "llama-cpp-python": EngineMemory(PYTHON_OVERHEAD_BYTES, False),
+}
+
+
+def engine_memory(engine: str) -> EngineMemory:
+    """An engine's own memory terms; an engine without figures counts as llama-bench."""
+    return ENGINE_MEMORY.get(engine, ENGINE_MEMORY["llama-bench"])
+
+
 def predict_peak(cell: Cell, model: ModelInfo | ModelCard,
                  repack: frozenset[str] = frozenset()) -> MemoryPrediction:
     """Predict the peak resident memory of running ``cell`` on ``model``.
@@ -347,6 +387,7 @@ def predict_peak(cell: Cell, model: ModelInfo | ModelCard,
     else:
         weights = model.tensor_bytes
         source = "gguf"
+    engine = engine_memory(cell.engine)
     flash = cell.flash_attn != "off"
     n_ctx = padded_ctx(cell.n_ctx)
     ubatch = effective_ubatch(cell.n_ctx, cell.n_batch, cell.n_ubatch)
@@ -361,14 +402,14 @@ def predict_peak(cell: Cell, model: ModelInfo | ModelCard,
         weights=weights if cell.mmap else weights - repacked,
         kv=sum(c.bytes for c in caches),
         compute=compute_buffer_bytes(**shape, n_outputs=1),  # type: ignore[arg-type]
-        overhead=ENGINE_OVERHEAD_BYTES,
+        overhead=engine.overhead_bytes,
         n_ctx=n_ctx,
         n_ubatch=ubatch,
         flash_attn=flash,
         weights_source=source,
         repack=repacked,
         vocab=model.n_vocab * VOCAB_BYTES_PER_TOKEN,
-        state=depth_state_bytes(caches, cell.n_depth),
+        state=depth_state_bytes(caches, cell.n_depth) if engine.saves_depth_state else 0,
         caches=caches,
         compute_reserved=compute_buffer_bytes(**shape),  # type: ignore[arg-type]
     )

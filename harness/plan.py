@@ -12,11 +12,19 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from harness.artifacts.gguf_info import ModelInfo, read_model_info
 from harness.cell import Cell
+from harness.engines import Engine, get_engine
+from harness.engines.base import (
+    ENGINE_UNSUPPORTED,
+    EXCEEDS_CTX,
+    NEEDS_FLASH_ATTN,
+    support_problem,
+)
 from harness.errors import ConfigError, HarnessError
 from harness.matrix import Matrix
 from harness.memory import MemoryPrediction, ModelCard, estimate_weights_bytes, kv_type_fits
@@ -35,6 +43,25 @@ PROCESS_START_S = 1.0  # engine start, model map and context creation per trial
 WARMUP_RUNS = 1  # llama-bench runs the test once before the measured repetitions
 
 
+class Reason(StrEnum):
+    """Why a cell is (not) run on a device; the values are what plans and stores spell."""
+
+    FITS = "fits"
+    OVER_BUDGET = "over_budget"
+    MODEL_UNAVAILABLE = "model_unavailable"
+    KV_TYPE_UNSUPPORTED = "kv_type_unsupported"
+    V_CACHE_NEEDS_FLASH_ATTN = NEEDS_FLASH_ATTN
+    WORKLOAD_EXCEEDS_CTX = EXCEEDS_CTX
+    ENGINE_UNSUPPORTED = ENGINE_UNSUPPORTED
+
+
+REASON_CODES = tuple(r.value for r in Reason)
+# Reasons that make a trial "unsupported" (the engine or the model cannot run the cell at all)
+# rather than "skipped_infeasible" (it could, but not within this phone's memory).
+UNSUPPORTED_REASONS = frozenset({Reason.KV_TYPE_UNSUPPORTED, Reason.V_CACHE_NEEDS_FLASH_ATTN,
+                                 Reason.WORKLOAD_EXCEEDS_CTX, Reason.ENGINE_UNSUPPORTED})
+
+
 @dataclass(frozen=True)
 class MissingModel:
     """No file and no card: the cell cannot be predicted, so it cannot be planned."""
@@ -51,10 +78,14 @@ class PlannedCell:
     prediction: MemoryPrediction | None
     budget_bytes: int
     feasible: bool
-    reason_code: str  # fits | over_budget | model_unavailable | kv_type_unsupported |
-    #                   v_cache_needs_flash_attn | workload_exceeds_ctx
+    reason_code: str  # one of REASON_CODES
     reason: str
     estimated_seconds: float
+
+    @property
+    def unsupported(self) -> bool:
+        """The cell cannot run at all here (as opposed to: not within this phone's memory)."""
+        return self.reason_code in UNSUPPORTED_REASONS
 
     def to_json(self) -> dict[str, Any]:
         cell = self.cell
@@ -116,33 +147,26 @@ def estimate_seconds(
 
 
 def _verdict(
-    cell: Cell, model: ModelFacts, budget: int, repack: frozenset[str] = frozenset()
+    cell: Cell, model: ModelFacts, budget: int, repack: frozenset[str] = frozenset(),
+    engine: Engine | None = None,
 ) -> tuple[MemoryPrediction | None, str, str]:
     if isinstance(model, MissingModel):
-        return None, "model_unavailable", model.reason
+        return None, Reason.MODEL_UNAVAILABLE, model.reason
     for kv_type, dim in ((cell.type_k, model.head_dim_k), (cell.type_v, model.head_dim_v)):
         if not kv_type_fits(kv_type, model.n_head_kv * dim):
-            return None, "kv_type_unsupported", (
+            return None, Reason.KV_TYPE_UNSUPPORTED, (
                 f"{kv_type} cache needs rows in blocks of 32 values; this model's row has "
                 f"{model.n_head_kv * dim}"
             )
     prediction = _predict_peak(cell, model, repack)
-    if cell.flash_attn == "off" and cell.type_v not in ("f16", "bf16", "f32"):
-        return prediction, "v_cache_needs_flash_attn", (
-            f"a quantised V cache ({cell.type_v}) needs flash attention; llama.cpp refuses it "
-            "with flash_attn off"
-        )
-    tokens = cell.n_depth + cell.n_prompt + cell.n_gen
-    if tokens > cell.n_ctx:
-        return prediction, "workload_exceeds_ctx", (
-            f"the workload needs {tokens} tokens of context (depth {cell.n_depth} + prompt "
-            f"{cell.n_prompt} + gen {cell.n_gen}) but n_ctx is {cell.n_ctx}"
-        )
+    problem = support_problem(engine or get_engine(cell.engine), cell)
+    if problem is not None:
+        return prediction, problem[0], problem[1]
     if prediction.total > budget:
-        return prediction, "over_budget", (
+        return prediction, Reason.OVER_BUDGET, (
             f"predicted {mib(prediction.total)} > budget {mib(budget)}"
         )
-    return prediction, "fits", f"predicted {mib(prediction.total)} <= budget {mib(budget)}"
+    return prediction, Reason.FITS, f"predicted {mib(prediction.total)} <= budget {mib(budget)}"
 
 
 def plan_cells(
@@ -152,11 +176,14 @@ def plan_cells(
     reserve: int = DEFAULT_RESERVE_BYTES,
     trial_timeout_s: float | None = None,
     repack: Mapping[str, frozenset[str]] | None = None,
+    engines: Mapping[str, Engine] | None = None,
 ) -> list[PlannedCell]:
     """Verdict, prediction and duration for each cell; ``models`` is keyed by (model, quant).
 
     ``repack`` gives, per build name, the weight types that build repacks (``memory.
-    repacked_types``); a build not named repacks nothing.
+    repacked_types``); a build not named repacks nothing. Whether a cell can run at all is its
+    engine's answer (``Engine.supports``); ``engines`` maps a cell's engine name to its adapter
+    (default: ``harness.engines.get_engine``).
 
     The budget is ``available_bytes - reserve``: the reserve is headroom for the rest of the
     phone (and the predictor's error). Infeasible cells are estimated at 0 s: they are skipped.
@@ -167,8 +194,9 @@ def plan_cells(
         key = (cell.model, cell.quant)
         model = models.get(key, MissingModel(f"no facts for model {cell.model} {cell.quant}"))
         types = (repack or {}).get(cell.build, frozenset())
-        prediction, code, reason = _verdict(cell, model, budget, types)
-        feasible = code == "fits"
+        engine = (engines or {}).get(cell.engine) or get_engine(cell.engine)
+        prediction, code, reason = _verdict(cell, model, budget, types, engine)
+        feasible = code == Reason.FITS
         seconds = (
             estimate_seconds(cell, model, trial_timeout_s)
             if feasible and not isinstance(model, MissingModel)

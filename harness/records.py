@@ -8,21 +8,31 @@ Byte quantities end in ``_bytes``, rates in ``_tps`` (tokens per second), times 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
 
-OUTCOMES = (
-    "ok",
-    "oom_killed",
-    "crashed",
-    "timeout",
-    "device_lost",
-    "skipped_infeasible",
-    "unsupported",
-    "engine_mismatch",
-    "push_failed",
-    "abi_mismatch",  # the build is of an ABI the phone cannot execute: refused before the push
-    "precondition_failed",  # the phone did not meet the matrix's ``require`` (e.g. battery saver)
-)
+if TYPE_CHECKING:
+    from harness.cell import Cell
+
+
+class Outcome(StrEnum):
+    """How a trial ended: exactly one per trial, stored as its value (``Outcome.OK == "ok"``)."""
+
+    OK = "ok"
+    OOM_KILLED = "oom_killed"
+    CRASHED = "crashed"
+    TIMEOUT = "timeout"
+    DEVICE_LOST = "device_lost"
+    SKIPPED_INFEASIBLE = "skipped_infeasible"
+    UNSUPPORTED = "unsupported"
+    ENGINE_MISMATCH = "engine_mismatch"
+    PUSH_FAILED = "push_failed"
+    ABI_MISMATCH = "abi_mismatch"  # the build is of an ABI the phone cannot execute: not pushed
+    PRECONDITION_FAILED = "precondition_failed"  # the phone failed the matrix's ``require``
+
+
+OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
 
 
 @dataclass(frozen=True)
@@ -31,7 +41,7 @@ class TrialRecord:
     trial_id: str  # f"{run_id}/{job_id}/{rep}", unique in the store
     job_id: str  # device serial + cell_id: one (device, cell) pair of a run
     cell_id: str
-    config_id: str  # cell without the build: pairs builds for comparisons
+    config_id: str  # cell without build and engine: pairs builds (or engines) for comparisons
     rep: int
     started_at: datetime
     wall_s: float | None
@@ -67,29 +77,29 @@ class TrialRecord:
     mmap: bool
     n_batch: int
     n_ubatch: int
-    # outcome and measurements
-    outcome: str
-    error: str | None
-    pp_tps: float | None
-    tg_tps: float | None
-    ttft_ms: float | None
-    peak_pss_bytes: int | None
-    peak_rss_bytes: int | None
-    peak_swap_bytes: int | None
-    vm_hwm_bytes: int | None
-    peak_pss_anon_bytes: int | None
-    peak_pss_file_bytes: int | None
-    predicted_peak_bytes: int | None
-    max_temp_c: float | None
-    max_thermal_status: int | None
-    throttled: bool
-    cooldown_waited_s: float | None
-    start_thermal_status: int | None
-    start_temp_c: float | None
-    battery_level: int | None
-    battery_temp_c: float | None
-    evidence: str | None  # lowmemorykiller line, signal, last stderr lines
-    engine_record: str | None  # the engine's raw record (JSON text), kept as reported
+    # outcome and measurements (what a trial that never ran has not: None)
+    outcome: str  # an Outcome's value
+    error: str | None = None
+    pp_tps: float | None = None
+    tg_tps: float | None = None
+    ttft_ms: float | None = None
+    peak_pss_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+    peak_swap_bytes: int | None = None
+    vm_hwm_bytes: int | None = None
+    peak_pss_anon_bytes: int | None = None
+    peak_pss_file_bytes: int | None = None
+    predicted_peak_bytes: int | None = None
+    max_temp_c: float | None = None
+    max_thermal_status: int | None = None
+    throttled: bool = False
+    cooldown_waited_s: float | None = None
+    start_thermal_status: int | None = None
+    start_temp_c: float | None = None
+    battery_level: int | None = None
+    battery_temp_c: float | None = None
+    evidence: str | None = None  # lowmemorykiller line, signal, last stderr lines
+    engine_record: str | None = None  # the engine's raw record (JSON text), kept as reported
     # added in schema 2 (older parts read them as null)
     device_abi: str | None = None  # ro.product.cpu.abi
     cpu_emulation: str | None = None  # e.g. "qemu-aarch64": an emulated CPU, not a phone's speed
@@ -117,6 +127,100 @@ class TrialRecord:
     kv_reported_bytes: int | None = None  # llama.cpp's own "llama_kv_cache: size" lines, summed
     repack_reported_bytes: int | None = None  # llama.cpp's CPU_REPACK model buffer
     compute_reported_bytes: int | None = None  # llama.cpp's CPU compute buffer (reserved)
+    # added in schema 5 (older parts are migrated on read: they were all llama-bench's)
+    engine: str | None = None  # the engine adapter that ran the cell (Engine.name)
+
+
+class TrialIdentity(Protocol):
+    """Who a trial is in the store (``harness.run.order.TrialSpec`` is one, ``TrialIds`` too)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def trial_id(self) -> str: ...
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def serial(self) -> str: ...
+    @property
+    def rep(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class TrialIds:
+    run_id: str
+    trial_id: str
+    job_id: str
+    serial: str
+    rep: int
+
+
+@dataclass(frozen=True)
+class DeviceMeta:
+    """The phone a trial ran on, as the ``device_*`` columns (and ``cpu_emulation``) hold it."""
+
+    model: str | None = None
+    manufacturer: str | None = None
+    soc: str | None = None
+    sdk: int | None = None
+    ram_bytes: int | None = None
+    abi: str | None = None  # ro.product.cpu.abi
+    cpu_emulation: str | None = None
+
+
+@dataclass(frozen=True)
+class BuildMeta:
+    """The engine build that ran a trial (the ``build_*`` columns; ``build_id`` is the cell's)."""
+
+    engine: str | None = None
+    version: str | None = None
+    commit: str | None = None
+    abi: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelMeta:
+    """The model file a trial ran (``model_name`` and ``quant`` are the cell's)."""
+
+    sha256: str | None = None
+    n_params: int | None = None
+    file_bytes: int | None = None
+
+
+def new_trial(ids: TrialIdentity, cell: Cell, outcome: str, *,
+              started_at: datetime | None = None, device: DeviceMeta | None = None,
+              build: BuildMeta | None = None, model: ModelMeta | None = None,
+              **measured: Any) -> TrialRecord:
+    """The one way a trial row is made: identity from ``ids``, the cell's columns from ``cell``,
+    device, build and model from their parts (unknown: None), and ``measured`` the rest.
+
+    ``outcome`` must be an ``Outcome`` (or its value); ``started_at`` defaults to now. A keyword
+    in ``measured`` overrides what the cell says (the trial runner stores the resolved CPU mask
+    as ``affinity``).
+    """
+    device = device or DeviceMeta()
+    build = build or BuildMeta()
+    model = model or ModelMeta()
+    columns: dict[str, Any] = {
+        "run_id": ids.run_id, "trial_id": ids.trial_id, "job_id": ids.job_id,
+        "cell_id": cell.cell_id, "config_id": cell.config_id, "rep": ids.rep,
+        "started_at": started_at or datetime.now(UTC), "wall_s": None,
+        "device_serial": ids.serial, "device_model": device.model,
+        "device_manufacturer": device.manufacturer, "device_soc": device.soc,
+        "device_sdk": device.sdk, "device_ram_bytes": device.ram_bytes,
+        "build_id": cell.build, "build_engine": build.engine, "build_version": build.version,
+        "build_commit": build.commit, "build_abi": build.abi,
+        "model_name": cell.model, "model_sha256": model.sha256, "quant": cell.quant,
+        "model_n_params": model.n_params, "model_file_bytes": model.file_bytes,
+        "n_ctx": cell.n_ctx, "n_prompt": cell.n_prompt, "n_gen": cell.n_gen,
+        "n_depth": cell.n_depth, "type_k": cell.type_k, "type_v": cell.type_v,
+        "flash_attn": cell.flash_attn, "threads": cell.threads, "affinity": cell.affinity,
+        "mmap": cell.mmap, "n_batch": cell.n_batch, "n_ubatch": cell.n_ubatch,
+        "outcome": Outcome(outcome).value,
+        "device_abi": device.abi, "cpu_emulation": device.cpu_emulation,
+        "engine": cell.engine,
+    }
+    return TrialRecord(**(columns | measured))
 
 
 @dataclass(frozen=True)

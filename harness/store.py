@@ -6,7 +6,9 @@ renamed, so a reader never sees half a file. pandas, pyarrow and DuckDB read it 
 (``read_parquet('results/trials/*/*.parquet', hive_partitioning=true)``).
 
 The schema is declared once, from the record dataclasses, with a version in the file metadata.
-Readers accept older files: missing columns read as null; a corrupt part is skipped with a warning.
+Readers check it: an older part is migrated as it is read (``MIGRATIONS``; columns it lacks read
+as null), a part of a newer schema is refused with a StoreError naming it, and a corrupt part is
+skipped with a warning.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 import os
 import types
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
@@ -28,7 +30,7 @@ import pyarrow.parquet as pq
 from harness.errors import StoreError
 from harness.records import SampleRecord, TrialRecord
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 TABLES: dict[str, type] = {"trials": TrialRecord, "samples": SampleRecord}
 log = logging.getLogger(__name__)
 
@@ -89,12 +91,47 @@ def part_files(root: Path, name: str) -> list[Path]:
     return sorted((root / name).glob("date=*/part-*.parquet"))
 
 
-def _read_part(path: Path, schema: pa.Schema) -> pa.Table | None:
+def part_version(table: pa.Table) -> int:
+    """The schema version a part was written with (parts of version 1 carry none)."""
+    raw = (table.schema.metadata or {}).get(b"harness.schema_version", b"1")
+    try:
+        return int(raw)
+    except ValueError:
+        return 1
+
+
+def _to_v5(table: pa.Table) -> pa.Table:
+    """Before schema 5 every trial was run by llama-bench (or imported from its output)."""
+    engine = pa.array(["llama-bench"] * table.num_rows, pa.string())
+    if "engine" in table.column_names:
+        return table.set_column(table.column_names.index("engine"), "engine", engine)
+    return table.append_column("engine", engine)
+
+
+# version -> what brings a part of that version (or older) up to the next one, per table
+MIGRATIONS: dict[str, dict[int, Callable[[pa.Table], pa.Table]]] = {"trials": {4: _to_v5}}
+
+
+def migrate(name: str, table: pa.Table, version: int) -> pa.Table:
+    """A part written with an older schema, as the current schema reads it."""
+    for step, change in sorted(MIGRATIONS.get(name, {}).items()):
+        if version <= step:
+            table = change(table)
+    return table
+
+
+def _read_part(path: Path, schema: pa.Schema, name: str = "") -> pa.Table | None:
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowException) as error:
         log.warning("skipping unreadable part %s: %s", path, error)
         return None
+    version = part_version(table)
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{path}: written with store schema {version}, this harness reads up "
+                         f"to {SCHEMA_VERSION}: upgrade harness to read this store")
+    if version < SCHEMA_VERSION:
+        table = migrate(name, table, version)
     columns = []
     for field in schema:
         if field.name in table.column_names:
@@ -112,7 +149,8 @@ def read_arrow(root: Path, name: str, files: Iterable[Path] | None = None) -> pa
     if name not in SCHEMAS:
         raise StoreError(f"unknown table '{name}' (known: {', '.join(SCHEMAS)})")
     schema = SCHEMAS[name]
-    tables = [t for p in (files or part_files(root, name)) if (t := _read_part(p, schema))]
+    tables = [t for p in (files or part_files(root, name))
+              if (t := _read_part(p, schema, name))]
     if not tables:
         return schema.empty_table()
     return pa.concat_tables(tables)

@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
+from harness.analysis.changepoints import detect_change_points
 from harness.analysis.compare import Policy, decide, measure
-from harness.analysis.history import detect_change_points
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "results" / "detector.json"

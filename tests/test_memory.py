@@ -10,12 +10,14 @@ from harness.cell import KV_TYPES, Cell
 from harness.memory import (
     BITS_PER_WEIGHT,
     ENGINE_OVERHEAD_BYTES,
+    QUANT_ORDER,
     ModelCard,
     compute_buffer_bytes,
     estimate_weights_bytes,
     kv_cache_bytes,
     kv_type_fits,
     predict_peak,
+    quant_rank,
 )
 
 LLAMA_32_1B = ModelCard(
@@ -163,3 +165,9 @@ def test_micro_batch_is_clamped_to_the_batch() -> None:
     assert prediction.n_ubatch == 128
     smaller = predict_peak(_cell(n_batch=512, n_ubatch=512), LLAMA_32_1B)
     assert prediction.compute < smaller.compute
+
+
+def test_quants_rank_by_bits_per_weight_with_unknown_names_last() -> None:
+    assert QUANT_ORDER[0] == "IQ1_S" and QUANT_ORDER[-1] == "F32"
+    assert sorted(["F16", "q4_k_m", "Q2_K", "mystery", "Q8_0"], key=quant_rank) == [
+        "Q2_K", "q4_k_m", "Q8_0", "F16", "mystery"]

@@ -1,8 +1,10 @@
-"""Compare two builds over a whole store: every device x config x metric, then the gates.
+"""Compare two sides over a whole store: every device x config x metric, then the gates.
 
-The statistics are ``compare.compare_many`` (one call per metric, so Benjamini-Hochberg adjusts
-across the cells of that metric only) and ``gates.evaluate_gates``; this module only decides
-which trials feed them (``frames``) and lays the result out for the CLI, JSON and JUnit.
+A side is a build and the engine that ran it (``frames.Side``), so the same function compares two
+builds of one engine or two engines on the same configurations. The statistics are
+``compare.compare_many`` (one call per metric, so Benjamini-Hochberg adjusts across the cells of
+that metric only) and ``gates.evaluate_gates``; this module only decides which trials feed them
+(``frames``) and lays the result out for the CLI, the report, JSON and JUnit.
 """
 
 from __future__ import annotations
@@ -21,12 +23,17 @@ from harness.analysis.frames import (
     DEFAULT_METRICS,
     CellKey,
     SampleGroup,
+    Side,
     metric_name,
-    paired_groups,
+    paired_sides,
+    resolve_side,
 )
 from harness.analysis.gates import Gate, GateResult, evaluate_gates, parse_gates
+from harness.cell import DEFAULT_ENGINE
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: both sides name their engine (baseline_engine, candidate_engine)
+#: The order verdicts are listed in when the worst comes first.
+VERDICT_ORDER = ("regression", "unstable", "improvement", "same")
 
 
 @dataclass(frozen=True)
@@ -57,12 +64,25 @@ class CellComparison:
 
 @dataclass(frozen=True)
 class BuildComparison:
+    """``baseline`` and ``candidate`` are the sides' builds; their engines are beside them."""
+
     baseline: str
     candidate: str
     metrics: tuple[str, ...]
     cells: tuple[CellComparison, ...]
     gates: tuple[GateResult, ...] = ()
     include_throttled: bool = False
+    baseline_engine: str = DEFAULT_ENGINE
+    candidate_engine: str = DEFAULT_ENGINE
+    recent: int | None = None  # newest usable trials per side and cell; None: all of them
+
+    @property
+    def baseline_side(self) -> Side:
+        return Side(self.baseline, self.baseline_engine)
+
+    @property
+    def candidate_side(self) -> Side:
+        return Side(self.candidate, self.candidate_engine)
 
     @property
     def passed(self) -> bool:
@@ -74,6 +94,23 @@ class BuildComparison:
             counts[cell.comparison.verdict] = counts.get(cell.comparison.verdict, 0) + 1
         return dict(sorted(counts.items()))
 
+    def counts_by_metric(self) -> dict[str, dict[str, int]]:
+        """Per metric, every verdict (worst first) with its number of cells, zeros included."""
+        out = {m: dict.fromkeys(VERDICT_ORDER, 0) for m in self.metrics}
+        for cell in self.cells:
+            out[cell.metric][cell.comparison.verdict] += 1
+        return out
+
+    def worst_first(self) -> list[CellComparison]:
+        """The cells by verdict (regression first), then by how far the ratio moved the bad way
+        (1.0 where there is no ratio)."""
+        def badness(cell: CellComparison) -> tuple[int, float]:
+            c = cell.comparison
+            ratio = c.ratio if math.isfinite(c.ratio) else 1.0
+            return VERDICT_ORDER.index(c.verdict), ratio if c.higher_is_better else -ratio
+
+        return sorted(self.cells, key=badness)
+
     def failed_gates(self, key: CellKey, metric: str) -> list[GateResult]:
         return [g for g in self.gates
                 if not g.passed and g.key == key and g.gate.metric == metric]
@@ -82,9 +119,12 @@ class BuildComparison:
         return {
             "schema_version": SCHEMA_VERSION,
             "baseline": self.baseline,
+            "baseline_engine": self.baseline_engine,
             "candidate": self.candidate,
+            "candidate_engine": self.candidate_engine,
             "metrics": list(self.metrics),
             "include_throttled": self.include_throttled,
+            "recent": self.recent,
             "verdicts": self.verdict_counts(),
             "cells": [c.to_json() for c in self.cells],
             "gates": [
@@ -113,30 +153,35 @@ def _median(values: np.ndarray) -> float:
 
 def compare_builds(
     trials: pd.DataFrame,
-    baseline: str,
-    candidate: str,
+    baseline: str | None,
+    candidate: str | None,
     metrics: Sequence[str] = DEFAULT_METRICS,
     gates: Sequence[Gate] = (),
     *,
     include_throttled: bool = False,
     noise: float = 0.03,
+    baseline_engine: str | None = None,
+    candidate_engine: str | None = None,
+    recent: int | None = None,
 ) -> BuildComparison:
-    """Every cell measured with both builds, per metric, with gate results.
+    """Every cell measured by both sides, per metric, with gate results.
 
-    Metrics named by gates are compared too, so a gate never silently checks nothing.
+    A side is a build and an engine (``frames.resolve_side``): an engine None means the only
+    engine that build has, a build None the only build that engine has; anything ambiguous is a
+    ConfigError naming the flag to pass. Metrics named by gates are compared too, so a gate never
+    silently checks nothing. ``recent`` keeps each side's newest trials per cell, up to that
+    many usable ones (``frames.recent_window``); None keeps them all.
     """
+    base = resolve_side(trials, baseline, baseline_engine)
+    cand = resolve_side(trials, candidate, candidate_engine, build_flag="--candidate",
+                        engine_flag="--candidate-engine")
     names = tuple(dict.fromkeys([*(metric_name(m) for m in metrics), *(g.metric for g in gates)]))
-    pairs = paired_groups(trials, baseline, candidate, names, include_throttled=include_throttled)
+    pairs = paired_sides(trials, base, cand, names, include_throttled=include_throttled,
+                         recent=recent)
     cells: list[CellComparison] = []
     by_metric: dict[str, Mapping[Hashable, Comparison]] = {}
     for metric in names:
-        groups: dict[CellKey, tuple[np.ndarray, np.ndarray]] = {}
-        throttled: dict[CellKey, tuple[int, int]] = {}
-        for key, (base, cand) in pairs.items():
-            groups[key] = (base.values[metric], cand.values[metric])
-            throttled[key] = (base.n_throttled_excluded, cand.n_throttled_excluded)
-        results = compare_many(groups, higher_is_better=higher_is_better(metric), noise=noise,
-                               throttled=throttled)
+        results, groups = _compare_metric(pairs, metric, noise)
         by_metric[metric] = cast(Mapping[Hashable, Comparison], results)
         for key, comparison in results.items():
             base_group: SampleGroup = pairs[key][0]
@@ -147,5 +192,20 @@ def compare_builds(
             ))
     cells.sort(key=lambda c: (c.key.device, c.label, c.key.config_id, names.index(c.metric)))
     gate_results = evaluate_gates(gates, by_metric) if gates else []
-    return BuildComparison(baseline, candidate, names, tuple(cells), tuple(gate_results),
-                           include_throttled)
+    return BuildComparison(base.build, cand.build, names, tuple(cells), tuple(gate_results),
+                           include_throttled, base.engine, cand.engine, recent)
+
+
+def _compare_metric(pairs: Mapping[CellKey, tuple[SampleGroup, SampleGroup]], metric: str,
+                    noise: float,
+                    ) -> tuple[dict[CellKey, Comparison], dict[CellKey, tuple[np.ndarray,
+                                                                            np.ndarray]]]:
+    """One metric over every paired cell: one Benjamini-Hochberg family."""
+    groups: dict[CellKey, tuple[np.ndarray, np.ndarray]] = {}
+    throttled: dict[CellKey, tuple[int, int]] = {}
+    for key, (base, cand) in pairs.items():
+        groups[key] = (base.values[metric], cand.values[metric])
+        throttled[key] = (base.n_throttled_excluded, cand.n_throttled_excluded)
+    results = compare_many(groups, higher_is_better=higher_is_better(metric), noise=noise,
+                           throttled=throttled)
+    return results, groups

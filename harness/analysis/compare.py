@@ -29,6 +29,7 @@ from numpy.typing import ArrayLike
 
 from harness.analysis import stats
 from harness.errors import ConfigError
+from harness.units import pct
 
 Verdict = Literal["regression", "improvement", "same", "unstable"]
 K = TypeVar("K", bound=Hashable)
@@ -79,8 +80,9 @@ class Policy:
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """The numbers of one cell before any decision; ``p_value`` is the raw Mann-Whitney p."""
+class PairStatistics:
+    """The numbers of one cell's baseline/candidate pair before any decision; ``p_value`` is the
+    raw Mann-Whitney p. (Not ``harness.engines.base.Measurement``, one repetition of an engine.)"""
 
     ratio: float
     ci_low: float
@@ -130,7 +132,7 @@ def measure(
     *,
     throttled_baseline: int = 0,
     throttled_candidate: int = 0,
-) -> Measurement:
+) -> PairStatistics:
     """Compute every number of one cell.
 
     A fresh generator seeded from the policy per cell keeps results independent of cell order.
@@ -144,7 +146,7 @@ def measure(
         resamples=policy.resamples,
         rng=np.random.default_rng(policy.seed),
     )
-    return Measurement(
+    return PairStatistics(
         ratio=interval.ratio,
         ci_low=interval.low,
         ci_high=interval.high,
@@ -159,18 +161,14 @@ def measure(
     )
 
 
-def _pct(ratio: float) -> str:
-    return f"{(ratio - 1) * 100:+.1f}%"
-
-
-def _summary(m: Measurement, p_adjusted: float) -> str:
+def _summary(m: PairStatistics, p_adjusted: float) -> str:
     return (
-        f"ratio {m.ratio:.3f} ({_pct(m.ratio)}), 95% CI [{_pct(m.ci_low)}, {_pct(m.ci_high)}], "
+        f"ratio {m.ratio:.3f} ({pct(m.ratio)}), 95% CI [{pct(m.ci_low)}, {pct(m.ci_high)}], "
         f"p_adj={p_adjusted:.3g}"
     )
 
 
-def _throttle_note(m: Measurement) -> str:
+def _throttle_note(m: PairStatistics) -> str:
     if not (m.throttled_baseline or m.throttled_candidate):
         return ""
     return (
@@ -179,7 +177,7 @@ def _throttle_note(m: Measurement) -> str:
     )
 
 
-def _data_problems(m: Measurement, policy: Policy) -> list[tuple[str, str]]:
+def _data_problems(m: PairStatistics, policy: Policy) -> list[tuple[str, str]]:
     """Reasons the data cannot carry any verdict, as (cause code, sentence)."""
     problems: list[tuple[str, str]] = []
     if min(m.n_baseline, m.n_candidate) < policy.min_reps:
@@ -217,7 +215,7 @@ def _data_problems(m: Measurement, policy: Policy) -> list[tuple[str, str]]:
     return problems
 
 
-def decide(m: Measurement, p_adjusted: float, policy: Policy) -> Comparison:
+def decide(m: PairStatistics, p_adjusted: float, policy: Policy) -> Comparison:
     """Turn one cell's numbers and its family-adjusted p-value into a verdict with its reason."""
     verdict: Verdict
     causes: list[str] = []
@@ -259,7 +257,7 @@ def decide(m: Measurement, p_adjusted: float, policy: Policy) -> Comparison:
 
 
 def _directional(
-    m: Measurement, p_adjusted: float, policy: Policy
+    m: PairStatistics, p_adjusted: float, policy: Policy
 ) -> tuple[Verdict, str, list[str]]:
     """Regression, improvement or unstable for a cell whose interval is not inside the band."""
     low, high = 1.0 - policy.noise, 1.0 + policy.noise
@@ -357,7 +355,7 @@ def compare_many(
         seed=seed,
     )
     counts = throttled or {}
-    measured: dict[K, Measurement] = {}
+    measured: dict[K, PairStatistics] = {}
     for key, (base, cand) in groups.items():
         throttled_base, throttled_cand = _pair(counts.get(key))
         measured[key] = measure(

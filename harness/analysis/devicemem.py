@@ -1,16 +1,11 @@
 """Which trials a ``--device`` name means, and how much memory that device has available.
 
-``recommend`` needs the memory an app may use before the low-memory killer acts, which the
-trials do not store (they store total RAM). The choice, in order (docs/analysis.md):
-
-1. ``--memory SIZE``, when given: the user knows best.
-2. A device profile (``devices/NAME.yaml``): its ``available_mb``. A name that is not a serial
-   in the store is looked up as a profile, and its trials are those whose ``device_model`` is
-   the profile's ``ro.product.model``. A serial whose ``device_model`` matches a profile's
-   model uses that profile's figure too.
-3. Otherwise ``AVAILABLE_FRACTION`` of the trials' ``device_ram_bytes``: the share of RAM the
-   shipped profiles leave to apps at idle (budget 47%, mid-range 60%, flagship 69%), taken at
-   the middle, and said so in the output.
+The figure comes from ``harness.budget.available_memory``, the rule plan and run use too: the
+user's ``--memory``, else the phone's own reading (the median ``MemAvailable`` its trials stored
+when they started), else the device profile's ``available_mb`` (a name that is not a serial in
+the store is looked up as a profile, and its trials are those whose ``device_model`` is the
+profile's ``ro.product.model``; a serial whose model matches a profile uses it too), else a share
+of the trials' total RAM, said so in the output.
 """
 
 from __future__ import annotations
@@ -20,11 +15,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.budget import AVAILABLE_FRACTION, available_memory
 from harness.errors import ConfigError
 from harness.profiles import DeviceProfile, find_profile, list_profiles
 
-AVAILABLE_FRACTION = 0.6
-MB = 1024 * 1024
+__all__ = ["AVAILABLE_FRACTION", "DeviceMemory", "resolve_device"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +39,13 @@ def _profile_for_model(model: str | None, devices_dir: Path | None) -> DevicePro
     return next((p for p in profiles if p.model == model), None)
 
 
+def _recorded(rows: pd.DataFrame, column: str, how: str) -> int | None:
+    if column not in rows:
+        return None
+    values = rows[column].dropna()
+    return int(values.agg(how)) if not values.empty else None
+
+
 def resolve_device(trials: pd.DataFrame, name: str, memory_bytes: int | None = None,
                    devices_dir: Path | None = None) -> DeviceMemory:
     serials = set(trials["device_serial"].dropna())
@@ -51,27 +53,20 @@ def resolve_device(trials: pd.DataFrame, name: str, memory_bytes: int | None = N
         rows = trials[trials["device_serial"] == name]
         models = rows["device_model"].dropna()
         model = str(models.iloc[0]) if not models.empty else None
-        if memory_bytes is not None:
-            return DeviceMemory(name, memory_bytes, "available memory from --memory")
         profile = _profile_for_model(model, devices_dir)
-        if profile is not None:
-            return DeviceMemory(name, profile.available_mb * MB,
-                                f"available memory from profile {profile.name} "
-                                f"(model {profile.model})")
-        ram = rows["device_ram_bytes"].dropna()
-        if not ram.empty:
-            total = int(ram.max())
-            return DeviceMemory(name, int(total * AVAILABLE_FRACTION),
-                                f"available memory estimated as {AVAILABLE_FRACTION:.0%} of "
-                                f"total RAM {total / 2**30:.1f} GiB (pass --memory to set it)")
-        return DeviceMemory(name, None, "available memory unknown (pass --memory to set it)")
+        found = available_memory(
+            given=memory_bytes, live=_recorded(rows, "start_mem_available_bytes", "median"),
+            live_from=f"{name} when its trials started",
+            profile_mb=profile.available_mb if profile else None,
+            profile=f"{profile.name} (model {profile.model})" if profile else None,
+            ram_bytes=_recorded(rows, "device_ram_bytes", "max"))
+        return DeviceMemory(name, found.bytes, found.source)
     try:
         profile = find_profile(name, devices_dir)
     except ConfigError:
         known = ", ".join(sorted(serials)[:10]) or "none"
         raise ConfigError(f"--device {name!r} is neither a serial in the store (serials: "
                           f"{known}) nor a device profile in devices/") from None
-    available = memory_bytes if memory_bytes is not None else profile.available_mb * MB
-    source = ("available memory from --memory" if memory_bytes is not None
-              else f"available memory from profile {profile.name}")
-    return DeviceMemory(profile.model, available, source)
+    found = available_memory(given=memory_bytes, profile_mb=profile.available_mb,
+                             profile=profile.name)
+    return DeviceMemory(profile.model, found.bytes, found.source)

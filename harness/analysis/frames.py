@@ -6,8 +6,10 @@ left out by default (its speed says more about the phone's temperature than abou
 but counted, so verdicts can say how many were dropped. A trial whose cell did not take effect on
 the phone (``config_not_applied``: its CPU mask was ignored, fewer threads ran) is always left
 out and counted: it measured some other configuration than the one it is labelled with. A *cell*
-here is one device (serial) and one ``config_id`` (the cell without its build), which is what
-pairs two builds.
+here is one device (serial) and one ``config_id`` (the cell without its build and engine), which
+is what pairs two builds or two engines. A *side* of a comparison is one (build, engine): the
+engine that ran a trial is its ``engine`` column, and a missing one reads ``llama-bench`` (stores
+from before engines were an axis held nothing else).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.cell import DEFAULT_ENGINE
 from harness.errors import ConfigError, StoreError
 from harness.store import read_table
 
@@ -102,20 +105,108 @@ class CellKey:
         return f"{self.device}/{self.config_id}"
 
 
+@dataclass(frozen=True, order=True)
+class Side:
+    """One side of a comparison: a build and the engine that ran it."""
+
+    build: str
+    engine: str = DEFAULT_ENGINE
+
+    def __str__(self) -> str:
+        return f"{self.build} [{self.engine}]"
+
+
 @dataclass(frozen=True)
 class SampleGroup:
-    """The usable values of one build on one cell, per canonical metric name."""
+    """The usable values of one side (build, engine) on one cell, per canonical metric name."""
 
     key: CellKey
     build_id: str
     label: str
     values: Mapping[str, np.ndarray] = field(default_factory=dict)
-    n_trials: int = 0  # every trial of the cell and build, whatever its outcome
+    n_trials: int = 0  # every trial of the cell and side (its window with recent=N), any outcome
     n_ok: int = 0
     n_throttled_excluded: int = 0
     outcomes: Mapping[str, int] = field(default_factory=dict)
     n_not_applied_excluded: int = 0  # ok trials whose affinity/threads did not take effect
     cpu_emulation: str | None = None  # the emulator of a virtual phone's CPU, None when native
+    engine: str = DEFAULT_ENGINE
+
+    @property
+    def side(self) -> Side:
+        return Side(self.build_id, self.engine)
+
+
+def engine_column(frame: pd.DataFrame) -> pd.Series:
+    """The engine of each trial as text; a missing column or value reads ``llama-bench``."""
+    if "engine" not in frame:
+        return pd.Series(DEFAULT_ENGINE, index=frame.index, dtype=object)
+    return frame["engine"].astype(object).where(frame["engine"].notna(), DEFAULT_ENGINE)
+
+
+def with_engine(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` whose ``engine`` column is filled (missing values read ``llama-bench``)."""
+    if "engine" in frame and not frame["engine"].isna().any():
+        return frame
+    return frame.assign(engine=engine_column(frame))
+
+
+def sides(frame: pd.DataFrame) -> list[Side]:
+    """Every (build, engine) of the trials, sorted."""
+    if "engine" in frame:
+        unique = frame[["build_id", "engine"]].drop_duplicates()
+        engines = unique["engine"].astype(object).where(unique["engine"].notna(), DEFAULT_ENGINE)
+    else:
+        unique = frame[["build_id"]].drop_duplicates()
+        engines = pd.Series(DEFAULT_ENGINE, index=unique.index, dtype=object)
+    found = {Side(str(b), str(e)) for b, e in zip(unique["build_id"], engines, strict=True)
+             if not pd.isna(b)}
+    return sorted(found)
+
+
+def resolve_side(frame: pd.DataFrame, build: str | None, engine: str | None, *,
+                 build_flag: str = "--baseline", engine_flag: str = "--baseline-engine") -> Side:
+    """The side a user named: a build and its engine, either one alone when that is unambiguous.
+
+    An engine None means the only engine ``build`` has; a build None means the only build
+    ``engine`` has. Anything else is a ConfigError of one line naming what the store holds and
+    the flag to pass.
+    """
+    known = sides(frame)
+    if build is None:
+        if engine is None:
+            raise ConfigError(f"name a side: pass {build_flag} BUILD or {engine_flag} ENGINE")
+        return _only_build(known, engine, build_flag, engine_flag)
+    return _engine_of(known, build, engine, build_flag, engine_flag)
+
+
+def _only_build(known: Sequence[Side], engine: str, build_flag: str, engine_flag: str) -> Side:
+    builds = sorted({s.build for s in known if s.engine == engine})
+    if len(builds) == 1:
+        return Side(builds[0], engine)
+    if not builds:
+        engines = ", ".join(sorted({s.engine for s in known})) or "none"
+        raise ConfigError(f"{engine_flag} {engine!r}: no trials of that engine "
+                          f"(engines: {engines})")
+    raise ConfigError(f"{engine_flag} {engine!r} has trials of several builds "
+                      f"({', '.join(builds)}): pass {build_flag} BUILD")
+
+
+def _engine_of(known: Sequence[Side], build: str, engine: str | None, build_flag: str,
+               engine_flag: str) -> Side:
+    engines = sorted({s.engine for s in known if s.build == build})
+    if not engines:
+        builds = ", ".join(sorted({s.build for s in known})) or "none"
+        raise ConfigError(f"{build_flag} {build!r}: no trials of that build (builds: {builds})")
+    if engine is None:
+        if len(engines) > 1:
+            raise ConfigError(f"{build_flag} {build!r} has trials of several engines "
+                              f"({', '.join(engines)}): pass {engine_flag} ENGINE")
+        return Side(build, engines[0])
+    if engine not in engines:
+        raise ConfigError(f"{engine_flag} {engine!r}: build {build!r} has no trials of that "
+                          f"engine (its engines: {', '.join(engines)})")
+    return Side(build, engine)
 
 
 def not_applied(frame: pd.DataFrame) -> pd.Series:
@@ -125,34 +216,69 @@ def not_applied(frame: pd.DataFrame) -> pd.Series:
     return frame["config_not_applied"].notna()
 
 
+def throttled(frame: pd.DataFrame) -> pd.Series:
+    """True for throttled trials (a missing flag reads False)."""
+    return frame["throttled"].astype(object).where(frame["throttled"].notna(), False).astype(bool)
+
+
+def usable_mask(frame: pd.DataFrame, include_throttled: bool = False) -> pd.Series:
+    """The rule of which trials count, as a mask: ``ok``, applied as asked and (by default) not
+    throttled. Every command and the report select trials with it."""
+    mask = (frame["outcome"] == "ok").to_numpy() & ~not_applied(frame).to_numpy()
+    if not include_throttled:
+        mask &= ~throttled(frame).to_numpy()
+    return pd.Series(mask, index=frame.index)
+
+
 def usable(frame: pd.DataFrame, include_throttled: bool = False) -> pd.DataFrame:
     """Trials with outcome ``ok``, applied as asked (and, by default, not throttled)."""
-    ok = frame[(frame["outcome"] == "ok") & ~not_applied(frame)]
-    if include_throttled:
-        return ok
-    return ok[~ok["throttled"].fillna(False).astype(bool)]
+    return frame[usable_mask(frame, include_throttled)]
 
 
-def _group(key: CellKey, build: str, rows: pd.DataFrame, metrics: Sequence[str],
+def medians(frame: pd.DataFrame, by: Sequence[str], columns: Sequence[str], *,
+            include_throttled: bool = False) -> pd.DataFrame:
+    """Median of each column over the usable trials of each group (NaN where none has one)."""
+    kept = usable(frame, include_throttled)
+    return kept.groupby(list(by), observed=True, sort=True)[list(columns)].median()
+
+
+def thermal_summary(frame: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """Per group, over every trial whatever its outcome (heat is the phone's, not the
+    build's): ``trials``, ``throttled`` (count), ``median_temp_c`` and ``max_temp_c``."""
+    hot = frame.assign(_throttled=throttled(frame).to_numpy())
+    return hot.groupby(list(by), observed=True, sort=True).agg(
+        trials=("_throttled", "size"), throttled=("_throttled", "sum"),
+        median_temp_c=("max_temp_c", "median"), max_temp_c=("max_temp_c", "max"))
+
+
+def best_medians(frame: pd.DataFrame, by: Sequence[str], over: str, column: str) -> pd.Series:
+    """Per group of ``by``: the best (highest) median of ``column`` among the values of ``over``
+    (e.g. the best thread count of a cell), over usable trials."""
+    per = medians(frame, [*by, over], [column])[column]
+    return per.groupby(level=list(range(len(by))), observed=True).max()
+
+
+def _group(key: CellKey, side: Side, rows: pd.DataFrame, metrics: Sequence[str],
            include_throttled: bool) -> SampleGroup:
     ok = rows[rows["outcome"] == "ok"]
     flagged = not_applied(ok)
-    throttled = ok["throttled"].fillna(False).astype(bool) & ~flagged
-    kept = ok[~flagged] if include_throttled else ok[~throttled & ~flagged]
+    hot = throttled(ok) & ~flagged
+    kept = usable(rows, include_throttled)
     values = {
         m: kept[METRIC_COLUMNS[m]].dropna().to_numpy(dtype=np.float64) for m in metrics
     }
     return SampleGroup(
         key=key,
-        build_id=build,
+        build_id=side.build,
         label=config_label(rows.iloc[0].to_dict()),
         values=values,
         n_trials=len(rows),
         n_ok=len(ok),
-        n_throttled_excluded=0 if include_throttled else int(throttled.sum()),
-        outcomes={str(k): int(v) for k, v in rows["outcome"].value_counts().items()},
+        n_throttled_excluded=0 if include_throttled else int(hot.sum()),
+        outcomes={str(k): int(v) for k, v in rows["outcome"].value_counts().items() if v},
         cpu_emulation=_emulation(rows),
         n_not_applied_excluded=int(flagged.sum()),
+        engine=side.engine,
     )
 
 
@@ -163,38 +289,77 @@ def _emulation(rows: pd.DataFrame) -> str | None:
     return ",".join(named) or None
 
 
-def build_groups(frame: pd.DataFrame, build: str, metrics: Sequence[str] = DEFAULT_METRICS,
-                 *, include_throttled: bool = False) -> dict[CellKey, SampleGroup]:
-    """Every (device, config) cell measured with ``build``, with its usable values."""
-    rows = frame[frame["build_id"] == build]
+def side_rows(frame: pd.DataFrame, side: Side) -> pd.DataFrame:
+    """The trials of one side: its build, run by its engine."""
+    return frame[(frame["build_id"] == side.build) & (engine_column(frame) == side.engine)]
+
+
+def recent_window(rows: pd.DataFrame, recent: int,
+                  include_throttled: bool = False) -> pd.DataFrame:
+    """The newest trials of one side and cell up to its ``recent``-th usable one: the usable
+    ``recent`` newest, and the throttled or failed ones among them (still counted)."""
+    newest = rows.sort_values("started_at", ascending=False, kind="stable")
+    counts = usable_mask(newest, include_throttled).to_numpy().astype(np.int64)
+    before = np.cumsum(counts) - counts  # usable trials newer than this one
+    return newest[before < recent]
+
+
+def _side_groups(frame: pd.DataFrame, side: Side, metrics: Sequence[str],
+                 include_throttled: bool, recent: int | None) -> dict[CellKey, SampleGroup]:
     groups: dict[CellKey, SampleGroup] = {}
-    for (serial, config), cell in rows.groupby(["device_serial", "config_id"], sort=True):
+    for (serial, config), cell in side_rows(frame, side).groupby(
+            ["device_serial", "config_id"], sort=True, observed=True):
         key = CellKey(str(serial), str(config))
-        groups[key] = _group(key, build, cell, metrics, include_throttled)
+        rows = cell if recent is None else recent_window(cell, recent, include_throttled)
+        groups[key] = _group(key, side, rows, metrics, include_throttled)
     return groups
 
 
-def paired_groups(frame: pd.DataFrame, baseline: str, candidate: str,
-                  metrics: Sequence[str] = DEFAULT_METRICS, *, include_throttled: bool = False,
-                  ) -> dict[CellKey, tuple[SampleGroup, SampleGroup]]:
-    """Cells measured with both builds: (baseline group, candidate group), sorted by key.
+def build_groups(frame: pd.DataFrame, build: str, metrics: Sequence[str] = DEFAULT_METRICS,
+                 *, engine: str | None = None, include_throttled: bool = False,
+                 recent: int | None = None) -> dict[CellKey, SampleGroup]:
+    """Every (device, config) cell measured with ``build`` run by ``engine`` (None: the only
+    engine that build has), with its usable values; with ``recent``, only each cell's newest
+    trials up to that many usable ones (``recent_window``)."""
+    side = resolve_side(frame, build, engine)
+    return _side_groups(frame, side, metrics, include_throttled, recent)
 
-    A ConfigError names the builds the store does hold when either build is absent, since a
-    typo would otherwise compare nothing and pass every gate.
-    """
-    builds = set(frame["build_id"].dropna().unique())
-    for name, what in ((baseline, "--baseline"), (candidate, "--candidate")):
-        if name not in builds:
-            known = ", ".join(sorted(builds)) or "none"
-            raise ConfigError(f"{what} {name!r}: no trials of that build (builds: {known})")
-    base = build_groups(frame, baseline, metrics, include_throttled=include_throttled)
-    cand = build_groups(frame, candidate, metrics, include_throttled=include_throttled)
+
+def paired_sides(frame: pd.DataFrame, baseline: Side, candidate: Side,
+                 metrics: Sequence[str] = DEFAULT_METRICS, *, include_throttled: bool = False,
+                 recent: int | None = None,
+                 ) -> dict[CellKey, tuple[SampleGroup, SampleGroup]]:
+    """Cells measured by both (resolved) sides: (baseline group, candidate group), by key."""
+    if recent is not None and recent < 1:
+        raise ConfigError(f"--recent {recent}: give at least 1 trial per side and cell")
+    base = _side_groups(frame, baseline, metrics, include_throttled, recent)
+    cand = _side_groups(frame, candidate, metrics, include_throttled, recent)
     # an emulated CPU's speed is never compared with a native one, even under one serial
     return {k: (base[k], cand[k]) for k in sorted(base, key=str)
             if k in cand and base[k].cpu_emulation == cand[k].cpu_emulation}
 
 
+def paired_groups(frame: pd.DataFrame, baseline: str, candidate: str,
+                  metrics: Sequence[str] = DEFAULT_METRICS, *, include_throttled: bool = False,
+                  baseline_engine: str | None = None, candidate_engine: str | None = None,
+                  recent: int | None = None,
+                  ) -> dict[CellKey, tuple[SampleGroup, SampleGroup]]:
+    """Cells measured by both sides: (baseline group, candidate group), sorted by key.
+
+    A ConfigError names the builds (or engines) the store does hold when a side is absent or
+    ambiguous, since a typo would otherwise compare nothing and pass every gate.
+    """
+    base_side = resolve_side(frame, baseline, baseline_engine)
+    cand_side = resolve_side(frame, candidate, candidate_engine, build_flag="--candidate",
+                             engine_flag="--candidate-engine")
+    return paired_sides(frame, base_side, cand_side, metrics,
+                        include_throttled=include_throttled, recent=recent)
+
+
 def nights(frame: pd.DataFrame) -> pd.Series:
-    """The night (UTC calendar date of ``started_at``) of each trial."""
-    started = pd.to_datetime(frame["started_at"], utc=True)
-    return started.dt.strftime("%Y-%m-%d")
+    """The night (UTC calendar date of ``started_at``, ``YYYY-MM-DD``) of each trial; each
+    distinct date is formatted once, so a million trials cost one vectorised floor."""
+    days = pd.to_datetime(frame["started_at"], utc=True).dt.floor("D")
+    codes, unique = pd.factorize(days)
+    labels = np.array([f"{d:%Y-%m-%d}" for d in unique] + [None], dtype=object)
+    return pd.Series(labels[codes], index=frame.index, dtype=object)

@@ -20,7 +20,15 @@ from typing import Any
 
 from harness.cell import Cell
 from harness.errors import ConfigError
-from harness.records import TrialRecord
+from harness.records import (
+    BuildMeta,
+    DeviceMeta,
+    ModelMeta,
+    Outcome,
+    TrialIds,
+    TrialRecord,
+    new_trial,
+)
 
 _QUANT = re.compile(
     r"(?<![A-Za-z0-9])(I?Q\d_[A-Z0-9]+(?:_[A-Z]+)?|I?Q\d_\d|BF16|F16|F32)(?![A-Za-z0-9])",
@@ -156,25 +164,15 @@ def _trial(cell: Cell, record: Mapping[str, Any], run_id: str, serial: str, inde
            rep: int, started: datetime, pp_tps: float | None, tg_tps: float | None,
            ttft_ms: float | None, raw: str) -> TrialRecord:
     number = record.get("build_number")
-    return TrialRecord(
-        run_id=run_id, trial_id=f"{run_id}/{serial}/{cell.cell_id}/{index}",
-        job_id=f"{serial}/{cell.cell_id}", cell_id=cell.cell_id, config_id=cell.config_id,
-        rep=rep, started_at=started, wall_s=None, device_serial=serial,
-        device_model=str(record.get("cpu_info")) if record.get("cpu_info") else None,
-        device_manufacturer=None, device_soc=None, device_sdk=None, device_ram_bytes=None,
-        build_id=cell.build, build_engine="llama.cpp",
-        build_version=str(number) if number is not None else None,
-        build_commit=str(record.get("build_commit")) if record.get("build_commit") else None,
-        build_abi=None, model_name=cell.model, model_sha256=None, quant=cell.quant,
-        model_n_params=_int(record, "model_n_params") or None,
-        model_file_bytes=_int(record, "model_size") or None,
-        n_ctx=cell.n_ctx, n_prompt=cell.n_prompt, n_gen=cell.n_gen, n_depth=cell.n_depth,
-        type_k=cell.type_k, type_v=cell.type_v, flash_attn=cell.flash_attn,
-        threads=cell.threads, affinity=cell.affinity, mmap=cell.mmap, n_batch=cell.n_batch,
-        n_ubatch=cell.n_ubatch, outcome="ok", error=None, pp_tps=pp_tps, tg_tps=tg_tps,
-        ttft_ms=ttft_ms, peak_pss_bytes=None, peak_rss_bytes=None, peak_swap_bytes=None,
-        vm_hwm_bytes=None, peak_pss_anon_bytes=None, peak_pss_file_bytes=None,
-        predicted_peak_bytes=None, max_temp_c=None, max_thermal_status=None, throttled=False,
-        cooldown_waited_s=None, start_thermal_status=None, start_temp_c=None,
-        battery_level=None, battery_temp_c=None, evidence=None, engine_record=raw,
+    ids = TrialIds(run_id=run_id, trial_id=f"{run_id}/{serial}/{cell.cell_id}/{index}",
+                   job_id=f"{serial}/{cell.cell_id}", serial=serial, rep=rep)
+    return new_trial(
+        ids, cell, Outcome.OK, started_at=started,
+        device=DeviceMeta(model=str(record.get("cpu_info")) if record.get("cpu_info") else None),
+        build=BuildMeta(
+            engine="llama.cpp", version=str(number) if number is not None else None,
+            commit=str(record.get("build_commit")) if record.get("build_commit") else None),
+        model=ModelMeta(n_params=_int(record, "model_n_params") or None,
+                        file_bytes=_int(record, "model_size") or None),
+        pp_tps=pp_tps, tg_tps=tg_tps, ttft_ms=ttft_ms, engine_record=raw,
     )

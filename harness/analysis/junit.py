@@ -35,11 +35,12 @@ def junit_document(result: BuildComparison, suite: str = "harness.compare") -> E
             })
             failure.text = f"verdict {c.verdict}: {c.reason}"
         out = ET.SubElement(case, "system-out")
-        out.text = (f"{result.baseline} -> {result.candidate}: verdict {c.verdict}; {c.reason}")
+        out.text = (f"{result.baseline_side} -> {result.candidate_side}: verdict {c.verdict}; "
+                    f"{c.reason}")
         cases.append(case)
     root = ET.Element("testsuites", {"tests": str(len(cases)), "failures": str(failures)})
     suite_el = ET.SubElement(root, "testsuite", {
-        "name": f"{suite} {result.baseline} vs {result.candidate}",
+        "name": f"{suite} {result.baseline_side} vs {result.candidate_side}",
         "tests": str(len(cases)),
         "failures": str(failures),
         "errors": "0",

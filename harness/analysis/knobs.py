@@ -14,15 +14,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from harness import memory
+from harness.units import mib
+
 Knob = Literal["n_ctx", "kv", "quant", "model"]
 KNOB_ORDER: tuple[Knob, ...] = ("n_ctx", "kv", "quant", "model")
 
-#: Weight quant levels from most to fewest bits (llama.cpp file-type names).
-QUANT_ORDER = (
-    "F32", "BF16", "F16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S",
-    "Q4_1", "Q4_0", "IQ4_NL", "IQ4_XS", "Q3_K_L", "Q3_K_M", "Q3_K_S", "IQ3_M", "IQ3_XXS",
-    "Q2_K", "IQ2_M", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S",
-)
+#: Weight quant levels from most to fewest bits (harness.memory's one ordering, reversed).
+QUANT_ORDER: tuple[str, ...] = tuple(reversed(memory.QUANT_ORDER))
 KV_NEXT = {"f32": "f16", "bf16": "q8_0", "f16": "q8_0", "q8_0": "q4_0"}
 MIN_CTX = 256
 
@@ -33,10 +32,6 @@ class Suggestion:
     config_id: str
     label: str
     text: str
-
-
-def _mib(n: float) -> str:
-    return f"{n / 2**20:,.0f} MiB"
 
 
 def lower_quant(quant: str) -> str | None:
@@ -62,7 +57,7 @@ def _ctx_step(row: Mapping[str, Any], fitting: Sequence[Mapping[str, Any]]) -> s
     if evidence:
         best = evidence[0]
         return (f"lower n_ctx from {n_ctx} to {best['n_ctx']} (measured on this device: peak "
-                f"{_mib(best['peak_bytes'])}, which fits)")
+                f"{mib(best['peak_bytes'])}, which fits)")
     target = n_ctx // 2
     if target >= max(MIN_CTX, need):
         return f"lower n_ctx from {n_ctx} to {target} (the KV cache shrinks in proportion)"
@@ -98,7 +93,7 @@ def _model_step(row: Mapping[str, Any], fitting: Sequence[Mapping[str, Any]]) ->
     if smaller:
         return (f"use a smaller model than {row['model_name']}: {smaller[0]['model_name']} "
                 f"{smaller[0]['quant']} fits on this device (peak "
-                f"{_mib(smaller[0]['peak_bytes'])})")
+                f"{mib(smaller[0]['peak_bytes'])})")
     size = f" ({int(params) / 1e9:.1f}B parameters)" if params else ""
     return f"use a smaller model than {row['model_name']}{size}"
 
@@ -116,7 +111,7 @@ def suggest(candidates: Sequence[Mapping[str, Any]],
         return None
     row = min(candidates, key=lambda r: (r.get("over_bytes") is None, r.get("over_bytes") or 0))
     over = row.get("over_bytes")
-    need = (f"needs {_mib(over)} less" if over is not None
+    need = (f"needs {mib(over)} less" if over is not None
             else "was killed by the low-memory killer")
     steps: list[tuple[Knob, str | None]] = [
         ("n_ctx", _ctx_step(row, fitting)),

@@ -8,7 +8,9 @@ writes the dated HTML report when that command exists.
 Two comparisons per nightly build: against the baseline (cumulative drift since the release;
 tonight's baseline trials when the matrix ran it tonight, else every stored baseline trial) and
 against the previous night (what changed since yesterday: the same configs, the previous run's
-trials). Gates apply to both; history runs over every night except the baseline build's.
+trials). Gates apply to both; history runs over every night except the baseline build's. A side
+is a build and its engine: each build of tonight is compared, engine by engine, with the
+baseline's trials of the same engine (an engine the baseline never ran is noted, not compared).
 """
 
 from __future__ import annotations
@@ -21,9 +23,18 @@ from typing import Any, Protocol
 import pandas as pd
 
 from harness.analysis.ab import BuildComparison, compare_builds
-from harness.analysis.frames import DEFAULT_METRICS, load_trials, nights
+from harness.analysis.frames import (
+    DEFAULT_METRICS,
+    Side,
+    engine_column,
+    load_trials,
+    nights,
+    side_rows,
+    sides,
+)
 from harness.analysis.gates import Gate
 from harness.analysis.trend import Change, Series, nightly_history
+from harness.cell import DEFAULT_ENGINE
 from harness.errors import ConfigError
 
 
@@ -75,6 +86,55 @@ def _main_build(rows: pd.DataFrame, baseline: str) -> str | None:
     return None if others.empty else str(others.value_counts().index[0])
 
 
+def _engine_note(engine: str) -> str:
+    return "" if engine == DEFAULT_ENGINE else f" [{engine}]"
+
+
+def _against_baseline(tonight: pd.DataFrame, base_rows: pd.DataFrame, baseline: str,
+                      metrics: Sequence[str], gates: Sequence[Gate],
+                      notes: list[str]) -> list[NightlyComparison]:
+    """Every side of tonight but the baseline's, against the baseline run by the same engine."""
+    base_engines = set(engine_column(base_rows))
+    out = []
+    for side in sides(tonight):
+        if side.build == baseline:
+            continue
+        if side.engine not in base_engines:
+            notes.append(f"{side}: baseline {baseline} has no trials of engine {side.engine}: "
+                         "not compared")
+            continue
+        base = side_rows(base_rows, Side(baseline, side.engine))
+        frame = pd.concat([base, side_rows(tonight, side)])
+        out.append(NightlyComparison(
+            f"{side.build} vs baseline {baseline}{_engine_note(side.engine)}",
+            compare_builds(frame, baseline, side.build, metrics, gates,
+                           baseline_engine=side.engine, candidate_engine=side.engine)))
+    return out
+
+
+def _against_previous(tonight: pd.DataFrame, previous: pd.DataFrame, current: str, night: str,
+                      baseline: str, metrics: Sequence[str],
+                      gates: Sequence[Gate]) -> list[NightlyComparison]:
+    """Tonight's main build against the previous run's, engine by engine."""
+    last_run = previous.sort_values("started_at").iloc[-1]["run_id"]
+    last = previous[previous["run_id"] == last_run]
+    old = _main_build(last, baseline) or str(last["build_id"].iloc[0])
+    old_night = str(nights(last).max())
+    a, b = f"{old}@{old_night}", f"{current}@{night}"
+    out = []
+    for engine in sorted(set(engine_column(tonight[tonight["build_id"] == current]))):
+        before = side_rows(last, Side(old, engine))
+        if before.empty:
+            continue
+        frame = pd.concat([_relabel(before, a),
+                           _relabel(side_rows(tonight, Side(current, engine)), b)])
+        out.append(NightlyComparison(
+            f"{current} vs previous night ({old}, {old_night}){_engine_note(engine)}",
+            compare_builds(frame, a, b, metrics, gates, baseline_engine=engine,
+                           candidate_engine=engine)))
+    return out
+
+
 def run_nightly(
     matrix: Path,
     *,
@@ -94,7 +154,6 @@ def run_nightly(
         raise ConfigError(f"run {summary.run_id} stored no trials in {results}")
     night = str(nights(tonight).max())
     notes: list[str] = []
-    comparisons: list[NightlyComparison] = []
     base_rows = tonight[tonight["build_id"] == baseline]
     if base_rows.empty:
         base_rows = trials[trials["build_id"] == baseline]
@@ -102,24 +161,12 @@ def run_nightly(
             raise ConfigError(f"--baseline {baseline!r}: no trials of that build, tonight or "
                               "before; add it to the matrix's build axis")
         notes.append(f"baseline {baseline} did not run tonight: compared with its stored trials")
-    for build in sorted(set(tonight["build_id"]) - {baseline}):
-        frame = pd.concat([base_rows, tonight[tonight["build_id"] == build]])
-        comparisons.append(NightlyComparison(
-            f"{build} vs baseline {baseline}",
-            compare_builds(frame, baseline, build, metrics, gates)))
+    comparisons = _against_baseline(tonight, base_rows, baseline, metrics, gates, notes)
     previous = trials[(trials["run_id"] != summary.run_id) & (trials["build_id"] != baseline)]
     current = _main_build(tonight, baseline)
     if current is not None and not previous.empty:
-        last_run = previous.sort_values("started_at").iloc[-1]["run_id"]
-        last = previous[previous["run_id"] == last_run]
-        old = _main_build(last, baseline) or str(last["build_id"].iloc[0])
-        old_night = str(nights(last).max())
-        a, b = f"{old}@{old_night}", f"{current}@{night}"
-        frame = pd.concat([_relabel(last[last["build_id"] == old], a),
-                           _relabel(tonight[tonight["build_id"] == current], b)])
-        comparisons.append(NightlyComparison(
-            f"{current} vs previous night ({old}, {old_night})",
-            compare_builds(frame, a, b, metrics, gates)))
+        comparisons.extend(_against_previous(tonight, previous, current, night, baseline,
+                                             metrics, gates))
     elif current is not None:
         notes.append("no previous night in the store: nothing to compare tonight against")
     history = [s for metric in metrics

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from harness.artifacts.gguf_info import file_sha256
 from harness.errors import ConfigError, ModelError
 
 SCHEMA_VERSION = 1
@@ -187,7 +188,7 @@ def measure_text(paths: Mapping[str, Path], text: str, *, reference: str = "F16"
     """
     if reference not in paths:
         raise ConfigError(f"the ladder has no {reference} reference (it has {', '.join(paths)})")
-    digests = dict(shas) if shas is not None else {q: _sha256(p) for q, p in paths.items()}
+    digests = dict(shas) if shas is not None else {q: file_sha256(p) for q, p in paths.items()}
     tokens = tokenize(paths[reference], text)
     chunks = _windows(len(tokens), window)[:max_windows]
     if not chunks:
@@ -226,12 +227,6 @@ def measure_text(paths: Mapping[str, Path], text: str, *, reference: str = "F16"
     return scores
 
 
-def _sha256(path: Path) -> str:
-    from harness.artifacts.gguf_info import file_sha256
-
-    return file_sha256(path)
-
-
 def cache_key(shas: Mapping[str, str], n_tokens: int, seed: int, reference: str) -> str:
     blob = json.dumps({"shas": dict(sorted(shas.items())), "n_tokens": n_tokens, "seed": seed,
                        "reference": reference, "schema": SCHEMA_VERSION}, sort_keys=True)
@@ -245,7 +240,7 @@ def measure_ladder(paths: Mapping[str, Path], *, reference: str = "F16",
     """Score every file of a ladder against ``reference`` (which scores KL 0, top-1 1)."""
     if reference not in paths:
         raise ConfigError(f"the ladder has no {reference} reference (it has {', '.join(paths)})")
-    digests = dict(shas) if shas is not None else {q: _sha256(p) for q, p in paths.items()}
+    digests = dict(shas) if shas is not None else {q: file_sha256(p) for q, p in paths.items()}
     n_ctx = max(64, n_tokens)
     ref_logits: FloatArray | None = None
     tokens: list[int] = []
@@ -295,7 +290,7 @@ def ensure_quality(size: str = "tiny", *, cache_dir: Path | None = None,
     from harness.artifacts.testmodels import REAL_LADDERS, ensure_ladder, ladder_dir
 
     paths = ensure_ladder(size, cache_dir, progress)
-    shas = {q: _sha256(p) for q, p in paths.items()}
+    shas = {q: file_sha256(p) for q, p in paths.items()}
     real = size in REAL_LADDERS
     text = gemma_terms_text() if real else ""
     settings = (f"text:{hashlib.sha256(text.encode()).hexdigest()}:{TEXT_WINDOW}:{windows}"

@@ -1,34 +1,44 @@
 """Which configuration for this device: measured evidence first, predictions clearly marked.
 
-A configuration is eligible when, on this device, no trial of it was killed by the low-memory
-killer, its worst measured peak plus the reserve fits the available memory, at most
-``max_throttled_fraction`` of its successful trials throttled, and (when a bound is given) its
-KL divergence against the ladder's reference is within ``max_quality_loss``. Eligible measured
-configurations are ranked by the objective (median of the unthrottled trials); cells the plan
-predicts to fit but that were never measured follow, marked ``predicted``, ranked by predicted
-peak (there is no measured speed to rank them by). The peak is the *worst* trial's PSS, not the
-median: the low-memory killer acts on the worst case. When nothing is eligible, ``knobs.suggest``
-says which knob to turn first.
+A *candidate* is a whole configuration: the config's knobs, the build and the engine that ran it
+(the same knobs measured with a release build and with a slower one are two candidates, and the
+pick names which one it is). A candidate is eligible when, on this device, none of its trials was
+killed by the low-memory killer, its worst measured peak plus the reserve fits the available
+memory, at most ``max_throttled_fraction`` of its successful trials throttled, and (when a bound
+is given) its KL divergence against the ladder's reference is within ``max_quality_loss``.
+Which trials count is ``frames.usable``'s rule. Eligible measured candidates are ranked by the
+objective (median of the unthrottled trials); cells the plan predicts to fit but that were never
+measured follow, marked ``predicted``, ranked by predicted peak (there is no measured speed to
+rank them by). The peak is the *worst* trial's, not the median: the low-memory killer acts on
+the worst case; per trial it is the larger of the sampled PSS and the kernel's high-water mark
+(VmHWM), which a trial shorter than the sampling interval cannot slip past. When nothing is
+eligible, ``knobs.suggest`` says which knob to turn first.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
-from harness.analysis.frames import config_label
+from harness.analysis.devicemem import DeviceMemory, resolve_device
+from harness.analysis.frames import config_label, engine_column, throttled, usable
 from harness.analysis.knobs import Suggestion, suggest
 from harness.analysis.quality import QualityScore
 from harness.errors import ConfigError
+from harness.units import mib
 
 Objective = Literal["tg_tps", "pp_tps", "ttft"]
 OBJECTIVE_COLUMNS: dict[str, str] = {"tg_tps": "tg_tps", "pp_tps": "pp_tps", "ttft": "ttft_ms"}
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
+DEFAULT_RESERVE = "1.5GiB"  # memory left free for the rest of the phone (`--reserve`)
+#: What identifies a candidate: (config_id, build_id, engine).
+CandidateKey = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
@@ -48,21 +58,28 @@ class Pick:
     peak_bytes: int | None
     headroom_bytes: int | None  # available - reserve - peak
     source: Literal["measured", "predicted"]
-    build_id: str | None
+    build_id: str
+    engine: str
     n_trials: int
     kl: float | None
     top1: float | None
     pareto: bool
     explanation: str
 
+    @property
+    def candidate(self) -> CandidateKey:
+        return (self.config_id, self.build_id, self.engine)
+
 
 @dataclass(frozen=True)
 class Rejected:
     config_id: str
     label: str
-    reason_code: str  # oom_killed | over_budget | no_ok_trial | throttled | quality |
-    #                   quality_unknown | predicted_over_budget | predicted_unsupported
+    reason_code: str  # oom_killed | over_budget | no_ok_trial | not_applied | throttled |
+    #                   quality | quality_unknown | predicted_over_budget | predicted_unsupported
     reason: str
+    build_id: str | None = None
+    engine: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,7 +90,7 @@ class Recommendation:
     reserve_bytes: int
     max_quality_loss: float | None
     picks: tuple[Pick, ...]
-    pareto: tuple[str, ...]  # config_ids of the measured picks on the speed/memory front
+    pareto: tuple[CandidateKey, ...]  # the measured picks on the speed/memory front
     rejected: tuple[Rejected, ...]
     suggestion: Suggestion | None
     notes: tuple[str, ...] = ()
@@ -92,15 +109,12 @@ class Recommendation:
             "objective": self.objective, "available_bytes": self.available_bytes,
             "reserve_bytes": self.reserve_bytes, "budget_bytes": self.budget_bytes,
             "max_quality_loss": self.max_quality_loss,
-            "picks": [asdict(p) for p in self.picks], "pareto": list(self.pareto),
+            "picks": [asdict(p) for p in self.picks],
+            "pareto": [{"config_id": c, "build_id": b, "engine": e} for c, b, e in self.pareto],
             "rejected": [asdict(r) for r in self.rejected],
             "suggestion": asdict(self.suggestion) if self.suggestion else None,
             "notes": list(self.notes),
         }
-
-
-def _mib(n: float) -> str:
-    return f"{n / 2**20:,.0f} MiB"
 
 
 def _median(values: pd.Series) -> float | None:
@@ -113,76 +127,95 @@ def _int(value: Any) -> int | None:
         or value is pd.NA else int(value)
 
 
-def _latest_build(rows: pd.DataFrame) -> pd.DataFrame:
-    latest = rows.sort_values("started_at").iloc[-1]["build_id"]
-    return rows[rows["build_id"] == latest]
-
-
 @dataclass(frozen=True)
 class _Measured:
-    row: dict[str, Any]  # trial columns of the configuration plus label / config_id
+    row: dict[str, Any]  # trial columns of the configuration plus label / config_id / engine
     speeds: dict[str, float | None]
     peak: int | None
     n_trials: int
-    build: str
+
+    @property
+    def key(self) -> CandidateKey:
+        return (str(self.row["config_id"]), str(self.row["build_id"]), str(self.row["engine"]))
 
 
-def _assess(config_id: str, rows: pd.DataFrame, *, available: int | None, reserve: int,
+def _reject(row: Mapping[str, Any], code: str, reason: str) -> Rejected:
+    return Rejected(str(row["config_id"]), str(row["label"]), code, reason,
+                    str(row["build_id"]), str(row["engine"]))
+
+
+def _worst_peak(ok: pd.DataFrame) -> int | None:
+    """The worst trial's peak: its sampled PSS or its VmHWM, whichever is larger (its sampled
+    RSS where neither was read)."""
+    columns = [c for c in ("peak_pss_bytes", "vm_hwm_bytes") if c in ok]
+    peaks = (ok[columns].max(axis=1, skipna=True).dropna() if columns
+             else pd.Series(dtype="float64"))
+    if peaks.empty:
+        peaks = ok["peak_rss_bytes"].dropna()
+    return _int(peaks.max()) if not peaks.empty else None
+
+
+def _health(row: Mapping[str, Any], rows: pd.DataFrame, applied: pd.DataFrame,
+            max_throttled: float) -> Rejected | None:
+    """Why a candidate's trials cannot be trusted to run on this phone, if they cannot."""
+    n = len(rows)
+    ooms = int((rows["outcome"] == "oom_killed").sum())
+    if ooms:
+        return _reject(row, "oom_killed", f"killed by the low-memory killer in {ooms} of {n} "
+                                          "trials")
+    n_ok = int((rows["outcome"] == "ok").sum())
+    if not n_ok:
+        counts = rows["outcome"].astype(str).value_counts()
+        outcomes = ", ".join(f"{k} {v}" for k, v in counts.items())
+        return _reject(row, "no_ok_trial", f"no successful trial ({outcomes})")
+    if applied.empty:
+        return _reject(row, "not_applied", f"none of the {n_ok} successful trials ran as "
+                                           "configured (affinity or threads not applied)")
+    hot = throttled(applied)
+    if hot.mean() > max_throttled:
+        return _reject(row, "throttled", f"{int(hot.sum())} of {len(applied)} trials throttled")
+    return None
+
+
+def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, reserve: int,
             max_throttled: float, quality: Mapping[tuple[str, str], QualityScore],
             max_loss: float | None) -> tuple[_Measured | None, Rejected | None, int | None]:
     """(eligible measurement, or rejection; bytes over budget when rejected for memory)."""
     row = rows.iloc[0].to_dict()
-    label = config_label(row)
-    row.update(config_id=config_id, label=label)
-    n = len(rows)
-    ooms = int((rows["outcome"] == "oom_killed").sum())
-    ok = rows[rows["outcome"] == "ok"]
-    if ooms:
-        return None, Rejected(config_id, label, "oom_killed",
-                              f"killed by the low-memory killer in {ooms} of {n} trials"), None
-    if ok.empty:
-        outcomes = ", ".join(f"{k} {v}" for k, v in rows["outcome"].value_counts().items())
-        return None, Rejected(config_id, label, "no_ok_trial",
-                              f"no successful trial ({outcomes})"), None
-    throttled = ok["throttled"].fillna(False).astype(bool)
-    if throttled.mean() > max_throttled:
-        return None, Rejected(config_id, label, "throttled",
-                              f"{int(throttled.sum())} of {len(ok)} trials throttled"), None
-    peaks = ok["peak_pss_bytes"].dropna()
-    if peaks.empty:
-        peaks = ok["peak_rss_bytes"].dropna()
-    peak = _int(peaks.max()) if not peaks.empty else None
+    row.update(config_id=key[0], build_id=key[1], engine=key[2], label=config_label(row))
+    applied = usable(rows, include_throttled=True)
+    unhealthy = _health(row, rows, applied, max_throttled)
+    if unhealthy is not None:
+        return None, unhealthy, None
+    peak = _worst_peak(applied)
     if available is not None and peak is not None and peak + reserve > available:
         over = peak + reserve - available
-        return None, Rejected(config_id, label, "over_budget",
-                              f"peak {_mib(peak)} + reserve {_mib(reserve)} > available "
-                              f"{_mib(available)}"), over
-    rejected = _quality_rejection(config_id, label, row, quality, max_loss)
+        return None, _reject(row, "over_budget", f"peak {mib(peak)} + reserve {mib(reserve)} "
+                                                 f"> available {mib(available)}"), over
+    rejected = _quality_rejection(row, quality, max_loss)
     if rejected:
         return None, rejected, None
-    cool = ok[~throttled] if (~throttled).any() else ok
-    speeds = {k: _median(cool[c]) for k, c in
-              (("tg_tps", "tg_tps"), ("pp_tps", "pp_tps"), ("ttft_ms", "ttft_ms"))}
-    return _Measured(row, speeds, peak, n, str(row["build_id"])), None, None
+    cool = usable(rows)
+    cool = cool if not cool.empty else applied
+    speeds = {k: _median(cool[k]) for k in ("tg_tps", "pp_tps", "ttft_ms")}
+    return _Measured(row, speeds, peak, len(rows)), None, None
 
 
-def _quality_rejection(config_id: str, label: str, row: Mapping[str, Any],
-                       quality: Mapping[tuple[str, str], QualityScore],
+def _quality_rejection(row: Mapping[str, Any], quality: Mapping[tuple[str, str], QualityScore],
                        max_loss: float | None) -> Rejected | None:
     if max_loss is None:
         return None
     score = quality.get((str(row["model_name"]), str(row["quant"])))
     if score is None:
-        return Rejected(config_id, label, "quality_unknown",
-                        "quality not measured (run `harness quality`), so the bound cannot hold")
+        return _reject(row, "quality_unknown",
+                       "quality not measured (run `harness quality`), so the bound cannot hold")
     if score.kl > max_loss:
-        return Rejected(config_id, label, "quality",
-                        f"KL {score.kl:.4g} > max quality loss {max_loss:g}")
+        return _reject(row, "quality", f"KL {score.kl:.4g} > max quality loss {max_loss:g}")
     return None
 
 
-def _pareto(points: Sequence[tuple[str, float, int]]) -> set[str]:
-    """Config ids not dominated in (speed higher better, peak lower better)."""
+def _pareto(points: Sequence[tuple[CandidateKey, float, int]]) -> set[CandidateKey]:
+    """Candidates not dominated in (speed higher better, peak lower better)."""
     front = set()
     for cid, speed, peak in points:
         dominated = any(
@@ -207,14 +240,42 @@ def _explain(m: _Measured | None, peak: int | None, headroom: int | None, score:
         parts.append("predicted to fit, not measured: run it to know its speed")
     if peak is not None:
         kind = "peak" if m is not None else "predicted peak"
-        room = f", {_mib(headroom)} headroom after the {_mib(reserve)} reserve" \
+        room = f", {mib(headroom)} headroom after the {mib(reserve)} reserve" \
             if headroom is not None else ""
-        parts.append(f"{kind} {_mib(peak)}{room}")
+        parts.append(f"{kind} {mib(peak)}{room}")
     parts.append(f"quality KL {score.kl:.3g}, top-1 {score.top1:.0%}" if score
                  else "quality not measured")
     if pareto:
         parts.append("on the speed/memory Pareto front")
     return "; ".join(parts)
+
+
+def _device_rows(trials: pd.DataFrame, device: str, builds: Sequence[str],
+                 engines: Sequence[str]) -> pd.DataFrame:
+    """The device's trials (by serial or device model) of the named builds and engines, with
+    the engine column filled."""
+    rows = trials[(trials["device_serial"] == device) | (trials["device_model"] == device)]
+    rows = rows.assign(engine=engine_column(rows).to_numpy())
+    if builds:
+        rows = rows[rows["build_id"].isin(list(builds))]
+    if engines:
+        rows = rows[rows["engine"].isin(list(engines))]
+    return rows
+
+
+def _scope_note(device: str, builds: Sequence[str], engines: Sequence[str]) -> str:
+    which = "".join(f" and {what} {', '.join(names)}" for what, names in
+                    (("build", builds), ("engine", engines)) if names)
+    return f"no trials for device {device!r}{which}"
+
+
+def _ranked(measured: list[_Measured], objective: str) -> list[_Measured]:
+    """Best objective first (ties: smaller peak, then config, build and engine)."""
+    key = "ttft_ms" if objective == "ttft" else objective
+    sign = 1.0 if objective == "ttft" else -1.0
+    return sorted(measured, key=lambda m: (m.speeds.get(key) is None,
+                                           sign * (m.speeds.get(key) or 0.0),
+                                           m.peak if m.peak is not None else 0, m.key))
 
 
 def recommend(
@@ -227,33 +288,35 @@ def recommend(
     max_quality_loss: float | None = None,
     quality: Mapping[tuple[str, str], QualityScore] | None = None,
     predictions: Sequence[Any] | None = None,
-    build: str | None = None,
+    builds: Sequence[str] = (),
+    engines: Sequence[str] = (),
     max_throttled_fraction: float = 0.5,
 ) -> Recommendation:
-    """Rank the configurations of ``device`` (a serial, or a ``device_model`` name).
+    """Rank the (config, build, engine) candidates of ``device`` (a serial or a ``device_model``).
 
-    ``predictions`` are ``harness.plan.PlannedCell`` objects; cells whose config was measured on
-    this device are ignored (evidence wins). Each config's trials are those of ``build``, or of
-    the latest build that measured it. ``available_bytes`` None means only OOM evidence counts.
+    ``builds`` / ``engines`` keep only the candidates of those builds / engines (default: all).
+    ``predictions`` are ``harness.plan.PlannedCell`` objects; a planned cell whose candidate was
+    measured on this device is ignored (evidence wins). ``available_bytes`` None means only OOM
+    evidence counts.
     """
     if objective not in OBJECTIVE_COLUMNS:
         raise ConfigError(f"objective {objective!r}: use one of {', '.join(OBJECTIVE_COLUMNS)}")
     scores = quality or {}
     notes: list[str] = []
-    rows = trials[(trials["device_serial"] == device) | (trials["device_model"] == device)]
-    if build is not None:
-        rows = rows[rows["build_id"] == build]
+    rows = _device_rows(trials, device, builds, engines)
     if rows.empty:
-        which = f" and build {build!r}" if build else ""
-        notes.append(f"no trials for device {device!r}{which}")
+        notes.append(_scope_note(device, builds, engines))
     if available_bytes is None:
         notes.append("available memory unknown: only low-memory-killer evidence was used")
     measured: list[_Measured] = []
     rejected: list[Rejected] = []
     memory_rejects: list[dict[str, Any]] = []
-    for config_id, config_rows in rows.groupby("config_id", sort=True):
-        chosen = config_rows if build is not None else _latest_build(config_rows)
-        m, rej, over = _assess(str(config_id), chosen, available=available_bytes,
+    seen: set[CandidateKey] = set()
+    for key, candidate in rows.groupby(["config_id", "build_id", "engine"], sort=True,
+                                       observed=True):
+        ckey = (str(key[0]), str(key[1]), str(key[2]))
+        seen.add(ckey)
+        m, rej, over = _assess(ckey, candidate, available=available_bytes,
                                reserve=reserve_bytes, max_throttled=max_throttled_fraction,
                                quality=scores, max_loss=max_quality_loss)
         if m is not None:
@@ -261,30 +324,64 @@ def recommend(
         elif rej is not None:
             rejected.append(rej)
             if rej.reason_code in ("over_budget", "oom_killed"):
-                r = chosen.iloc[0].to_dict()
-                memory_rejects.append({**r, "config_id": rej.config_id, "label": rej.label,
-                                       "over_bytes": over})
-    key = "ttft_ms" if objective == "ttft" else objective
+                memory_rejects.append({**candidate.iloc[0].to_dict(), "config_id": rej.config_id,
+                                       "label": rej.label, "over_bytes": over})
+    measured = _ranked(measured, objective)
+    key_name = "ttft_ms" if objective == "ttft" else objective
     sign = 1.0 if objective == "ttft" else -1.0
-    measured.sort(key=lambda m: (m.speeds.get(key) is None, sign * (m.speeds.get(key) or 0.0),
-                                 m.peak if m.peak is not None else 0))
-    front = _pareto([(m.row["config_id"], -sign * (m.speeds[key] or 0.0), m.peak)
-                     for m in measured if m.speeds.get(key) is not None and m.peak is not None])
+    front = _pareto([(m.key, -sign * (m.speeds[key_name] or 0.0), m.peak)
+                     for m in measured if m.speeds.get(key_name) is not None
+                     and m.peak is not None])
     picks: list[Pick] = []
     for m in measured:
         picks.append(_pick(len(picks) + 1, m.row, m, m.peak, available_bytes, reserve_bytes,
-                           scores, objective, m.row["config_id"] in front))
-    seen = set(rows["config_id"])
-    predicted_picks = _predicted(predictions or (), seen, available_bytes, reserve_bytes,
-                                 scores, max_quality_loss, rejected)
+                           scores, objective, m.key in front))
+    planned = [p for p in predictions or () if (not builds or p.cell.build in builds)
+               and (not engines or p.cell.engine in engines)]
+    predicted_picks = _predicted(planned, seen, available_bytes, reserve_bytes, scores,
+                                 max_quality_loss, rejected)
     for row, peak in sorted(predicted_picks, key=lambda rp: rp[1]):
         picks.append(_pick(len(picks) + 1, row, None, peak, available_bytes, reserve_bytes,
                            scores, objective, False))
     fitting = [{**m.row, "peak_bytes": m.peak} for m in measured if m.peak is not None]
     suggestion = None if picks else suggest(memory_rejects, fitting)
     return Recommendation(device, objective, available_bytes, reserve_bytes, max_quality_loss,
-                          tuple(picks), tuple(p.config_id for p in picks if p.pareto),
+                          tuple(picks), tuple(p.candidate for p in picks if p.pareto),
                           tuple(rejected), suggestion, tuple(notes))
+
+
+def cached_scores(trials: pd.DataFrame) -> dict[tuple[str, str], QualityScore]:
+    """(model, quant) -> the quality ``harness quality`` cached for the trials' model files."""
+    from harness.analysis.quality import (
+        cached_quality_files,
+        load_quality_files,
+        quality_for_trials,
+    )
+
+    return quality_for_trials(trials, load_quality_files(cached_quality_files()))
+
+
+def recommend_device(
+    trials: pd.DataFrame,
+    name: str,
+    *,
+    reserve_bytes: int,
+    memory_bytes: int | None = None,
+    devices_dir: Path | None = None,
+    predictions_for: Callable[[int | None], Sequence[Any] | None] | None = None,
+    **options: Any,
+) -> tuple[Recommendation, DeviceMemory]:
+    """What ``harness recommend --device NAME`` answers, and where its memory figure came from.
+
+    ``name`` is a serial in the store or a device profile; the available memory is resolved by
+    ``devicemem.resolve_device`` (``memory_bytes`` first). ``predictions_for`` maps that memory
+    to planned cells (``--matrix``). ``options`` are ``recommend``'s keyword arguments.
+    """
+    target = resolve_device(trials, name, memory_bytes, devices_dir)
+    predictions = predictions_for(target.available_bytes) if predictions_for else None
+    rec = recommend(trials, target.device, reserve_bytes=reserve_bytes,
+                    available_bytes=target.available_bytes, predictions=predictions, **options)
+    return rec, target
 
 
 def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | None,
@@ -299,39 +396,41 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
         type_k=str(row["type_k"]), type_v=str(row["type_v"]), threads=int(row["threads"]),
         tg_tps=speeds.get("tg_tps"), pp_tps=speeds.get("pp_tps"),
         ttft_ms=speeds.get("ttft_ms"), peak_bytes=peak, headroom_bytes=headroom,
-        source="measured" if m else "predicted", build_id=m.build if m else row.get("build_id"),
-        n_trials=m.n_trials if m else 0, kl=score.kl if score else None,
-        top1=score.top1 if score else None, pareto=pareto,
+        source="measured" if m else "predicted", build_id=str(row["build_id"]),
+        engine=str(row["engine"]), n_trials=m.n_trials if m else 0,
+        kl=score.kl if score else None, top1=score.top1 if score else None, pareto=pareto,
         explanation=_explain(m, peak, headroom, score, objective, pareto, reserve),
     )
 
 
-def _predicted(predictions: Sequence[Any], seen: set[str], available: int | None, reserve: int,
-               scores: Mapping[tuple[str, str], QualityScore], max_loss: float | None,
-               rejected: list[Rejected]) -> list[tuple[dict[str, Any], int]]:
-    """Planned cells not measured here that are predicted to fit: (row, predicted peak)."""
+def _predicted(predictions: Sequence[Any], seen: set[CandidateKey], available: int | None,
+               reserve: int, scores: Mapping[tuple[str, str], QualityScore],
+               max_loss: float | None, rejected: list[Rejected],
+               ) -> list[tuple[dict[str, Any], int]]:
+    """Planned candidates not measured here that are predicted to fit: (row, predicted peak)."""
     out: list[tuple[dict[str, Any], int]] = []
-    done: set[str] = set()
+    done: set[CandidateKey] = set()
     for planned in predictions:
         cell = planned.cell
-        if cell.config_id in seen or cell.config_id in done:
+        key = (cell.config_id, cell.build, cell.engine)
+        if key in seen or key in done:
             continue
-        done.add(cell.config_id)
+        done.add(key)
         row = {"config_id": cell.config_id, "label": cell.label(), "model_name": cell.model,
                "quant": cell.quant, "n_ctx": cell.n_ctx, "type_k": cell.type_k,
-               "type_v": cell.type_v, "threads": cell.threads, "build_id": cell.build}
-        label = f"{cell.label()} (predicted)"
+               "type_v": cell.type_v, "threads": cell.threads, "build_id": cell.build,
+               "engine": cell.engine}
+        named = {**row, "label": f"{cell.label()} (predicted)"}
         if planned.prediction is None or planned.reason_code not in ("fits", "over_budget"):
-            rejected.append(Rejected(cell.config_id, label, "predicted_unsupported",
-                                     planned.reason))
+            rejected.append(_reject(named, "predicted_unsupported", planned.reason))
             continue
         peak = int(planned.prediction.total)
         if available is not None and peak + reserve > available:
-            rejected.append(Rejected(cell.config_id, label, "predicted_over_budget",
-                                     f"predicted peak {_mib(peak)} + reserve {_mib(reserve)} > "
-                                     f"available {_mib(available)}"))
+            rejected.append(_reject(named, "predicted_over_budget",
+                                    f"predicted peak {mib(peak)} + reserve {mib(reserve)} > "
+                                    f"available {mib(available)}"))
             continue
-        quality_reject = _quality_rejection(cell.config_id, label, row, scores, max_loss)
+        quality_reject = _quality_rejection(named, scores, max_loss)
         if quality_reject:
             rejected.append(quality_reject)
             continue

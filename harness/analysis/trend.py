@@ -1,10 +1,12 @@
-"""History over the store: one median per night per device x config, and its change points.
+"""History over the store: one median per night per device x config x engine, and its change
+points.
 
-The detector is ``history.detect_change_points`` (pure, over one value per night). This module
+The detector is ``changepoints.detect_change_points`` (pure, over one value per night). This module
 turns trials into those nightly series and puts names on the answer: the night and the build
 before and after each change point, so a morning reader can go straight to the suspect commit.
 A night is the UTC date of a trial's ``started_at``; a night without a usable value is left out
-of the series rather than read as zero.
+of the series rather than read as zero. Builds follow one another within a series (that is what a
+nightly history is); engines never share one, as they are different programs.
 """
 
 from __future__ import annotations
@@ -17,8 +19,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.analysis.frames import METRIC_COLUMNS, config_label, metric_name, nights, usable
-from harness.analysis.history import detect_change_points
+from harness.analysis.changepoints import detect_change_points
+from harness.analysis.frames import (
+    METRIC_COLUMNS,
+    config_label,
+    engine_column,
+    metric_name,
+    nights,
+    usable,
+)
+from harness.cell import DEFAULT_ENGINE
 
 SCHEMA_VERSION = 1
 
@@ -58,11 +68,17 @@ class Series:
     metric: str
     points: tuple[NightPoint, ...]
     changes: tuple[Change, ...] = field(default_factory=tuple)
+    engine: str = DEFAULT_ENGINE
+
+    @property
+    def largest_change(self) -> float:
+        """The size of the largest change point (0 without one)."""
+        return max((abs(c.magnitude) for c in self.changes), default=0.0)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "device": self.device, "config_id": self.config_id, "label": self.label,
-            "metric": self.metric,
+            "metric": self.metric, "engine": self.engine,
             "nights": [{"night": p.night, "median": p.median, "n": p.n, "build": p.build}
                        for p in self.points],
             "change_points": [
@@ -76,17 +92,33 @@ class Series:
         }
 
 
-def _points(rows: pd.DataFrame, column: str) -> list[NightPoint]:
-    points = []
-    for night, day in rows.groupby("night", sort=True):
-        values = day[column].dropna().to_numpy(dtype=np.float64)
-        if values.size == 0:
-            continue
-        counts = day["build_id"].value_counts()
-        build = sorted(counts[counts == counts.max()].index)[0]
-        points.append(NightPoint(str(night), float(np.median(values)), int(values.size),
-                                 str(build)))
-    return points
+_KEYS = ["device_serial", "config_id", "engine"]
+
+
+def _night_builds(rows: pd.DataFrame) -> pd.Series:
+    """Per series and night: the build with the most usable trials (ties: alphabetical first)."""
+    counts = rows.groupby([*_KEYS, "night", "build_id"], observed=True, sort=False).size()
+    table = counts.reset_index(name="n").sort_values(
+        [*_KEYS, "night", "n", "build_id"], ascending=[True] * 4 + [False, True])
+    first = table.drop_duplicates([*_KEYS, "night"])
+    return first.set_index([*_KEYS, "night"])["build_id"].astype(str)
+
+
+def _series_points(rows: pd.DataFrame, column: str) -> dict[tuple[str, str, str],
+                                                             list[NightPoint]]:
+    """Every series' nights (oldest first) with their median, count and main build."""
+    valued = rows[rows[column].notna()]
+    if valued.empty:
+        return {}
+    stats = valued.groupby([*_KEYS, "night"], observed=True, sort=True)[column].agg(
+        ["median", "size"])
+    builds = _night_builds(rows).reindex(stats.index)
+    out: dict[tuple[str, str, str], list[NightPoint]] = {}
+    for (serial, config, engine, night), median, n, build in zip(
+            stats.index, stats["median"], stats["size"], builds, strict=True):
+        key = (str(serial), str(config), str(engine))
+        out.setdefault(key, []).append(NightPoint(str(night), float(median), int(n), str(build)))
+    return out
 
 
 def _changes(points: Sequence[NightPoint], p_value: float, min_magnitude: float,
@@ -111,19 +143,38 @@ def nightly_history(
     config_id: str | None = None,
     builds: Sequence[str] = (),
     exclude_builds: Sequence[str] = (),
+    engines: Sequence[str] = (),
     include_throttled: bool = False,
     p_value: float = 0.001,
     min_magnitude: float = 0.03,
     min_size: int = 3,
 ) -> list[Series]:
-    """Nightly medians and change points of every device x config (optionally filtered).
+    """Nightly medians and change points of every device x config x engine (optionally
+    filtered), sorted by device, config and engine.
 
     ``builds`` keeps only those builds, ``exclude_builds`` drops some (a reference build run
-    every night next to the nightly one would otherwise be mixed into the same medians).
+    every night next to the nightly one would otherwise be mixed into the same medians);
+    ``engines`` keeps only those engines.
     """
     name = metric_name(metric)
     column = METRIC_COLUMNS[name]
-    rows = usable(trials, include_throttled)
+    rows = _selected(usable(trials, include_throttled), device, config_id, builds,
+                     exclude_builds, engines)
+    if rows.empty:
+        return []
+    rows = rows.assign(night=nights(rows).to_numpy(), engine=engine_column(rows).to_numpy())
+    firsts = rows.drop_duplicates(_KEYS).set_index(_KEYS)
+    out = []
+    for key, points in sorted(_series_points(rows, column).items()):
+        changes = _changes(points, p_value, min_magnitude, min_size)
+        label = config_label(firsts.loc[key].to_dict())
+        out.append(Series(key[0], key[1], label, name, tuple(points), tuple(changes), key[2]))
+    return out
+
+
+def _selected(rows: pd.DataFrame, device: str | None, config_id: str | None,
+              builds: Sequence[str], exclude_builds: Sequence[str],
+              engines: Sequence[str]) -> pd.DataFrame:
     if device is not None:
         rows = rows[(rows["device_serial"] == device) | (rows["device_model"] == device)]
     if config_id is not None:
@@ -132,13 +183,13 @@ def nightly_history(
         rows = rows[rows["build_id"].isin(list(builds))]
     if exclude_builds:
         rows = rows[~rows["build_id"].isin(list(exclude_builds))]
-    rows = rows.assign(night=nights(rows))
-    out = []
-    for (serial, config), cell in rows.groupby(["device_serial", "config_id"], sort=True):
-        points = _points(cell, column)
-        if not points:
-            continue
-        changes = _changes(points, p_value, min_magnitude, min_size)
-        out.append(Series(str(serial), str(config), config_label(cell.iloc[0].to_dict()), name,
-                          tuple(points), tuple(changes)))
-    return out
+    if engines:
+        rows = rows[engine_column(rows).isin(list(engines))]
+    return rows
+
+
+def by_largest_change(series: Sequence[Series]) -> list[Series]:
+    """Series with the largest change point first, then the longest, then by device and config:
+    the order in which a reader (or a report with room for a few charts) should see them."""
+    return sorted(series, key=lambda s: (-s.largest_change, -len(s.points), s.device, s.label,
+                                         s.engine))

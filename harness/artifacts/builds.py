@@ -11,7 +11,6 @@ is never listed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -26,6 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from harness.artifacts.cpu_features import CpuFeatures, cpu_features_from_dict
+from harness.artifacts.hashing import file_sha256
 from harness.errors import BuildError, ConfigError
 
 MANIFEST = "manifest.json"
@@ -101,14 +101,6 @@ def check_name(name: str) -> str:
     if not _NAME.match(name):
         raise BuildError(f"build name {name!r}: use letters, digits, '.', '_' and '-' only")
     return name
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def scan_files(build_dir: Path) -> tuple[BuildFile, ...]:

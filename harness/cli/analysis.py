@@ -16,13 +16,16 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from harness.analysis.ab import BuildComparison, canonical_gates, compare_builds
 from harness.analysis.frames import load_trials, parse_metrics
 from harness.analysis.nightly import Reporter, Runner, run_nightly
+from harness.analysis.recommend import DEFAULT_RESERVE
 from harness.errors import ConfigError
 from harness.plan import parse_size
+from harness.units import mib, pct
 
 RESULTS = click.option("--results", type=click.Path(path_type=Path), default=Path("results"),
                        show_default=True, help="Results store root.")
@@ -35,15 +38,12 @@ def _console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 220, highlight=False)
 
 
-def _pct(ratio: float) -> str:
-    return f"{(ratio - 1) * 100:+.1f}%" if math.isfinite(ratio) else "-"
-
-
-def _fmt(value: float | None, digits: int = 1) -> str:
+def _fmt(value: float | None, digits: int = 1, *, size: bool = False) -> str:
+    """A median for a table: sizes (peak_pss, peak_rss) in MiB, rates with ``digits``."""
     if value is None or not math.isfinite(value):
         return "-"
-    if abs(value) >= 1e6:
-        return f"{value / 2**20:,.0f} MiB"
+    if size:
+        return mib(value, 1) if abs(value) < 10 * (1 << 20) else mib(value)
     return f"{value:,.{digits}f}"
 
 
@@ -51,9 +51,13 @@ _COLOURS = {"regression": "red", "improvement": "green", "same": "", "unstable":
 
 
 def comparison_table(result: BuildComparison, title: str | None = None) -> Table:
-    table = Table(title=title or f"{result.candidate} vs {result.baseline}")
-    for name in ("device", "config", "metric", "baseline", "candidate", "change", "95% CI",
-                 "p_adj", "delta", "verdict"):
+    """Both sides are named by build and engine: in the title and in the median columns."""
+    base, cand = escape(str(result.baseline_side)), escape(str(result.candidate_side))
+    table = Table(title=escape(title) if title else f"{cand} vs {base}")
+    if title:
+        table.caption = f"baseline {base}, candidate {cand}"
+    for name in ("device", "config", "metric", f"baseline {base}", f"candidate {cand}",
+                 "change", "95% CI", "p_adj", "delta", "verdict"):
         table.add_column(name, justify="left" if name in ("device", "config", "metric",
                                                           "verdict") else "right")
     table.add_column("why", overflow="fold")
@@ -62,9 +66,11 @@ def comparison_table(result: BuildComparison, title: str | None = None) -> Table
         colour = _COLOURS[c.verdict]
         verdict = f"[{colour}]{c.verdict}[/{colour}]" if colour else c.verdict
         why = ", ".join(c.causes) if c.causes else ""
-        table.add_row(cell.key.device, cell.label, cell.metric, _fmt(cell.median_baseline),
-                      _fmt(cell.median_candidate), _pct(c.ratio),
-                      f"[{_pct(c.ci_low)}, {_pct(c.ci_high)}]",
+        table.add_row(escape(cell.key.device), escape(cell.label), cell.metric,
+                      _fmt(cell.median_baseline, size=cell.metric.startswith("peak")),
+                      _fmt(cell.median_candidate, size=cell.metric.startswith("peak")),
+                      pct(c.ratio, missing="-"),
+                      f"[{pct(c.ci_low, missing='-')}, {pct(c.ci_high, missing='-')}]",
                       f"{c.p_adjusted:.3g}" if math.isfinite(c.p_adjusted) else "-",
                       f"{c.cliffs_delta:+.2f}" if math.isfinite(c.cliffs_delta) else "-",
                       verdict, why)
@@ -80,8 +86,16 @@ def _gate_lines(result: BuildComparison) -> list[str]:
 
 
 @click.command("compare")
-@click.option("--baseline", required=True, metavar="BUILD", help="Build id of the reference.")
-@click.option("--candidate", required=True, metavar="BUILD", help="Build id to judge.")
+@click.option("--baseline", default=None, metavar="BUILD",
+              help="Build id of the reference (optional with --baseline-engine when that "
+                   "engine has one build).")
+@click.option("--candidate", default=None, metavar="BUILD",
+              help="Build id to judge (optional with --candidate-engine when that engine has "
+                   "one build).")
+@click.option("--baseline-engine", default=None, metavar="ENGINE",
+              help="Engine of the reference side (default: the only engine of its build).")
+@click.option("--candidate-engine", default=None, metavar="ENGINE",
+              help="Engine of the judged side (default: the only engine of its build).")
 @RESULTS
 @click.option("--metric", "metric_text", default="tg_tps,pp_tps,peak_pss", show_default=True,
               help="Comma-separated metrics: tg_tps, pp_tps, ttft_ms, peak_pss, peak_rss.")
@@ -90,23 +104,31 @@ def _gate_lines(result: BuildComparison) -> list[str]:
               help="Also write JUnit XML here (one testcase per device x config x metric).")
 @click.option("--include-throttled", is_flag=True,
               help="Keep throttled trials (excluded by default).")
+@click.option("--recent", type=click.IntRange(1), default=None, metavar="N",
+              help="Only each side's N newest usable trials per cell [default: all].")
 @JSON
-def compare_command(baseline: str, candidate: str, results: Path, metric_text: str,
+def compare_command(baseline: str | None, candidate: str | None, baseline_engine: str | None,
+                    candidate_engine: str | None, results: Path, metric_text: str,
                     gate_specs: tuple[str, ...], junit: Path | None, include_throttled: bool,
-                    as_json: bool) -> None:
+                    recent: int | None, as_json: bool) -> None:
     """A/B verdict per device and config: ratio of medians, 95% CI, BH-adjusted p, Cliff's delta.
 
-    Exit code 1 when a gate fails (docs/statistics.md gives the rules), 0 otherwise.
+    A side is a build and the engine that ran it, so this compares two builds or two engines on
+    the configurations both measured. Exit code 1 when a gate fails (docs/statistics.md gives
+    the rules), 0 otherwise.
 
     \b
     Example:
       harness compare --baseline b4100 --candidate b4101
       harness compare --baseline b4100 --candidate b4101 --gate tg_tps:-3% --junit out.xml
+      harness compare --baseline-engine llama-bench --candidate-engine llama-cpp-python
     """
     gates = canonical_gates(gate_specs)
     result = compare_builds(load_trials(results), baseline, candidate,
                             parse_metrics(metric_text), gates,
-                            include_throttled=include_throttled)
+                            include_throttled=include_throttled,
+                            baseline_engine=baseline_engine, candidate_engine=candidate_engine,
+                            recent=recent)
     if junit is not None:
         from harness.analysis.junit import write_junit
 
@@ -131,10 +153,13 @@ def compare_command(baseline: str, candidate: str, results: Path, metric_text: s
 @click.option("--build", "builds", multiple=True, help="Only these builds (repeatable).")
 @click.option("--exclude-build", "exclude", multiple=True,
               help="Leave out a build, e.g. the reference run next to the nightly (repeatable).")
+@click.option("--engine", "engines", multiple=True, metavar="ENGINE",
+              help="Only these engines (repeatable); each engine is its own series anyway.")
 @JSON
 def history_command(results: Path, metric: str, device: str | None, config_id: str | None,
-                    builds: tuple[str, ...], exclude: tuple[str, ...], as_json: bool) -> None:
-    """Nightly medians per device and config, and the change points in them.
+                    builds: tuple[str, ...], exclude: tuple[str, ...], engines: tuple[str, ...],
+                    as_json: bool) -> None:
+    """Nightly medians per device, config and engine, and the change points in them.
 
     Each change point names the nights and builds on either side, its size and its p-value; a
     level shift is reported once.
@@ -147,18 +172,19 @@ def history_command(results: Path, metric: str, device: str | None, config_id: s
     from harness.analysis.trend import nightly_history
 
     series = nightly_history(load_trials(results), metric, device=device, config_id=config_id,
-                             builds=builds, exclude_builds=exclude)
+                             builds=builds, exclude_builds=exclude, engines=engines)
     if as_json:
         click.echo(json.dumps({"schema_version": 1, "metric": metric,
                                "series": [s.to_json() for s in series]}, indent=2))
         return
     table = Table(title=f"change points in {metric}")
-    for name in ("device", "config", "first night", "builds", "change", "p"):
+    for name in ("device", "config", "engine", "first night", "builds", "change", "p"):
         table.add_column(name)
     changes = [(s, c) for s in series for c in s.changes]
     for s, c in changes:
-        table.add_row(s.device, s.label, c.night_after, f"{c.build_before} -> {c.build_after}",
-                      f"{c.magnitude * 100:+.1f}%", f"{c.p_value:.2g}")
+        table.add_row(escape(s.device), escape(s.label), escape(s.engine), c.night_after,
+                      f"{c.build_before} -> {c.build_after}", f"{c.magnitude * 100:+.1f}%",
+                      f"{c.p_value:.2g}")
     if changes:
         _console().print(table)
     click.echo(f"{len(series)} series, {len(changes)} change points")
@@ -168,7 +194,7 @@ def history_command(results: Path, metric: str, device: str | None, config_id: s
 @click.option("--device", "device_name", required=True, metavar="SERIAL_OR_PROFILE",
               help="A serial in the store, or a device profile name (devices/NAME.yaml).")
 @RESULTS
-@click.option("--reserve", default="1.5GiB", show_default=True,
+@click.option("--reserve", default=DEFAULT_RESERVE, show_default=True,
               help="Memory left free for the rest of the phone.")
 @click.option("--memory", default=None, metavar="SIZE",
               help="Available memory, instead of the profile's or the estimate.")
@@ -178,49 +204,52 @@ def history_command(results: Path, metric: str, device: str | None, config_id: s
               help="Largest KL divergence (nats, from `harness quality`) allowed.")
 @click.option("--matrix", type=click.Path(path_type=Path), default=None,
               help="Also rank cells of this matrix that were not measured (predicted).")
-@click.option("--build", default=None, help="Use this build's trials (default: each config's "
-              "latest build).")
+@click.option("--build", "builds", multiple=True, metavar="BUILD",
+              help="Only candidates of this build (repeatable; default: every build).")
+@click.option("--engine", "engines", multiple=True, metavar="ENGINE",
+              help="Only candidates run by this engine (repeatable; default: every engine).")
 @click.option("--top", default=10, show_default=True, help="Picks to show.")
 @JSON
 def recommend_command(device_name: str, results: Path, reserve: str, memory: str | None,
                       objective: str, max_quality_loss: float | None, matrix: Path | None,
-                      build: str | None, top: int, as_json: bool) -> None:
+                      builds: tuple[str, ...], engines: tuple[str, ...], top: int,
+                      as_json: bool) -> None:
     """Rank the configs that fit this device without OOM or throttling, best first.
+
+    A pick is a whole configuration: the config's knobs, the build and the engine that ran it;
+    each (config, build, engine) measured on the device is a candidate of its own.
 
     \b
     Example:
       harness recommend --device midrange-8gb
       harness recommend --device SYN0000 --reserve 1GiB --objective pp_tps --json
+      harness recommend --device SYN0000 --build release --engine llama-bench
     """
-    from harness.analysis.devicemem import resolve_device
-    from harness.analysis.quality import (
-        cached_quality_files,
-        load_quality_files,
-        quality_for_trials,
-    )
-    from harness.analysis.recommend import recommend
+    from harness.analysis.recommend import cached_scores, recommend_device
 
     trials = load_trials(results)
     reserve_bytes = parse_size(reserve, "--reserve")
-    target = resolve_device(trials, device_name,
-                            parse_size(memory, "--memory") if memory else None)
-    scores = quality_for_trials(trials, load_quality_files(cached_quality_files()))
-    predictions = _predictions(matrix, target.available_bytes, reserve_bytes) if matrix else None
-    rec = recommend(trials, target.device, reserve_bytes=reserve_bytes,
-                    available_bytes=target.available_bytes, objective=objective,
-                    max_quality_loss=max_quality_loss, quality=scores, predictions=predictions,
-                    build=build)
+    rec, target = recommend_device(
+        trials, device_name, reserve_bytes=reserve_bytes,
+        memory_bytes=parse_size(memory, "--memory") if memory else None,
+        predictions_for=(lambda available: _predictions(matrix, available, reserve_bytes))
+        if matrix else None,
+        objective=objective, max_quality_loss=max_quality_loss,
+        quality=cached_scores(trials), builds=builds, engines=engines)
     if as_json:
         click.echo(json.dumps({**rec.to_json(), "memory_source": target.source}, indent=2))
         return
     click.echo(f"{device_name}: {target.source}")
     table = Table(title=f"recommended for {device_name} (objective {objective})")
-    for name in ("#", "config", "tg t/s", "pp t/s", "ttft ms", "peak", "headroom", "source"):
+    for name in ("#", "config", "build", "engine", "tg t/s", "pp t/s", "ttft ms", "peak",
+                 "headroom", "source"):
         table.add_column(name)
     table.add_column("why", overflow="fold")
     for p in rec.picks[:top]:
-        table.add_row(str(p.rank), p.label, _fmt(p.tg_tps), _fmt(p.pp_tps), _fmt(p.ttft_ms),
-                      _fmt(p.peak_bytes), _fmt(p.headroom_bytes), p.source, p.explanation)
+        table.add_row(str(p.rank), escape(p.label), escape(p.build_id), escape(p.engine),
+                      _fmt(p.tg_tps), _fmt(p.pp_tps), _fmt(p.ttft_ms),
+                      _fmt(p.peak_bytes, size=True), _fmt(p.headroom_bytes, size=True),
+                      p.source, escape(p.explanation))
     if rec.picks:
         _console().print(table)
     for note in rec.notes:
@@ -348,16 +377,14 @@ def make_runner(devices_spec: str, profile: str) -> Runner:
 
 
 def report_step() -> Reporter | None:
-    """Write the dated report with `harness report` when that command is installed."""
-    if importlib.util.find_spec("harness.cli.report") is None:
+    """Write the dated report of the night's run (what `harness report --run` writes)."""
+    if importlib.util.find_spec("harness.report") is None:
         return None
 
     def write(results: Path, run_id: str, out: Path) -> Path | None:
-        from harness.cli import main
+        from harness.report import ReportOptions, write_report
 
-        out.parent.mkdir(parents=True, exist_ok=True)
-        main.main(["report", "--results", str(results), "--run", run_id, "-o", str(out)],
-                  standalone_mode=False)
+        write_report(ReportOptions(results=results, run_id=run_id), out)
         return out
 
     return write

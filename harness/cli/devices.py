@@ -11,10 +11,11 @@ from rich.table import Table
 
 from harness.device import Device, DeviceFacts, LocalDevice, list_devices
 from harness.errors import DeviceError
+from harness.units import GIB, KIB
 
 
 def _gib(kb: int | None) -> str:
-    return f"{kb / 1024 / 1024:.1f}" if kb is not None else "-"
+    return f"{kb * KIB / GIB:.1f}" if kb is not None else "-"
 
 
 def _collect(devices: list[Device]) -> list[tuple[str, DeviceFacts | None, str | None]]:

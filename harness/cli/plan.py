@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from harness.budget import available_memory
 from harness.errors import ConfigError, HarnessError
 from harness.matrix import expand, load_matrix
 from harness.plan import (
@@ -27,6 +28,7 @@ from harness.plan import (
 from harness.profiles import Cluster, DeviceProfile, find_profile, list_profiles
 
 MB = 1024 * 1024
+LIVE = "live facts of "  # the source of a profile made from an attached device's reading
 
 
 def _duration(seconds: float) -> str:
@@ -66,8 +68,20 @@ def _device_profile(name: str) -> DeviceProfile:
             available_mb=facts.available_ram_kb // 1024,
             storage_free_mb=(facts.free_storage_kb or 0) // 1024,
             clusters=(Cluster("all", facts.cpu_count or 1, 0, 0, 1024, "unknown"),),
-            source=f"live facts of {name}",
+            source=f"{LIVE}{name}",
         )
+
+
+def _available(profile: DeviceProfile | None, memory: str | None) -> int:
+    """The device's available memory by the one rule plan, run and recommend share."""
+    live = profile is not None and profile.source.startswith(LIVE)
+    found = available_memory(
+        given=parse_size(memory, "--memory") if memory is not None else None,
+        live=profile.available_mb * MB if live and profile else None,
+        live_from=profile.name if profile else "the phone",
+        profile_mb=profile.available_mb if profile else None,
+        profile=profile.name if profile else None)
+    return found.bytes or 0
 
 
 def _device_json(profile: DeviceProfile | None, memory: str | None) -> dict[str, Any]:
@@ -84,8 +98,8 @@ def _device_json(profile: DeviceProfile | None, memory: str | None) -> dict[str,
 
 def _cell_table(planned: list[PlannedCell]) -> Table:
     table = Table(show_lines=False, pad_edge=False)
-    for title in ("#", "build", "cell", "peak", "weights", "kv", "compute", "fits", "time"):
-        table.add_column(title, justify="right" if title not in ("build", "cell") else "left",
+    for title in ("#", "runs on", "cell", "peak", "weights", "kv", "compute", "fits", "time"):
+        table.add_column(title, justify="right" if title not in ("runs on", "cell") else "left",
                          no_wrap=title == "cell")
     table.add_column("why not", overflow="fold")
     for i, p in enumerate(planned, 1):
@@ -93,7 +107,7 @@ def _cell_table(planned: list[PlannedCell]) -> Table:
         terms = [mib(x) for x in (pred.total, pred.weights, pred.kv, pred.compute)] if pred else [
             "-"] * 4
         table.add_row(
-            str(i), p.cell.build, display_label(p.cell), *terms,
+            str(i), p.cell.setup_label(), display_label(p.cell), *terms,
             "yes" if p.feasible else "[red]no[/red]",
             _duration(p.estimated_seconds) if p.feasible else "-",
             "" if p.feasible else p.reason,
@@ -195,13 +209,9 @@ def plan_command(
     targets: list[tuple[DeviceProfile | None, int]] = []
     if device is not None or memory is not None:
         profile = _device_profile(device) if device is not None else None
-        available = (
-            parse_size(memory, "--memory") if memory is not None
-            else profile.available_mb * MB if profile is not None else 0
-        )
-        targets.append((profile, available))
+        targets.append((profile, _available(profile, memory)))
     else:
-        targets = [(p, p.available_mb * MB) for p in list_profiles()]
+        targets = [(p, _available(p, None)) for p in list_profiles()]
         if not targets:
             raise click.UsageError("no device profiles found; give --device or --memory")
 
@@ -238,7 +248,7 @@ def plan_command(
                                     reserve_bytes, planned))
         return
     table = Table(pad_edge=False)
-    for title in ("#", "build", "cell", "peak"):
+    for title in ("#", "runs on", "cell", "peak"):
         table.add_column(title, no_wrap=title == "cell")
     for profile, _, _ in plans:
         table.add_column(profile.name if profile else "custom")
@@ -249,7 +259,7 @@ def plan_command(
             "yes" if planned[i].feasible else f"[red]no[/red] ({planned[i].reason_code})"
             for _, _, planned in plans
         ]
-        table.add_row(str(i + 1), cell.build, display_label(cell), peak, *verdicts)
+        table.add_row(str(i + 1), cell.setup_label(), display_label(cell), peak, *verdicts)
     console.print(table)
     for profile, available, planned in plans:
         console.print(_summary_line(profile.name if profile else "custom", available,

@@ -30,6 +30,13 @@ def _since(value: str | None) -> date | None:
               help="Only trials started on or after this date (UTC).")
 @click.option("--baseline", default=None, help="Baseline build of the comparison.")
 @click.option("--candidate", default=None, help="Candidate build of the comparison.")
+@click.option("--baseline-engine", default=None, metavar="ENGINE",
+              help="Engine of the baseline side (default: the only engine of its build).")
+@click.option("--candidate-engine", default=None, metavar="ENGINE",
+              help="Engine of the candidate side (default: the only engine of its build).")
+@click.option("--recent", type=click.IntRange(1), default=None, metavar="N",
+              help="Compare only each side's N newest usable trials per cell, as "
+                   "`harness compare --recent N` does [default: all].")
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
               default=Path("reports/report.html"), show_default=True, help="HTML file to write.")
 @click.option("--top", default=6, show_default=True, type=click.IntRange(1, 50),
@@ -37,18 +44,21 @@ def _since(value: str | None) -> date | None:
 @click.option("--title", default="Benchmark report", show_default=True, help="Report title.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 def report(results: Path, run_id: str | None, since: str | None, baseline: str | None,
-           candidate: str | None, output: Path, top: int, title: str, as_json: bool) -> None:
+           candidate: str | None, baseline_engine: str | None, candidate_engine: str | None,
+           recent: int | None, output: Path, top: int, title: str, as_json: bool) -> None:
     """Write one self-contained HTML report (inline CSS and SVG, no network, no JavaScript).
 
     Sections: run summary with the failed trials, throughput heatmaps, memory (measured against
-    predicted, timelines with thermal status), thermal, build comparison (when two builds are in
-    scope or --baseline/--candidate are given), nightly history with change points, and
-    recommendations per device.
+    predicted, timelines with thermal status), thermal, build comparison (when one engine has
+    two builds in scope or the sides are given; `harness compare`'s verdicts), engines side by
+    side (when the scope holds more than one), nightly history with change points (`harness
+    history`), and recommendations per device (`harness recommend`).
 
     \b
     Example:
       harness report --results results -o reports/nightly.html
       harness report --since 2026-01-01 --baseline b4100 --candidate b4101 -o reports/ab.html
+      harness report --baseline-engine llama-bench --candidate-engine llama-cpp-python
     """
     from harness.report import ReportOptions, write_report
 
@@ -56,7 +66,9 @@ def report(results: Path, run_id: str | None, since: str | None, baseline: str |
         raise ConfigError("--run and --since exclude each other: give one of them")
     start = time.perf_counter()
     options = ReportOptions(results=results, run_id=run_id, since=_since(since),
-                            baseline=baseline, candidate=candidate, top=top, title=title)
+                            baseline=baseline, candidate=candidate, top=top, title=title,
+                            baseline_engine=baseline_engine, candidate_engine=candidate_engine,
+                            recent=recent)
     data = write_report(options, output)
     seconds = time.perf_counter() - start
     comparison = data.comparison
@@ -65,7 +77,9 @@ def report(results: Path, run_id: str | None, since: str | None, baseline: str |
             "output": str(output), "trials": data.summary.trials, "scope": data.scope,
             "outcomes": {o.name: o.trials for o in data.summary.outcomes},
             "baseline": comparison.baseline, "candidate": comparison.candidate,
-            "verdicts": dict(comparison.counts),
+            "baseline_engine": comparison.baseline_engine,
+            "candidate_engine": comparison.candidate_engine,
+            "verdicts": dict(comparison.counts), "engines": list(data.engines.engines),
             "change_points": len(data.history.changes), "bytes": output.stat().st_size,
             "seconds": round(seconds, 3), "timings": data.timings,
             "generated_at": datetime.isoformat(data.generated_at),

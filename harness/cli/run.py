@@ -16,6 +16,7 @@ from rich.table import Table
 from harness.errors import ConfigError
 from harness.plan import parse_size
 from harness.run.devices import open_devices
+from harness.run.events import ERRORS, Kind
 from harness.run.runner import RunOptions, RunSummary, execute, load_run_meta
 
 
@@ -35,16 +36,17 @@ class _Progress:
             if serial not in self.tasks:
                 self.tasks[serial] = self.progress.add_task("", total=None, serial=serial)
             task = self.tasks[serial]
-            if kind == "planned":
+            if kind == Kind.PLANNED:
                 self.progress.update(task, total=details["todo"], description="pushing")
-            elif kind == "push":
+            elif kind == Kind.PUSH:
                 self.progress.update(task, description=(
                     f"push {details['name']} {details['done'] * 100 // max(details['total'], 1)}%"))
-            elif kind == "trial":
-                self.progress.update(task, description=f"{details['build']} {details['label']}")
-            elif kind == "done":
+            elif kind == Kind.TRIAL:
+                runs_on = details.get("runs_on", details["build"])
+                self.progress.update(task, description=f"{runs_on} {details['label']}")
+            elif kind == Kind.DONE:
                 self.progress.advance(task)
-            elif kind in ("lost", "failed", "push_failed", "abi_mismatch"):
+            elif kind in ERRORS:
                 self.progress.update(task, description=f"[red]{details['error']}")
 
 

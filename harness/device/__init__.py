@@ -8,7 +8,6 @@ from harness.device.base import (
     Progress,
     ShellResult,
     shell_command,
-    spawn_command,
 )
 from harness.device.local import LOCAL_SERIAL, LocalDevice
 from harness.errors import DeviceError, DeviceTimeoutError
@@ -49,5 +48,4 @@ __all__ = [
     "get_device",
     "list_devices",
     "shell_command",
-    "spawn_command",
 ]

@@ -10,10 +10,7 @@ not outlive its deadline (the engine) is killed by pid as well (see ``harness.ru
 from __future__ import annotations
 
 import os
-import shlex
-import signal
 import socket
-import stat
 import struct
 import time
 from collections.abc import Sequence
@@ -27,10 +24,7 @@ from harness.device.base import (
     DeviceFacts,
     Progress,
     ShellResult,
-    is_running_state,
-    kill_command,
     shell_command,
-    spawn_command,
 )
 from harness.device.facts import gather_facts
 from harness.errors import (
@@ -220,52 +214,6 @@ class AdbDevice:
             raise DeviceError(f"{what}: {error}", self._serial) from error
         except Exception as error:
             raise translate_error(error, self._serial, what) from error
-
-    def pull(self, remote: str, local: str | Path) -> None:
-        target = Path(local)
-        partial = target.with_name(f".{target.name}.partial")
-        what = f"pull {remote} -> {target}"
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            info = self._adb.sync.stat(remote)
-            if info.mode == 0 or stat.S_ISDIR(info.mode):
-                raise DeviceError(f"{what}: no such file on the device", self._serial)
-            self._adb.sync.pull_file(remote, partial)
-            partial.replace(target)
-        except DeviceError:
-            raise
-        except OSError as error:
-            raise DeviceError(f"{what}: {error}", self._serial) from error
-        except Exception as error:
-            raise translate_error(error, self._serial, what) from error
-        finally:
-            partial.unlink(missing_ok=True)
-
-    def read_text(self, path: str) -> str:
-        # A redirect, not an argument: a path can never be taken for an option of cat.
-        result = self.shell(f"cat < {shlex.quote(path)}", timeout=60)
-        if not result.ok:
-            raise DeviceError(f"cannot read {path}: {result.stderr.strip()}", self._serial)
-        return result.stdout
-
-    def exists(self, path: str) -> bool:
-        return self.shell(f"test -e {shlex.quote(path)} || test -L {shlex.quote(path)}",
-                          timeout=30).ok
-
-    def spawn(self, cmd: str | Sequence[str], stdout_path: str, stderr_path: str) -> int:
-        line = spawn_command(cmd, stdout_path, stderr_path)
-        result = self.shell(line, timeout=60)
-        pid = result.stdout.strip().splitlines()[-1:] if result.ok else []
-        if not pid or not pid[0].isdigit():
-            raise DeviceError(f"could not start {line}: {result.stderr.strip()}", self._serial)
-        return int(pid[0])
-
-    def kill(self, pid: int, sig: int = signal.SIGTERM) -> bool:
-        return self.shell(kill_command(pid, sig), timeout=30).ok
-
-    def is_alive(self, pid: int) -> bool:
-        result = self.shell(f"cat /proc/{int(pid)}/stat 2>/dev/null", timeout=30)
-        return result.ok and is_running_state(result.stdout)
 
     def facts(self) -> DeviceFacts:
         return gather_facts(self, kind="adb", storage_path=DEVICE_TMP)

@@ -8,7 +8,6 @@ functions, so quoting is tested once and both devices quote the same way.
 from __future__ import annotations
 
 import shlex
-import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,20 +65,6 @@ class Device(Protocol):
 
     def push(self, local: str | Path, remote: str, progress: Progress | None = None) -> None: ...
 
-    def pull(self, remote: str, local: str | Path) -> None: ...
-
-    def read_text(self, path: str) -> str: ...
-
-    def exists(self, path: str) -> bool: ...
-
-    def spawn(self, cmd: str | Sequence[str], stdout_path: str, stderr_path: str) -> int:
-        """Start a background process whose output goes to files on the device; its pid."""
-        ...
-
-    def kill(self, pid: int, sig: int = signal.SIGTERM) -> bool: ...
-
-    def is_alive(self, pid: int) -> bool: ...
-
     def facts(self) -> DeviceFacts: ...
 
 
@@ -90,31 +75,6 @@ def shell_command(cmd: str | Sequence[str]) -> str:
     if not cmd:
         raise DeviceError("empty command")
     return shlex.join(str(word) for word in cmd)
-
-
-def spawn_command(cmd: str | Sequence[str], stdout_path: str, stderr_path: str) -> str:
-    """A shell line that starts ``cmd`` in the background and prints its pid.
-
-    A Sequence is ``exec``-ed so the pid is the program's own; a str runs under ``sh -c`` (end it
-    with ``exec prog`` to get the program's pid rather than the shell's).
-    """
-    inner = "exec " + shell_command(cmd) if not isinstance(cmd, str) else cmd
-    return (f"sh -c {shlex.quote(inner)} >{shlex.quote(stdout_path)} "
-            f"2>{shlex.quote(stderr_path)} </dev/null & echo $!")
-
-
-def kill_command(pid: int, sig: int) -> str:
-    return f"kill -{int(sig)} {int(pid)}"
-
-
-def is_running_state(stat_text: str) -> bool:
-    """Whether ``/proc/<pid>/stat`` describes a live process (not a zombie or dead one).
-
-    The state letter follows the last ``)``, because the comm in parentheses may hold spaces.
-    """
-    _, sep, rest = stat_text.rpartition(")")
-    fields = rest.split()
-    return bool(sep) and bool(fields) and fields[0] not in ("Z", "X", "x")
 
 
 def parse_df_available_kb(text: str) -> int | None:

@@ -1,8 +1,7 @@
 """This host as a Device: for Termux-style runs on the phone itself, and for tests.
 
 Shell commands run under ``sh -c`` in their own session, so a timeout stops the whole command
-tree. Spawned processes are kept as Popen objects and reaped, so a finished one never lingers as
-a zombie that ``kill -0`` would still call alive.
+tree.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from harness.device.base import (
     DeviceFacts,
     Progress,
     ShellResult,
-    is_running_state,
     shell_command,
 )
 from harness.device.facts import gather_facts
@@ -36,7 +34,6 @@ class LocalDevice:
 
     def __init__(self, work_dir: str | Path | None = None) -> None:
         self.work_dir = Path(work_dir or Path.home() / ".cache" / "harness" / "device")
-        self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
     def serial(self) -> str:
@@ -81,57 +78,6 @@ class LocalDevice:
             partial.replace(target)
         except OSError as error:
             raise DeviceError(f"push {local} -> {remote} failed: {error}", self.serial) from error
-
-    def pull(self, remote: str, local: str | Path) -> None:
-        try:
-            Path(local).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(remote, local)
-        except OSError as error:
-            raise DeviceError(f"pull {remote} -> {local} failed: {error}", self.serial) from error
-
-    def read_text(self, path: str) -> str:
-        try:
-            return Path(path).read_text(encoding="utf-8", errors="replace")
-        except OSError as error:
-            raise DeviceError(f"cannot read {path}: {error}", self.serial) from error
-
-    def exists(self, path: str) -> bool:
-        return os.path.lexists(path)
-
-    def spawn(self, cmd: str | Sequence[str], stdout_path: str, stderr_path: str) -> int:
-        inner = cmd if isinstance(cmd, str) else "exec " + shell_command(cmd)
-        try:
-            with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-                process = subprocess.Popen(
-                    ["sh", "-c", inner], stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-        except OSError as error:
-            raise DeviceError(f"cannot start {inner}: {error}", self.serial) from error
-        self._children[process.pid] = process
-        return process.pid
-
-    def kill(self, pid: int, sig: int = signal.SIGTERM) -> bool:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
-
-    def is_alive(self, pid: int) -> bool:
-        child = self._children.get(pid)
-        if child is not None:
-            return child.poll() is None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        stat = Path(f"/proc/{pid}/stat")
-        if stat.exists():
-            return is_running_state(stat.read_text(errors="replace"))
-        return True
 
     def facts(self) -> DeviceFacts:
         self.work_dir.mkdir(parents=True, exist_ok=True)

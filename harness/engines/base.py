@@ -67,6 +67,38 @@ class Engine(Protocol):
         ...
 
 
+# Why a cell cannot run, as the planner and the store spell it (the reason text says more).
+ENGINE_UNSUPPORTED = "engine_unsupported"
+NEEDS_FLASH_ATTN = "v_cache_needs_flash_attn"
+EXCEEDS_CTX = "workload_exceeds_ctx"
+
+
+def common_problem(cell: Cell) -> tuple[str, str] | None:
+    """The rules every llama.cpp-based engine shares: (code, reason), or None.
+
+    A quantised V cache needs flash attention; the workload must fit the context. Adapters call
+    this first in ``supports``, so the planner and the engines give one answer.
+    """
+    _, reason = flash_attn_setting(cell)
+    if reason:
+        return NEEDS_FLASH_ATTN, reason
+    reason = context_reason(cell)
+    if reason:
+        return EXCEEDS_CTX, reason
+    return None
+
+
+def support_problem(engine: Engine, cell: Cell) -> tuple[str, str] | None:
+    """``engine.supports`` with a reason code: the planner's one question to an engine."""
+    reason = engine.supports(cell)
+    if reason is None:
+        return None
+    common = common_problem(cell)
+    if common is not None and common[1] == reason:
+        return common
+    return ENGINE_UNSUPPORTED, reason
+
+
 def require_supported(engine: Engine, cell: Cell) -> None:
     """Raise the engine's reason when it cannot run the cell (argv must not build such a cell)."""
     reason = engine.supports(cell)
@@ -92,9 +124,8 @@ def context_reason(cell: Cell) -> str | None:
     """The workload must fit the cell's context: prompt + generated + depth tokens <= n_ctx."""
     needed = cell.n_prompt + cell.n_gen + cell.n_depth
     if needed > cell.n_ctx:
-        return (
-            f"n_depth + n_prompt + n_gen = {needed} tokens do not fit n_ctx {cell.n_ctx}"
-        )
+        return (f"the workload needs {needed} tokens of context (depth {cell.n_depth} + prompt "
+                f"{cell.n_prompt} + gen {cell.n_gen}) but n_ctx is {cell.n_ctx}")
     return None
 
 

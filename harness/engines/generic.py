@@ -13,9 +13,11 @@ The YAML gives an argv template over the cell's fields and an output mapping, e.
       gen_tps: 'decode speed = ([0-9.]+) tok/s'
       ttft: {pattern: 'prefill time = ([0-9.]+) ms', scale: 0.001}   # to seconds
 
-Placeholders are ``{binary}``, ``{model}``, ``{cpu_mask}`` and every Cell field; booleans render
-as 1/0. For ``jsonl`` the metric values are JSON keys (``{key: ..., scale: ...}`` to scale); for
-``regex`` they are patterns with one group, and the n-th match of each is repetition n.
+``tool`` (optional) names the binary under the build's ``bin/`` that ``{binary}`` is; it defaults
+to the engine's name. Placeholders are ``{binary}``, ``{model}``, ``{cpu_mask}`` and every Cell
+field; booleans render as 1/0. For ``jsonl`` the metric values are JSON keys (``{key: ...,
+scale: ...}`` to scale); for ``regex`` they are patterns with one group, and the n-th match of
+each is repetition n.
 Everything is checked when the file is loaded, naming the file and key.
 """
 
@@ -36,6 +38,7 @@ from harness.engines.base import (
     Measurement,
     Record,
     affinity_mask,
+    common_problem,
     flash_attn_setting,
     require_supported,
 )
@@ -71,11 +74,16 @@ class GenericEngine:
     output_format: str
     metrics: dict[str, Metric]
     allowed: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    tool: str = ""  # the binary under the build's bin/ that {binary} names (default: the name)
+
+    @property
+    def binary_name(self) -> str:
+        return self.tool or self.name
 
     def supports(self, cell: Cell) -> str | None:
-        _, reason = flash_attn_setting(cell)
-        if reason:
-            return reason
+        common = common_problem(cell)
+        if common:
+            return common[1]
         for key, values in self.allowed.items():
             if _render(getattr(cell, key)) not in values:
                 return f"{self.name} supports {key} in {list(values)}, not {getattr(cell, key)!r}"
@@ -200,8 +208,11 @@ def engine_from_dict(data: Any, where: Path | str) -> GenericEngine:
         raise ConfigError(f"{where}: key 'output.{sorted(unknown)[0]}' is unknown; use {METRICS}")
     if not metrics:
         raise ConfigError(f"{where}: key 'output' maps none of {', '.join(METRICS)}")
+    tool = data.get("tool", "")
+    if not isinstance(tool, str) or "/" in tool:
+        raise ConfigError(f"{where}: key 'tool' must be a file name under the build's bin/")
     return GenericEngine(name, tuple(template), fmt, metrics,
-                         _allowed(data.get("supports") or {}, where))
+                         _allowed(data.get("supports") or {}, where), tool)
 
 
 def _metric(spec: Any, key: str, fmt: str, where: Path | str) -> Metric:

@@ -27,7 +27,7 @@ from harness.engines.base import (
     Measurement,
     Record,
     affinity_mask,
-    context_reason,
+    common_problem,
     flash_attn_setting,
     require_supported,
 )
@@ -176,9 +176,9 @@ class LlamaBench:
     name: str = "llama-bench"
 
     def supports(self, cell: Cell) -> str | None:
-        _, reason = flash_attn_setting(cell)
-        if reason:
-            return reason
+        common = common_problem(cell)
+        if common:
+            return common[1]
         if cell.n_depth and not self.dialect.depth:
             return "this llama-bench has no -d (n_depth); use a newer build or n_depth 0"
         if cell.affinity != "all" and not self.dialect.cpu_mask:
@@ -186,7 +186,7 @@ class LlamaBench:
         if cell.swa_full:
             return ("llama-bench always gives sliding-window layers a windowed cache (swa_full "
                     "false); measure swa_full true with llama-cpp-python")
-        return context_reason(cell)
+        return None
 
     def argv(
         self, cell: Cell, binary_path: str, model_path: str, cpu_mask: str | None = None

@@ -30,6 +30,7 @@ from harness.engines.base import (
     Measurement,
     Record,
     affinity_mask,
+    common_problem,
     flash_attn_setting,
     require_supported,
 )
@@ -48,9 +49,9 @@ class PyBench:
     name: str = "llama-cpp-python"
 
     def supports(self, cell: Cell) -> str | None:
-        _, reason = flash_attn_setting(cell)
-        if reason:
-            return reason
+        common = common_problem(cell)
+        if common:
+            return common[1]
         if cell.affinity != "all":
             return "llama-cpp-python cannot pin threads to CPUs; use affinity 'all'"
         return None

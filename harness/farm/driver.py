@@ -24,13 +24,11 @@ The other phones keep going in every case.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,22 +40,21 @@ from harness.farm.job import JobReport, JobRequest, run_job
 from harness.farm.naming import farm_phones, resource_map
 from harness.records import TrialRecord
 from harness.run import store_io
+from harness.run.events import FORWARDED, Event, Kind
 from harness.run.order import TrialSpec, interleave
 from harness.run.runner import (
     DeviceSummary,
-    Event,
     Prepared,
     RunOptions,
     RunSummary,
     jobs_of,
-    new_run_id,
     prepare,
 )
+from harness.run.session import RunSession
 
 DEFAULT_GRACE_S = 120.0
 _TICK_S = 0.05  # how often the driver looks for finished jobs
-_FORWARDED = {"job", "trial", "push", "pushed", "push_failed", "abi_mismatch", "reconnecting",
-              "reconnected"}
+_FORWARDED = FORWARDED
 
 
 @dataclass(frozen=True)
@@ -109,12 +106,9 @@ def execute_farm(matrix_path: Path, scheduler: str, options: RunOptions,
                  poll_s: float = 0.5) -> FarmSummary:
     """Run a matrix on the farm's phones (``serials``, or every phone with a worker)."""
     distributed = require_distributed()
-    started = datetime.now(UTC)
-    resume = run_id is not None
-    run_id = run_id or new_run_id(started)
     options = replace(options, builds=builds_root(options.builds).resolve())
-    prepared = _absolute(prepare(matrix_path, options))
-    done = store_io.finished_trials(options.results, run_id) if resume else set()
+    session = RunSession.open(matrix_path, options, run_id,
+                              prepare=lambda path, opts: _absolute(prepare(path, opts)))
     try:
         client = distributed.Client(scheduler, timeout="10s", set_as_default=False)
     except (OSError, TimeoutError) as error:
@@ -129,17 +123,12 @@ def execute_farm(matrix_path: Path, scheduler: str, options: RunOptions,
         if not any(s in present for s in chosen):
             raise ConfigError(f"none of {', '.join(chosen)} has a worker on the scheduler at "
                               f"{scheduler} (known: {', '.join(sorted(present)) or 'none'})")
-        store_io.write_run_meta(options.results, run_id, {
-            "run_id": run_id, "matrix": str(matrix_path), "resumed": resume,
-            "devices": chosen, "started_at": started.isoformat(), "backend": "dask",
-            "scheduler": scheduler, "pid": os.getpid(),
-        })
-        run = _FarmRun(distributed, client, prepared, run_id, options, done, chosen,
+        session.write_meta(chosen, backend="dask", scheduler=scheduler)
+        run = _FarmRun(distributed, client, session.prepared, session.run_id, options,
+                       session.done, chosen,
                        on_event or (lambda kind, serial, details: None), grace_s, poll_s)
         run.run()
-    wall = (datetime.now(UTC) - started).total_seconds()
-    summary = RunSummary(run_id, str(matrix_path),
-                         tuple(run.summaries[s] for s in chosen), wall)
+    summary = session.summary([run.summaries[s] for s in chosen])
     return FarmSummary(summary, tuple(run.jobs), run.duplicates)
 
 
@@ -270,7 +259,7 @@ class _FarmRun:
                 continue
             if job.serial not in self.absent_since:
                 self.absent_since[job.serial] = now
-                self.events("waiting", job.serial, {"grace_s": self.grace_s})
+                self.events(Kind.WAITING, job.serial, {"grace_s": self.grace_s})
                 continue
             if now - self.absent_since[job.serial] < self.grace_s:
                 continue

@@ -22,6 +22,7 @@ from typing import Any
 from harness.device import get_device
 from harness.errors import DeviceLostError, HarnessError
 from harness.records import SampleRecord, TrialRecord
+from harness.run.events import Kind
 from harness.run.order import TrialSpec
 from harness.run.runner import DeviceWorker, Prepared, RunOptions
 
@@ -128,7 +129,7 @@ def run_job(request: JobRequest) -> JobReport:
     worker = get_worker()
     started = time.time()
     emit = _Emitter(worker, request)
-    emit("job", request.serial, {"key": request.key, "trials": len(request.specs)})
+    emit(Kind.JOB, request.serial, {"key": request.key, "trials": len(request.specs)})
     collector = _Collector()
     pushed = 0
     lost = failed = note = None

@@ -1,8 +1,10 @@
 """Plain data for the report, prepared from the store with pandas (no matplotlib, no HTML).
 
-Why aggregate here: a farm store holds millions of rows; every section is a groupby to at most a
-few thousand numbers, and plots and tables are bounded (``top``) so a report stays a readable,
-few-megabyte file whatever the store's size. Labels are built once per device and config.
+Why here: a farm store holds millions of rows; every section is bounded (``top``) so a report
+stays a readable, few-megabyte file whatever the store's size. Labels are built once per device
+and config. Which trials count and every median come from ``harness.analysis`` (``frames``'s
+selection and medians; the comparison, history, recommendations and engine table through
+``trends``), so the report says what the commands say.
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from harness.analysis.frames import (
+    Side,
+    best_medians,
+    engine_column,
+    medians,
+    thermal_summary,
+    usable_mask,
+)
 from harness.errors import StoreError
+from harness.memory import quant_rank
 from harness.records import OUTCOMES
 from harness.report import trends
 from harness.report.load import find_trial_ids, load_samples, load_trials
@@ -38,8 +49,6 @@ from harness.report.model import (
     Timeline,
 )
 
-QUANT_LADDER = ("Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_XS", "Q4_0", "Q4_K_S", "Q4_K_M",
-                "Q5_0", "Q5_K_S", "Q5_K_M", "Q6_K", "Q8_0", "F16", "BF16", "F32")
 MAX_FAILURES = 50
 MAX_THERMAL_POINTS = 3000
 MAX_CONDITION_ROWS = 60
@@ -61,8 +70,10 @@ class ReportOptions:
     baseline: str | None = None
     candidate: str | None = None
     top: int = 6  # plots per section (devices, history series, timelines)
-    max_per_side: int = 20  # most recent trials per build per cell in comparisons
     title: str = "Benchmark report"
+    baseline_engine: str | None = None
+    candidate_engine: str | None = None
+    recent: int | None = None  # comparisons: each side's newest usable trials per cell (None: all)
 
 
 def _text(value: Any) -> str:
@@ -71,8 +82,7 @@ def _text(value: Any) -> str:
 
 def quant_order(quants: Sequence[str]) -> list[str]:
     """Quants from fewest to most bits; unknown names last, alphabetically."""
-    rank = {q: i for i, q in enumerate(QUANT_LADDER)}
-    return sorted(quants, key=lambda q: (rank.get(q.upper(), len(rank)), q))
+    return sorted(quants, key=quant_rank)
 
 
 def _labelled(codes: np.ndarray, labels: Sequence[str]) -> pd.Categorical:
@@ -112,7 +122,8 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     # a trial whose affinity or thread count did not take effect measured another config
     df["flagged"] = (df["config_not_applied"].notna().to_numpy() if "config_not_applied" in df
                      else np.zeros(len(df), dtype=bool))
-    df["good"] = df["ok"] & ~df["throttled"] & ~df["flagged"]
+    df["good"] = usable_mask(df).to_numpy()  # the commands' rule of which trials count
+    df["engine"] = pd.Categorical(engine_column(df))
     firsts = df.groupby("device_serial", observed=True, sort=True)["device_model"].first()
     emulated = (df.groupby("device_serial", observed=True, sort=True)["cpu_emulation"].first()
                 if "cpu_emulation" in df else pd.Series(dtype=object))
@@ -138,6 +149,21 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     df["night"] = pd.Categorical.from_codes(inverse.ravel(),
                                             categories=[str(d) for d in unique_days])
     return df
+
+
+def analysis_frame(raw: pd.DataFrame) -> pd.DataFrame:
+    """The trials as ``harness.store.read_table`` gives them to the commands: strings as plain
+    objects (the loader's categoricals would change how pandas groups and sorts them)."""
+    categorical = [c for c in raw.columns if isinstance(raw[c].dtype, pd.CategoricalDtype)]
+    return raw.astype(dict.fromkeys(categorical, object)) if categorical else raw
+
+
+def labels(df: pd.DataFrame) -> trends.Labels:
+    """The report's device and config labels, by serial and config_id (``prepare``'s)."""
+    devices = df.groupby("device_serial", observed=True)["device"].first()
+    configs = df.groupby("config_id", observed=True)["config"].first()
+    return trends.Labels({str(k): str(v) for k, v in devices.items()},
+                         {str(k): str(v) for k, v in configs.items()})
 
 
 def _failure_rows(rows: pd.DataFrame) -> tuple[FailureRow, ...]:
@@ -167,19 +193,31 @@ def summarise(df: pd.DataFrame) -> Summary:
     counts = counts[counts > 0]
     known = [o for o in OUTCOMES if o in counts] + sorted(set(counts.index) - set(OUTCOMES))
     outcomes = tuple(CountRow(o, int(counts[o])) for o in known)
+    engines = df.groupby("engine", observed=True)["build_id"].agg(
+        ["size", lambda b: ", ".join(sorted({str(x) for x in b.unique()}))])
+    engine_rows = tuple(CountRow(str(e), int(r.iloc[0]), str(r.iloc[1]))
+                        for e, r in engines.iterrows())
     failed = df[~df["ok"]]
     listed = failed.nlargest(MAX_FAILURES, "started_at") if len(failed) else failed
     return Summary(
         trials=len(df), runs=tuple(sorted(str(r) for r in df["run_id"].unique())),
         first=df["started_at"].min().to_pydatetime(), last=df["started_at"].max().to_pydatetime(),
         devices=devices, builds=build_rows, models=model_rows, outcomes=outcomes,
-        failures=_failure_rows(listed), failures_total=len(failed))
+        failures=_failure_rows(listed), failures_total=len(failed), engines=engine_rows)
 
 
-def latest_build(df: pd.DataFrame) -> str | None:
+def latest_side(df: pd.DataFrame) -> Side | None:
+    """The (build, engine) that ran the newest trial."""
     if df.empty:
         return None
-    return str(df.groupby("build_id", observed=True)["started_at"].max().idxmax())
+    newest = df.loc[df["started_at"].idxmax()]
+    return Side(str(newest["build_id"]), str(newest["engine"]))
+
+
+def _side(df: pd.DataFrame, side: Side | None) -> pd.DataFrame:
+    if side is None:
+        return df.iloc[:0]
+    return df[(df["build_id"] == side.build) & (df["engine"] == side.engine)]
 
 
 def top_devices(df: pd.DataFrame, top: int) -> list[str]:
@@ -187,15 +225,15 @@ def top_devices(df: pd.DataFrame, top: int) -> list[str]:
     return sorted(str(d) for d in counts.index[:top])
 
 
-def heatmaps(df: pd.DataFrame, build: str | None, top: int) -> tuple[Heatmap, ...]:
-    """Median over good trials per cell, best thread count, per device, KV type and metric."""
-    good = df[df["good"] & (df["build_id"] == (build or ""))]
+def heatmaps(df: pd.DataFrame, side: Side | None, top: int) -> tuple[Heatmap, ...]:
+    """Median over usable trials per cell, best thread count, per device, KV type and metric."""
+    scope = _side(df, side)
+    good = scope[scope["good"]]
     if good.empty:
         return ()
     out: list[Heatmap] = []
     for metric in ("tg_tps", "pp_tps"):
-        med = good.groupby(["device", "kv", "quant", "n_ctx", "threads"], observed=True)[
-            metric].median().groupby(level=[0, 1, 2, 3], observed=True).max()
+        med = best_medians(scope, ["device", "kv", "quant", "n_ctx"], "threads", metric)
         for device in top_devices(good, top):
             for kv in sorted(str(k) for k in good["kv"].unique()):
                 try:
@@ -211,15 +249,16 @@ def heatmaps(df: pd.DataFrame, build: str | None, top: int) -> tuple[Heatmap, ..
     return tuple(sorted(out, key=lambda h: (h.device, h.metric != "tg_tps", h.kv)))
 
 
-def memory_cells(df: pd.DataFrame, build: str | None) -> tuple[MemoryCell, ...]:
-    measured = df[df["ok"] & (df["build_id"] == (build or ""))]
-    grouped = measured.groupby(["device", "config"], observed=True).agg(
-        # the predictor models resident memory (weights + KV + compute + overhead): RSS
-        measured=("peak_rss_bytes", "median"), predicted=("predicted_peak_bytes", "median"),
-        kv_predicted=("predicted_kv_bytes", "median"), kv_reported=("kv_reported_bytes", "median"))
-    grouped = grouped.dropna(subset=["measured"])
-    return tuple(MemoryCell(str(d), str(c), float(r.measured), _float(r.predicted),
-                            _float(r.kv_predicted), _float(r.kv_reported))
+def memory_cells(df: pd.DataFrame, side: Side | None) -> tuple[MemoryCell, ...]:
+    """Median measured peak RSS (the predictor models resident memory: weights + KV + compute
+    + overhead) against the prediction, over usable trials, throttled ones included."""
+    grouped = medians(_side(df, side), ["device", "config"],
+                      ["peak_rss_bytes", "predicted_peak_bytes", "predicted_kv_bytes",
+                       "kv_reported_bytes"], include_throttled=True)
+    grouped = grouped.dropna(subset=["peak_rss_bytes"])
+    return tuple(MemoryCell(str(d), str(c), float(r.peak_rss_bytes),
+                            _float(r.predicted_peak_bytes), _float(r.predicted_kv_bytes),
+                            _float(r.kv_reported_bytes))
                  for (d, c), r in grouped.iterrows())
 
 
@@ -235,19 +274,20 @@ def quality_rows(df: pd.DataFrame, cache_dir: Path | None = None) -> tuple[Quali
     by_sha = load_quality_files(cached_quality_files(cache_dir))
     if not by_sha or "model_sha256" not in df:
         return ()
-    ok = df[df["ok"]]
+    keys = ["model_name", "quant", "model_sha256"]
+    measured = medians(df, keys, ["tg_tps", "peak_rss_bytes"], include_throttled=True)
     rows = []
-    for (model, quant, sha), group in df.groupby(["model_name", "quant", "model_sha256"],
-                                                 observed=True):
+    for model, quant, sha in df[keys].dropna().drop_duplicates().itertuples(index=False):
         score = by_sha.get(str(sha))
         if score is None:
             continue
-        mine = ok.loc[ok.index.intersection(group.index)]
+        mine = measured.loc[(model, quant, sha)] if (model, quant, sha) in measured.index \
+            else None
         rows.append(QualityRow(
             str(model), str(quant), score.kl, score.kl_max, score.top1, score.ppl,
             score.positions, score.text,
-            _float(mine["tg_tps"].median()) if not mine.empty else None,
-            _float(mine["peak_rss_bytes"].median()) if not mine.empty else None))
+            _float(mine["tg_tps"]) if mine is not None else None,
+            _float(mine["peak_rss_bytes"]) if mine is not None else None))
     order = {q: i for i, q in enumerate(quant_order([r.quant for r in rows]))}
     return tuple(sorted(rows, key=lambda r: (r.model, -order[r.quant])))
 
@@ -293,12 +333,9 @@ def timelines(root: Path, df: pd.DataFrame, top: int) -> tuple[Timeline, ...]:
 
 
 def thermal(df: pd.DataFrame) -> tuple[tuple[ThermalRow, ...], tuple[ThermalPoint, ...], int]:
-    rows = df.groupby("device", observed=True).agg(
-        trials=("throttled", "size"), throttled=("throttled", "sum"),
-        median=("max_temp_c", "median"), max=("max_temp_c", "max"))
+    rows = thermal_summary(df, ["device"])
     table = tuple(ThermalRow(str(d), int(r.trials), int(r.throttled),
-                             None if pd.isna(r["median"]) else float(r["median"]),
-                             None if pd.isna(r["max"]) else float(r["max"]))
+                             _float(r.median_temp_c), _float(r.max_temp_c))
                   for d, r in rows.iterrows())
     temps = df[df["max_temp_c"].notna()]
     hot, cool = temps[temps["throttled"]], temps[~temps["throttled"]]
@@ -387,25 +424,33 @@ def build_report_data(
         raise StoreError(f"no trials in {options.results} for {where}; run `harness run` first "
                          "or check --results/--run/--since")
     df = _timed(timings, "prepare", lambda: prepare(raw))
+    trials = analysis_frame(raw)
+    names = labels(df)
     summary = _timed(timings, "summary", lambda: summarise(df))
-    comparison = _timed(timings, "compare", lambda: trends.comparison(
-        df, options.baseline, options.candidate, options.max_per_side))
-    build = comparison.candidate or latest_build(df)
-    maps = _timed(timings, "heatmaps", lambda: heatmaps(df, build, options.top))
-    cells = _timed(timings, "memory", lambda: memory_cells(df, build))
+    choice = trends.SideChoice(options.baseline, options.candidate, options.baseline_engine,
+                               options.candidate_engine, options.recent)
+    comparison = _timed(timings, "compare", lambda: trends.comparison(trials, names, choice))
+    side = (Side(comparison.candidate, comparison.candidate_engine or "")
+            if comparison.candidate else latest_side(df))
+    maps = _timed(timings, "heatmaps", lambda: heatmaps(df, side, options.top))
+    cells = _timed(timings, "memory", lambda: memory_cells(df, side))
     lines = _timed(timings, "timelines", lambda: timelines(options.results, df, options.top))
     rows, points, total = _timed(timings, "thermal", lambda: thermal(df))
     ran_as = _timed(timings, "conditions", lambda: conditions(df))
     scored = _timed(timings, "quality", lambda: quality_rows(df))
     throttled = df[df["throttled"]].nlargest(20, "started_at")
-    history = _timed(timings, "history", lambda: trends.history(df, "tg_tps", options.top))
+    history = _timed(timings, "history", lambda: trends.history(trials, names, "tg_tps",
+                                                                options.top))
     recs = tuple(recommendations) if recommendations is not None else _timed(
-        timings, "recommend", lambda: trends.recommend(df, build))
+        timings, "recommend", lambda: trends.recommendations(trials, names))
+    engines = _timed(timings, "engines", lambda: trends.engines(trials, names, options.recent))
     scope = (f"run {options.run_id}" if options.run_id else
              f"since {options.since}" if options.since else "whole store")
     return ReportData(
         title=options.title, scope=scope, generated_at=datetime.now(UTC), summary=summary,
-        heatmap_build=build, heatmaps=maps, memory_cells=cells, timelines=lines,
+        heatmap_build=side.build if side else None, heatmaps=maps, memory_cells=cells,
+        timelines=lines,
         thermal_rows=rows, thermal_points=points, thermal_points_total=total,
         throttled_trials=_failure_rows(throttled), comparison=comparison, history=history,
-        recommendations=recs, timings=timings, conditions=ran_as, quality=scored)
+        recommendations=recs, timings=timings, conditions=ran_as, quality=scored,
+        heatmap_engine=side.engine if side else None, engines=engines)

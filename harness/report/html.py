@@ -17,31 +17,24 @@ from markupsafe import Markup
 
 from harness.report import plots
 from harness.report.model import Heatmap, ReportData
-
-GIB = float(1 << 30)
+from harness.units import MISSING, gib, pct
 
 
 def _num(value: Any, fmt: str = "{:.1f}") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "–"
+        return MISSING
     return fmt.format(value)
 
 
 def _gib(value: Any) -> str:
-    """A byte size in GiB, or MiB below 1 GiB (small test models would all read 0.01 GiB)."""
-    if value is None:
-        return "–"
-    return f"{value / GIB:.2f} GiB" if value >= GIB else f"{value / 2**20:.1f} MiB"
-
-
-def _pct(ratio: Any) -> str:
-    if ratio is None or not math.isfinite(ratio):
-        return "–"
-    return f"{(ratio - 1) * 100:+.1f}%"
+    """A byte size in GiB, or MiB below 1 GiB; a NaN reads as unknown."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return MISSING
+    return gib(value)
 
 
 def _when(value: datetime | None) -> str:
-    return "–" if value is None else f"{value:%Y-%m-%d %H:%M} UTC"
+    return MISSING if value is None else f"{value:%Y-%m-%d %H:%M} UTC"
 
 
 VIRIDIS = ((0x44, 0x01, 0x54), (0x3B, 0x52, 0x8B), (0x21, 0x91, 0x8C), (0x5E, 0xC9, 0x62),
@@ -73,7 +66,7 @@ def environment() -> Environment:
         autoescape=select_autoescape(enabled_extensions=("html", "j2"), default=True),
         undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
     )
-    env.filters.update(num=_num, gib=_gib, pct=_pct, when=_when)
+    env.filters.update(num=_num, gib=_gib, pct=pct, when=_when)
     env.globals["heat_style"] = heat_style
     return env
 
@@ -85,8 +78,8 @@ def charts(data: ReportData, top: int) -> dict[str, Any]:
         by_device[m.device].append(m)
     comparison = data.comparison
     tg_rows = [r for r in comparison.rows if r.metric == "tg_tps"][:25]
-    forest = (plots.comparison_forest(tg_rows, comparison.baseline or "",
-                                      comparison.candidate or "") if tg_rows else "")
+    forest = (plots.comparison_forest(tg_rows, comparison.baseline_side,
+                                      comparison.candidate_side) if tg_rows else "")
     return {
         "heatmaps": list(by_device.items())[:top],
         "memory": Markup(plots.memory_scatter(data.memory_cells)) if data.memory_cells else "",

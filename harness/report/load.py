@@ -4,8 +4,9 @@ Why not ``harness.store.read_table``: it reads every column of every part, which
 (a million trials, ten million samples) costs gigabytes. Here the report names its columns, skips
 partitions and part files that cannot match ``--run`` / ``--since`` by their paths alone, reads
 low-cardinality strings as categoricals, and reads samples only for the few trials it plots. It
-keeps the store's tolerance: a missing column reads as null and an unreadable part is skipped
-with a warning.
+keeps the store's rules: a part of an older schema goes through ``harness.store.migrate`` (so
+an old part's ``engine`` reads ``llama-bench``), a part of a newer one is a StoreError, a missing
+column reads as null and an unreadable part is skipped with a warning.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from harness.errors import StoreError
-from harness.store import SCHEMAS, part_files
+from harness.store import SCHEMA_VERSION, SCHEMAS, migrate, part_files, part_version
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ TRIAL_COLUMNS = (
     "threads_seen", "config_not_applied", "screen_on", "stay_awake", "charging",
     "charge_source", "battery_saver", "doze_state", "cooldown_source",
     "model_sha256", "vm_hwm_bytes", "predicted_kv_bytes", "kv_reported_bytes",
+    # what harness.analysis reads besides (labels, TTFT, knob suggestions, the engine axis)
+    "engine", "n_prompt", "n_gen", "n_depth", "ttft_ms", "model_n_params",
 )
 # strings with few distinct values: read as categoricals (trial_id, error, evidence stay strings)
 DICTIONARY_COLUMNS = frozenset(
@@ -68,13 +71,16 @@ def select_files(root: Path, table: str, run_id: str | None = None,
     return files
 
 
-def _read_one(path: Path, columns: Sequence[str], schema: pa.Schema,
+def _read_one(path: Path, name: str, columns: Sequence[str],
               filters: list[tuple[str, str, object]] | None,
               dictionary: Sequence[str]) -> pa.Table | None:
-    """One part's columns; low-cardinality strings stay dictionary-encoded, as Parquet has them."""
+    """One part's columns, migrated to the current schema; low-cardinality strings stay
+    dictionary-encoded, as Parquet has them."""
+    schema = SCHEMAS[name]
     try:
         # an older or foreign part may lack a column: ask for dictionaries only of those it has
-        present = set(pq.read_schema(path).names)
+        stored = pq.read_schema(path)
+        present = set(stored.names)
         part = pq.ParquetFile(path, read_dictionary=[d for d in dictionary if d in present])
         if filters and any(f[0] not in present for f in filters):
             return None  # a filter on a column the part lacks matches nothing
@@ -86,26 +92,35 @@ def _read_one(path: Path, columns: Sequence[str], schema: pa.Schema,
     except (OSError, pa.ArrowException) as error:
         log.warning("skipping unreadable part %s: %s", path, error)
         return None
+    table = _migrated(path, name, table, part_version(stored.empty_table()))
     arrays = []
     fields = []
-    for name in columns:
-        field = schema.field(name)
-        if name not in table.column_names:
+    for wanted_name in columns:
+        field = schema.field(wanted_name)
+        if wanted_name not in table.column_names:
             arrays.append(pa.nulls(table.num_rows, field.type))
             fields.append(field)
             continue
-        column = table.column(name)
+        column = table.column(wanted_name)
         if pa.types.is_dictionary(column.type) and column.type.value_type == field.type:
             arrays.append(column)
-            fields.append(pa.field(name, column.type, nullable=True))
+            fields.append(pa.field(wanted_name, column.type, nullable=True))
             continue
         try:
             arrays.append(column.cast(field.type))
         except pa.ArrowException as error:
-            log.warning("skipping part %s: column %s: %s", path, name, error)
+            log.warning("skipping part %s: column %s: %s", path, wanted_name, error)
             return None
         fields.append(field)
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _migrated(path: Path, name: str, table: pa.Table, version: int) -> pa.Table:
+    """The part as the current schema reads it (``harness.store.migrate``)."""
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{path}: written with store schema {version}, this harness reads up "
+                         f"to {SCHEMA_VERSION}: upgrade harness to read this store")
+    return migrate(name, table, version) if version < SCHEMA_VERSION else table
 
 
 def read_columns(files: Iterable[Path], table: str, columns: Sequence[str],
@@ -122,7 +137,7 @@ def read_columns(files: Iterable[Path], table: str, columns: Sequence[str],
         raise StoreError(f"unknown {table} column(s): {', '.join(unknown)}")
     with ThreadPoolExecutor(max_workers=2) as pool:
         parts = [t for t in pool.map(
-            lambda p: _read_one(p, columns, schema, filters, dictionary), files)
+            lambda p: _read_one(p, table, columns, filters, dictionary), files)
             if t is not None and t.num_rows]
     if not parts:
         return pa.schema([schema.field(c) for c in columns]).empty_table()

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from harness.analysis.recommend import Pick
+
 Number = float | None
 
 
@@ -53,6 +55,7 @@ class Summary:
     outcomes: tuple[CountRow, ...]
     failures: tuple[FailureRow, ...]
     failures_total: int
+    engines: tuple[CountRow, ...] = ()  # trials per engine (the engine that ran them)
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,8 @@ class ThermalRow:
 
 @dataclass(frozen=True)
 class ComparisonRow:
+    """One cell and metric of ``harness.analysis.ab.compare_builds``, labelled for people."""
+
     device: str
     config: str
     metric: str
@@ -181,16 +186,28 @@ class ComparisonRow:
     n_candidate: int
     verdict: str
     reason: str
+    serial: str = ""  # the device serial and config_id the cell is keyed by in `compare --json`
+    config_id: str = ""
 
 
 @dataclass(frozen=True)
 class ComparisonSection:
-    baseline: str | None
+    baseline: str | None  # builds of the two sides
     candidate: str | None
     note: str  # why there is no comparison, or how the samples were chosen
     counts: tuple[tuple[str, dict[str, int]], ...] = ()  # per metric: verdict → cells
     rows: tuple[ComparisonRow, ...] = ()  # all cells, worst first
     shown: int = 40
+    baseline_engine: str | None = None
+    candidate_engine: str | None = None
+
+    @property
+    def baseline_side(self) -> str:
+        return f"{self.baseline} [{self.baseline_engine}]" if self.baseline else ""
+
+    @property
+    def candidate_side(self) -> str:
+        return f"{self.candidate} [{self.candidate_engine}]" if self.candidate else ""
 
 
 @dataclass(frozen=True)
@@ -224,21 +241,53 @@ class HistorySection:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """One recommended configuration for a device; ``recommend.py`` may supply these instead."""
+    """One pick of ``harness.analysis.recommend.recommend`` with the report's label of its
+    configuration."""
 
     config: str
-    tg_tps: Number
-    pp_tps: Number
-    peak_bytes: Number
-    headroom_bytes: Number
-    source: str  # "measured" or "predicted"
-    reason: str
+    pick: Pick
 
 
 @dataclass(frozen=True)
 class DeviceRecommendations:
+    """What ``harness recommend --device SERIAL`` answers for one device of the report."""
+
     device: str
-    items: tuple[Recommendation, ...]
+    items: tuple[Recommendation, ...]  # every pick, best first (the template shows ``shown``)
+    serial: str = ""
+    memory_source: str = ""
+    rejected: int = 0
+    suggestion: str | None = None
+    notes: tuple[str, ...] = ()
+    shown: int = 5
+
+
+@dataclass(frozen=True)
+class EngineRow:
+    """One device and config measured by several engines: each side's medians, and each engine
+    comparison's (ratio, verdict) per metric (None where the cell was not compared)."""
+
+    device: str
+    config: str
+    figures: tuple[tuple[Number, Number, Number] | None, ...]  # per side: tg, pp, peak PSS
+    verdicts: tuple[tuple[tuple[float, str] | None, ...], ...]  # per comparison, per metric
+
+
+@dataclass(frozen=True)
+class EngineSection:
+    """Engines side by side (shown only when the scope holds more than one engine)."""
+
+    engines: tuple[str, ...] = ()
+    sides: tuple[str, ...] = ()  # "build [engine]" per figures column
+    comparisons: tuple[str, ...] = ()  # "candidate vs baseline" per verdict column group
+    metrics: tuple[str, ...] = ()  # the metrics of each comparison's verdict columns
+    rows: tuple[EngineRow, ...] = ()
+    notes: tuple[str, ...] = ()
+    shown: int = 60
+
+    @property
+    def present(self) -> bool:
+        return len(self.engines) > 1
 
 
 @dataclass(frozen=True)
@@ -247,7 +296,7 @@ class ReportData:
     scope: str  # "run X", "since D" or "whole store"
     generated_at: datetime
     summary: Summary
-    heatmap_build: str | None
+    heatmap_build: str | None  # the side whose trials the heatmaps and memory cells show
     heatmaps: tuple[Heatmap, ...]
     memory_cells: tuple[MemoryCell, ...]
     timelines: tuple[Timeline, ...]
@@ -261,3 +310,5 @@ class ReportData:
     timings: dict[str, float] = field(default_factory=dict)
     conditions: Conditions = field(default_factory=lambda: Conditions((), 0, False))
     quality: tuple[QualityRow, ...] = ()
+    heatmap_engine: str | None = None
+    engines: EngineSection = field(default_factory=EngineSection)

@@ -31,8 +31,8 @@ from harness.report.model import (
     ThermalPoint,
     Timeline,
 )
+from harness.units import GIB, MIB
 
-GIB = float(1 << 30)
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf", "#d62728")
 RC: Any = {"svg.fonttype": "none", "svg.hashsalt": "harness-report", "text.parse_math": False,
@@ -80,7 +80,7 @@ def memory_scatter(cells: Sequence[MemoryCell]) -> str:
         ax = fig.subplots()
         biggest = max((v for c in cells for v in (c.measured_bytes, c.predicted_bytes) if v),
                       default=GIB)
-        unit, name = (GIB, "GiB") if biggest >= GIB else (2**20, "MiB")
+        unit, name = (GIB, "GiB") if biggest >= GIB else (MIB, "MiB")
         for i, device in enumerate(devices[: len(PALETTE)]):
             pts = [(c.predicted_bytes / unit, c.measured_bytes / unit) for c in cells
                    if c.device == device and c.predicted_bytes]
@@ -187,7 +187,7 @@ def comparison_forest(rows: Sequence[ComparisonRow], baseline: str, candidate: s
 
 def history_chart(series: HistorySeries) -> str:
     """Nightly medians with fitted levels; change points as dashed lines labelled by build."""
-    from harness.analysis.history import ChangePoint, segment_means
+    from harness.analysis.changepoints import ChangePoint, segment_means
 
     with matplotlib.rc_context(RC):
         fig = _figure(5.8, 2.6, bottom=0.75, top=0.3)

@@ -1,179 +1,191 @@
-"""The report's analytic sections: build comparison, nightly history, per-device recommendations.
+"""The report's analytic sections: build comparison, nightly history, recommendations, engines.
 
-The statistics are ``harness.analysis``'s (compare_many, detect_change_points); this module only
-groups the store's rows into their inputs and keeps the outputs bounded. Why the most recent
-``max_per_side`` trials per build and cell: a nightly store can hold hundreds of repetitions of a
-cell per build, a bootstrap over all of them costs seconds per cell, and the question a report
-answers is how the builds compare now, which the recent trials answer.
+Each section is the answer of the function the matching command calls, labelled for people:
+``ab.compare_builds`` (``harness compare``), ``trend.nightly_history`` (``harness history``),
+``recommend.recommend_device`` (``harness recommend``) and ``engines.engine_table``. No statistic,
+ranking or trial selection is made here, so the report and the commands cannot disagree; this
+module only chooses which sides to compare when the user named none, and maps serials and
+config ids to the report's labels.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Hashable
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
-from harness.analysis.compare import compare_many
-from harness.analysis.history import detect_change_points
-from harness.errors import ConfigError
+from harness.analysis.ab import BuildComparison, compare_builds
+from harness.analysis.engines import EngineTable, engine_table
+from harness.analysis.frames import DEFAULT_METRICS, Side, resolve_side, sides
+from harness.analysis.recommend import DEFAULT_RESERVE, cached_scores, recommend_device
+from harness.analysis.trend import Series, by_largest_change, nightly_history
+from harness.plan import parse_size
 from harness.report.model import (
     ChangeMark,
     ComparisonRow,
     ComparisonSection,
     DeviceRecommendations,
+    EngineRow,
+    EngineSection,
     HistorySection,
     HistorySeries,
     Recommendation,
 )
 
-COMPARE_METRICS = (("tg_tps", True), ("pp_tps", True), ("peak_pss_bytes", False))
-VERDICT_ORDER = ("regression", "unstable", "improvement", "same")
-MAX_HISTORY_SERIES = 2000
-GIB = float(1 << 30)
+PICKS_SHOWN = 5
 
 
-def pick_builds(df: pd.DataFrame, baseline: str | None,
-                candidate: str | None) -> tuple[str | None, str | None, str]:
-    """(baseline, candidate, note); a ConfigError when a named build has no trials in scope."""
-    first = df.groupby("build_id", observed=True)["started_at"].min().sort_values()
-    builds = [str(b) for b in first.index]
-    for flag, name in (("--baseline", baseline), ("--candidate", candidate)):
-        if name is not None and name not in builds:
-            raise ConfigError(f"{flag} {name!r}: no trials of that build in this report's scope "
-                              f"(builds: {', '.join(builds)})")
-    if baseline and candidate:
-        return baseline, candidate, ""
-    if baseline or candidate:
-        others = [b for b in builds if b != (baseline or candidate)]
+@dataclass(frozen=True)
+class Labels:
+    """The report's names of devices (by serial) and configurations (by config_id)."""
+
+    devices: Mapping[str, str]
+    configs: Mapping[str, str]
+
+    def device(self, serial: str) -> str:
+        return self.devices.get(serial, serial)
+
+    def config(self, config_id: str) -> str:
+        return self.configs.get(config_id, config_id)
+
+
+@dataclass(frozen=True)
+class SideChoice:
+    """The sides a report compares: each named by flags, or None (with a note)."""
+
+    baseline: str | None = None
+    candidate: str | None = None
+    baseline_engine: str | None = None
+    candidate_engine: str | None = None
+    recent: int | None = None  # as `harness compare --recent`
+
+
+def _by_first_trial(trials: pd.DataFrame, choices: Sequence[Side]) -> list[Side]:
+    first = trials.groupby("build_id", observed=True)["started_at"].min()
+    return sorted(choices, key=lambda s: (first.get(s.build), s.build))
+
+
+def pick_sides(trials: pd.DataFrame, choice: SideChoice) -> tuple[Side | None, Side | None, str]:
+    """(baseline, candidate, note). Named sides are resolved as ``harness compare`` resolves
+    them (a ConfigError when a named build or engine has no trials in scope); one named side is
+    paired with the only other build of its engine; none named compares the two builds of the
+    one engine that has two, older first."""
+    named = [resolve_side(trials, b, e, build_flag=bf, engine_flag=ef) if b or e else None
+             for b, e, bf, ef in ((choice.baseline, choice.baseline_engine, "--baseline",
+                                   "--baseline-engine"),
+                                  (choice.candidate, choice.candidate_engine, "--candidate",
+                                   "--candidate-engine"))]
+    base, cand = named
+    if base and cand:
+        return base, cand, "named on the command line"
+    known = sides(trials)
+    given = base or cand
+    if given is not None:
+        others = [s for s in known if s.engine == given.engine and s != given]
         if len(others) == 1:
-            return (baseline, others[0], "") if baseline else (others[0], candidate, "")
-    if not (baseline or candidate) and len(builds) == 2:
-        return builds[0], builds[1], "the two builds in scope, older one as baseline"
-    return None, None, (f"{len(builds)} build(s) in scope; pass --baseline and --candidate "
+            return (given, others[0], "") if base else (others[0], given, "")
+        return None, None, (f"{len(others) + 1} builds of engine {given.engine} in scope; "
+                            "pass --baseline and --candidate to compare two of them")
+    two = [e for e in sorted({s.engine for s in known})
+           if sum(s.engine == e for s in known) == 2]
+    if len(two) == 1:
+        older, newer = _by_first_trial(trials, [s for s in known if s.engine == two[0]])
+        return older, newer, f"the two builds of {two[0]} in scope, older one as baseline"
+    builds = len({s.build for s in known})
+    return None, None, (f"{builds} build(s) in scope; pass --baseline and --candidate "
                         "to compare two of them")
 
 
-def _badness(row: ComparisonRow, higher_is_better: bool) -> tuple[int, float]:
-    ratio = row.ratio if np.isfinite(row.ratio) else 1.0
-    return VERDICT_ORDER.index(row.verdict), ratio if higher_is_better else -ratio
+def _rows(result: BuildComparison, labels: Labels) -> tuple[ComparisonRow, ...]:
+    return tuple(
+        ComparisonRow(labels.device(c.key.device), labels.config(c.key.config_id), c.metric,
+                      c.comparison.ratio, c.comparison.ci_low, c.comparison.ci_high,
+                      c.comparison.p_adjusted, c.comparison.cliffs_delta,
+                      c.comparison.n_baseline, c.comparison.n_candidate, c.comparison.verdict,
+                      c.comparison.reason, c.key.device, c.key.config_id)
+        for c in result.worst_first())
 
 
-def comparison(df: pd.DataFrame, baseline: str | None, candidate: str | None,
-               max_per_side: int) -> ComparisonSection:
-    """Every (device, config) measured with both builds, per metric, throttled trials excluded
-    (and counted), trials whose affinity or threads did not take effect left out."""
-    base, cand, note = pick_builds(df, baseline, candidate)
+def comparison(trials: pd.DataFrame, labels: Labels, choice: SideChoice) -> ComparisonSection:
+    """``harness compare`` of the chosen sides, over every cell both measured."""
+    base, cand, note = pick_sides(trials, choice)
     if base is None or cand is None:
         return ComparisonSection(None, None, note)
-    columns = ["device", "config", "started_at", "throttled", *(m for m, _ in COMPARE_METRICS)]
-    mask = df["ok"] & df["build_id"].isin([base, cand])
-    if "flagged" in df:  # data.prepare adds it
-        mask &= ~df["flagged"]
-    both = df.loc[mask, columns]
-    both["side"] = np.where(df.loc[mask, "build_id"] == base, 0, 1)
-    keys = ["device", "config", "side"]
-    # newest first, up to max_per_side usable trials per side, and the throttled ones among them
-    both = both.sort_values("started_at", ascending=False)
-    usable = (~both["throttled"]).astype(np.int64)
-    before = both.assign(u=usable).groupby(keys, observed=True)["u"].cumsum() - usable
-    window = both[before < max_per_side]
-    throttled = window.groupby(keys, observed=True)["throttled"].sum()
-    recent = window[~window["throttled"]]
-    sides = recent.groupby(["device", "config"], observed=True)["side"].nunique()
-    paired = set(sides[sides == 2].index)
-    counts: list[tuple[str, dict[str, int]]] = []
-    rows: list[ComparisonRow] = []
-    for metric, higher in COMPARE_METRICS:
-        values = recent.dropna(subset=[metric]).groupby(keys, observed=True)[metric].agg(list)
-        groups: dict[Hashable, tuple[list[float], list[float]]] = {}
-        thr: dict[Hashable, tuple[int, int]] = {}
-        for key in sorted(paired):
-            b, c = values.get((*key, 0)), values.get((*key, 1))
-            if b is None or c is None:
-                continue
-            groups[key] = (b, c)
-            thr[key] = (int(throttled.get((*key, 0), 0)), int(throttled.get((*key, 1), 0)))
-        results = compare_many(groups, higher_is_better=higher, throttled=thr)
-        metric_rows = [ComparisonRow(str(k[0]), str(k[1]), metric, r.ratio, r.ci_low, r.ci_high,
-                                     r.p_adjusted, r.cliffs_delta, r.n_baseline, r.n_candidate,
-                                     r.verdict, r.reason)
-                       for k, r in results.items() if isinstance(k, tuple)]
-        rows.extend(sorted(metric_rows, key=lambda r, h=higher: _badness(r, h)))  # type: ignore[misc]
-        tally = {v: sum(r.verdict == v for r in metric_rows) for v in VERDICT_ORDER}
-        counts.append((metric, tally))
-    rows.sort(key=lambda r: VERDICT_ORDER.index(r.verdict))
-    note = note or "named on the command line"
-    note += (f"; up to {max_per_side} most recent non-throttled ok trials per build and cell; "
-             "Benjamini-Hochberg adjusted per metric")
-    return ComparisonSection(base, cand, note, tuple(counts), tuple(rows))
+    result = compare_builds(trials, base.build, cand.build, DEFAULT_METRICS,
+                            baseline_engine=base.engine, candidate_engine=cand.engine,
+                            recent=choice.recent)
+    counts = tuple(result.counts_by_metric().items())
+    which = (f"the {choice.recent} newest ok, applied, non-throttled trials" if choice.recent
+             else "every ok, applied, non-throttled trial")
+    note = (f"{note or 'the other build of the named engine'}; the verdicts of `harness compare`: "
+            f"{which} of each side per cell (throttled ones counted), Benjamini-Hochberg "
+            "adjusted per metric")
+    return ComparisonSection(base.build, cand.build, note, counts, _rows(result, labels),
+                             baseline_engine=base.engine, candidate_engine=cand.engine)
 
 
-def history(df: pd.DataFrame, metric: str, top: int) -> HistorySection:
-    """Nightly medians per device and config (and build, when builds share nights)."""
-    good = df[df["good"] & df[metric].notna()]
-    if good.empty:
-        return HistorySection(metric, 0, (), ())
-    keys = ["device", "config"]
-    mixed = good.groupby([*keys, "night"], observed=True)["build_id"].nunique().max() > 1
-    if mixed:
-        keys.append("build_id")
-    nightly = good.groupby([*keys, "night"], observed=True).agg(
-        median=(metric, "median"), build=("build_id", "first")).reset_index()
-    nightly = nightly.sort_values([*keys, "night"], kind="stable")
-    series_id = nightly.groupby(keys, observed=True, sort=False).ngroup().to_numpy()
-    starts = np.flatnonzero(np.diff(series_id, prepend=-1) != 0)
-    bounds = [*starts.tolist(), len(nightly)][: MAX_HISTORY_SERIES + 1]
-    night_text = nightly["night"].astype(str).to_numpy()
-    build_text = nightly["build"].astype(str).to_numpy()
-    key_text = [nightly[k].astype(str).to_numpy() for k in keys]
-    values = nightly["median"].to_numpy(dtype=float)
-    checked: list[tuple[float, int, HistorySeries]] = []
-    changes: list[tuple[str, str, ChangeMark]] = []
-    for a, b in itertools.pairwise(bounds):
-        nights = tuple(night_text[a:b])
-        medians = values[a:b]
-        built = tuple(build_text[a:b])
-        found = detect_change_points(medians) if medians.size >= 6 else []
-        marks = tuple(ChangeMark(nights[c.index], c.magnitude, c.p_value, built[c.index - 1],
-                                 built[c.index]) for c in found)
-        device, config = key_text[0][a], " · ".join(k[a] for k in key_text[1:])
-        changes.extend((device, config, m) for m in marks)
-        series = HistorySeries(device, config, metric, nights, tuple(medians.tolist()),
-                               built, marks, tuple(c.index for c in found))
-        size = max((abs(m.magnitude) for m in marks), default=0.0)
-        checked.append((size, len(nights), series))
-    checked.sort(key=lambda s: (-s[0], -s[1], s[2].device, s[2].config))
-    changes.sort(key=lambda c: -abs(c[2].magnitude))
-    return HistorySection(metric, len(checked), tuple(s for _, _, s in checked[:top]),
-                          tuple(changes))
+def _history_series(s: Series, labels: Labels, several_engines: bool) -> HistorySeries:
+    marks = tuple(ChangeMark(c.night_after, c.magnitude, c.p_value, c.build_before,
+                             c.build_after) for c in s.changes)
+    config = labels.config(s.config_id)
+    if several_engines:
+        config = f"{config} · {s.engine}"
+    return HistorySeries(labels.device(s.device), config, s.metric,
+                         tuple(p.night for p in s.points), tuple(p.median for p in s.points),
+                         tuple(p.build for p in s.points), marks,
+                         tuple(c.index for c in s.changes))
 
 
-def recommend(df: pd.DataFrame, build: str | None, per_device: int = 5
-              ) -> tuple[DeviceRecommendations, ...]:
-    """Simple rule until recommend.py exists: per device, the measured configs that never
-    failed and did not throttle, fastest generation first, with their peak memory."""
-    rows = df[(df["build_id"] == (build or ""))]
-    failed = rows[~rows["ok"]].groupby(["device", "config"], observed=True).size()
-    bad = set(failed.index)
-    good = rows[rows["good"]]
-    stats = good.groupby(["device", "config"], observed=True).agg(
-        tg=("tg_tps", "median"), pp=("pp_tps", "median"), peak=("peak_pss_bytes", "median"),
-        ram=("device_ram_bytes", "max"))
+def history(trials: pd.DataFrame, labels: Labels, metric: str, top: int) -> HistorySection:
+    """``harness history``'s series (every device x config x engine), largest change first."""
+    series = by_largest_change(nightly_history(trials, metric))
+    several = len({s.engine for s in series}) > 1
+    shown = [_history_series(s, labels, several) for s in series]
+    changes = sorted(((h.device, h.config, m) for h in shown for m in h.change_points),
+                     key=lambda c: -abs(c[2].magnitude))
+    return HistorySection(metric, len(series), tuple(shown[:top]), tuple(changes))
+
+
+def recommendations(trials: pd.DataFrame, labels: Labels, per_device: int = PICKS_SHOWN,
+                    ) -> tuple[DeviceRecommendations, ...]:
+    """``harness recommend --device SERIAL`` (its defaults: reserve, memory source, cached
+    quality) for every device in scope."""
+    scores = cached_scores(trials)
+    reserve = parse_size(DEFAULT_RESERVE, "--reserve")
     out = []
-    for device, part in stats.groupby(level=0, observed=True):
-        part = part[[k not in bad for k in part.index]].sort_values("tg", ascending=False)
-        items = []
-        for (_, config), r in part.head(per_device).iterrows():
-            peak = None if pd.isna(r.peak) else float(r.peak)
-            ram = None if pd.isna(r.ram) else float(r.ram)
-            head = ram - peak if ram is not None and peak is not None else None
-            reason = f"{r.tg:.1f} tok/s generation measured"
-            if peak is not None and head is not None and ram:
-                reason += (f"; peak {peak / GIB:.2f} GiB leaves {head / GIB:.2f} GiB of "
-                           f"{ram / GIB:.0f} GiB")
-            items.append(Recommendation(str(config), float(r.tg), None if pd.isna(r.pp)
-                                        else float(r.pp), peak, head, "measured", reason))
-        out.append(DeviceRecommendations(str(device), tuple(items)))
+    for serial in sorted(labels.devices, key=labels.device):
+        rec, memory = recommend_device(trials, serial, reserve_bytes=reserve, quality=scores)
+        items = tuple(Recommendation(labels.config(p.config_id), p) for p in rec.picks)
+        suggestion = rec.suggestion.text if rec.suggestion else None
+        out.append(DeviceRecommendations(labels.device(serial), items, serial, memory.source,
+                                         len(rec.rejected), suggestion, rec.notes, per_device))
     return tuple(out)
+
+
+def _engine_rows(table: EngineTable, labels: Labels) -> tuple[EngineRow, ...]:
+    metrics = table.comparisons[0].metrics if table.comparisons else ()
+    rows = []
+    for row in table.rows:
+        figures = tuple(None if f is None else (f.tg_tps, f.pp_tps, f.vm_hwm_bytes)
+                        for f in row.figures)
+        verdicts = tuple(
+            tuple(None if (v := row.verdict(i, m)) is None else (v.ratio, v.verdict)
+                  for m in metrics)
+            for i in range(len(table.comparisons)))
+        rows.append(EngineRow(labels.device(row.device), labels.config(row.config_id), figures,
+                              verdicts))
+    return tuple(sorted(rows, key=lambda r: (r.device, r.config)))
+
+
+def engines(trials: pd.DataFrame, labels: Labels, recent: int | None = None) -> EngineSection:
+    """``engines.engine_table``: every shared config's figures per side, and the verdicts
+    between the two engines when the scope holds two."""
+    table = engine_table(trials, recent=recent)
+    if not table.shown:
+        return EngineSection(table.engines)
+    return EngineSection(
+        engines=table.engines, sides=tuple(str(s) for s in table.sides),
+        comparisons=tuple(f"{c.candidate_side} vs {c.baseline_side}" for c in table.comparisons),
+        metrics=table.comparisons[0].metrics if table.comparisons else (),
+        rows=_engine_rows(table, labels), notes=table.notes)

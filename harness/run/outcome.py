@@ -17,11 +17,13 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
+from harness.records import Outcome
+from harness.units import mib
+
 SIGKILL_EXIT = 128 + signal.SIGKILL
 # What a phone's shell says when the kernel will not execute a binary of another ABI:
 # mksh "not executable: 64-bit ELF file" (exit 1), dash/bash/toybox "Exec format error" (126).
 _FOREIGN_ELF = ("not executable: ", "Exec format error", "cannot execute binary file")
-MIB = 1 << 20
 
 OOM_SIGNALS = (
     "sigkill",  # exit 137 (SIGKILL) and the harness did not kill it for a timeout
@@ -55,8 +57,10 @@ class Observation:
 
 
 @dataclass(frozen=True)
-class Outcome:
-    outcome: str
+class Verdict:
+    """A trial's outcome with the reason and the evidence behind it."""
+
+    outcome: Outcome
     error: str | None = None
     evidence: str | None = None
     signals: tuple[str, ...] = ()  # OOM_SIGNALS that fired, in that order
@@ -92,10 +96,6 @@ def oom_signals(obs: Observation) -> tuple[str, ...]:
     return tuple(name for name in OOM_SIGNALS if fired[name])
 
 
-def _mib(value: int) -> str:
-    return f"{value / MIB:.1f} MiB"
-
-
 def oom_evidence(obs: Observation, signals: tuple[str, ...]) -> str:
     """One line per signal that fired, with its figures; the lmkd lines kept as printed."""
     lines: list[str] = []
@@ -105,8 +105,8 @@ def oom_evidence(obs: Observation, signals: tuple[str, ...]) -> str:
         lines.append("the phone rebooted during the trial (boot id changed)")
     if "vm_hwm_near_available" in signals and obs.peak_rss_bytes and obs.memory_limit_bytes:
         share = obs.peak_rss_bytes / obs.memory_limit_bytes
-        lines.append(f"peak {_mib(obs.peak_rss_bytes)} = {share:.0%} of the "
-                     f"{_mib(obs.memory_limit_bytes)} available at the start")
+        lines.append(f"peak {mib(obs.peak_rss_bytes, 1, grouped=False)} = {share:.0%} of the "
+                     f"{mib(obs.memory_limit_bytes, 1, grouped=False)} available at the start")
     if "memory_pressure" in signals and obs.pressure_full_us:
         lines.append(f"memory pressure: all tasks stalled {obs.pressure_full_us / 1000:.0f} ms "
                      "(/proc/pressure/memory full)")
@@ -122,7 +122,7 @@ def _with_tail(evidence: str, tail: str | None) -> str | None:
     return "\n".join(part for part in (evidence, tail or "") if part) or None
 
 
-def classify(obs: Observation) -> Outcome:
+def classify(obs: Observation) -> Verdict:
     tail = obs.stderr_tail.strip() or None
     signals = oom_signals(obs)
     if obs.device_lost:
@@ -130,38 +130,41 @@ def classify(obs: Observation) -> Outcome:
             memory = [s for s in signals if s in MEMORY_SIGNALS]
             cause = (" under memory pressure (a kernel OOM kill that took system_server)"
                      if memory else "")
-            return Outcome("device_lost", f"the phone rebooted during the trial{cause}",
+            return Verdict(Outcome.DEVICE_LOST, f"the phone rebooted during the trial{cause}",
                            _with_tail(oom_evidence(obs, signals), tail), signals)
-        return Outcome("device_lost", "the device went away during the trial", tail, signals)
+        return Verdict(Outcome.DEVICE_LOST, "the device went away during the trial", tail,
+                       signals)
     if obs.timed_out:
-        return Outcome("timeout", "killed after the trial time limit", tail, signals)
+        return Verdict(Outcome.TIMEOUT, "killed after the trial time limit", tail, signals)
     if obs.exit_code is None:
-        return Outcome("crashed", "the engine's exit status was not observed", tail, signals)
+        return Verdict(Outcome.CRASHED, "the engine's exit status was not observed", tail,
+                       signals)
     memory = [s for s in signals if s in MEMORY_SIGNALS]
     if _sigkill(obs) and memory:
-        return Outcome("oom_killed", f"SIGKILL under memory pressure ({', '.join(memory)})",
+        return Verdict(Outcome.OOM_KILLED,
+                       f"SIGKILL under memory pressure ({', '.join(memory)})",
                        oom_evidence(obs, signals), signals)
     if obs.lmk_line is not None and obs.exit_code != 0:
-        return Outcome("oom_killed", "killed by the low-memory killer",
+        return Verdict(Outcome.OOM_KILLED, "killed by the low-memory killer",
                        oom_evidence(obs, signals), signals)
     if _sigkill(obs):
-        return Outcome("crashed", "killed by SIGKILL without memory pressure evidence", tail,
-                       signals)
+        return Verdict(Outcome.CRASHED, "killed by SIGKILL without memory pressure evidence",
+                       tail, signals)
     if obs.exit_code in (1, 126) and obs.complete_records == 0 and tail \
             and any(sign in tail for sign in _FOREIGN_ELF):
-        return Outcome("abi_mismatch", "the device cannot execute the engine binary "
+        return Verdict(Outcome.ABI_MISMATCH, "the device cannot execute the engine binary "
                        "(another CPU ABI)", tail, signals)
     if obs.exit_code != 0:
         if obs.exit_code > 128:
             name = _signal_name(obs.exit_code - 128)
-            return Outcome("crashed", f"killed by {name}", tail, signals)
-        return Outcome("crashed", f"exit code {obs.exit_code}", tail, signals)
+            return Verdict(Outcome.CRASHED, f"killed by {name}", tail, signals)
+        return Verdict(Outcome.CRASHED, f"exit code {obs.exit_code}", tail, signals)
     if obs.complete_records < obs.expected_records:
-        return Outcome(
-            "crashed",
+        return Verdict(
+            Outcome.CRASHED,
             f"engine reported {obs.complete_records} of {obs.expected_records} results",
             tail, signals,
         )
     if obs.mismatch:
-        return Outcome("engine_mismatch", obs.mismatch, tail, signals)
-    return Outcome("ok", signals=signals)
+        return Verdict(Outcome.ENGINE_MISMATCH, obs.mismatch, tail, signals)
+    return Verdict(Outcome.OK, signals=signals)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import threading
 import time
 import uuid
@@ -23,21 +22,31 @@ from typing import Any
 
 from harness.artifacts.builds import Build, builds_root, open_build
 from harness.artifacts.gguf_info import ModelInfo, file_sha256
-from harness.cell import Cell
+from harness.budget import available_memory
+from harness.cell import DEVICE_PYTHON_BUILD, Cell
 from harness.device.base import Device, DeviceFacts
 from harness.device.lease import DEFAULT_TTL_S, DeviceBusyError, DeviceLease
-from harness.engines.llama_bench import LlamaBench
+from harness.engines import Engine, PyBench, get_engine
 from harness.errors import ConfigError, DeviceError, DeviceLostError, HarnessError
 from harness.matrix import Matrix, expand, load_matrix
 from harness.memory import repacked_types
 from harness.plan import DEFAULT_RESERVE_BYTES, PlannedCell, plan_cells, resolve_models
-from harness.records import SampleRecord, TrialRecord
+from harness.records import BuildMeta, DeviceMeta, ModelMeta, SampleRecord, TrialRecord
 from harness.run import store_io
 from harness.run.deploy import Artifact, PushReport, ensure_artifacts, model_remote_path
+from harness.run.events import Event, Kind
 from harness.run.order import TrialSpec, interleave
+from harness.run.pyruntime import (
+    PythonRuntime,
+    bench_files,
+    parse_probe,
+    probe_command,
+    remote_folder,
+)
+from harness.run.session import RunSession
 from harness.run.trial import TrialContext, TrialPolicy, TrialRunner
+from harness.units import KIB
 
-Event = Callable[[str, str, dict[str, Any]], None]  # (kind, serial, details)
 Sink = Callable[[TrialRecord, Sequence[SampleRecord]], None]  # where each finished trial goes
 
 
@@ -97,11 +106,11 @@ def _mask(cpus: Sequence[int]) -> str | None:
     return hex(sum(1 << c for c in cpus)) if cpus else None
 
 
-def _meta_device(facts: DeviceFacts) -> dict[str, Any]:
-    return {"model": facts.model, "manufacturer": facts.manufacturer, "soc": facts.soc,
-            "sdk": facts.android_sdk,
-            "ram_bytes": facts.total_ram_kb * 1024 if facts.total_ram_kb else None,
-            "abi": facts.abi, "cpu_emulation": facts.cpu_emulation}
+def _meta_device(facts: DeviceFacts) -> DeviceMeta:
+    return DeviceMeta(model=facts.model, manufacturer=facts.manufacturer, soc=facts.soc,
+                      sdk=facts.android_sdk,
+                      ram_bytes=facts.total_ram_kb * 1024 if facts.total_ram_kb else None,
+                      abi=facts.abi, cpu_emulation=facts.cpu_emulation)
 
 
 def abi_refusal(build: Build, facts: DeviceFacts) -> str | None:
@@ -123,6 +132,11 @@ def build_repack(builds: Mapping[str, Build]) -> dict[str, frozenset[str]]:
     return out
 
 
+def engine_binary(engine: Engine) -> str:
+    """The file under a build's bin/ that an engine runs (llama-bench, or a generic engine's)."""
+    return str(getattr(engine, "binary_name", "llama-bench"))
+
+
 def _build_artifacts(build: Build, tool: str = "llama-bench") -> tuple[list[Artifact], str, str]:
     """Artefacts of a build, its binary and its library folder on the device."""
     digest = _digest([f.sha256 for f in build.manifest.files])
@@ -134,6 +148,18 @@ def _build_artifacts(build: Build, tool: str = "llama-bench") -> tuple[list[Arti
     ]
     build.binary(tool)  # fails clearly when the build has no such tool
     return artifacts, f"{remote_root}/bin/{tool}", f"{remote_root}/lib"
+
+
+def _setup(spec: TrialSpec) -> tuple[str, str]:
+    """What runs a trial's cell: its engine and its build."""
+    return spec.cell.engine, spec.cell.build
+
+
+def _bench_artifacts() -> tuple[list[Artifact], str]:
+    """The llama-cpp-python bench's modules, and the folder (PYTHONPATH) they land in."""
+    files = [(path, rel, file_sha256(path)) for path, rel in bench_files()]
+    folder = remote_folder([f"{rel}:{sha}" for _, rel, sha in files])
+    return [Artifact(path, sha, f"{folder}/{rel}") for path, rel, sha in files], folder
 
 
 def _digest(parts: Sequence[str]) -> str:
@@ -153,7 +179,10 @@ def prepare(matrix_path: Path, options: RunOptions) -> Prepared:
     cells = expand(matrix)
     models = resolve_models(matrix, cells)
     root = builds_root(options.builds)
-    builds = {name: open_build(root, name) for name in sorted({c.build for c in cells})}
+    names = sorted({c.build for c in cells if c.build != DEVICE_PYTHON_BUILD})
+    builds = {name: open_build(root, name) for name in names}
+    for cell in cells:  # every engine of the matrix loads (a generic one names its file)
+        get_engine(cell.engine)
     return Prepared(matrix, cells, models, builds)
 
 
@@ -200,13 +229,17 @@ class DeviceWorker:
         self.summary = DeviceSummary(device.serial)
         self.busy: DeviceBusyError | None = None
         self._ready: _Ready | None = None
-        self._refused: dict[str, str] = {}  # build -> why this device cannot execute it
+        # (engine, build) -> why this device cannot run it (the build's ABI, no Python ...)
+        self._refused: dict[tuple[str, str], str] = {}
+        self._python: PythonRuntime | None = None
 
     def _emit(self, kind: str, **details: Any) -> None:
         self.on_event(kind, self.device.serial, details)
 
     def plan(self, facts: DeviceFacts) -> dict[str, PlannedCell]:
-        available = (facts.available_ram_kb or 0) * 1024
+        available = available_memory(
+            live=(facts.available_ram_kb or 0) * KIB, live_from=self.device.serial,
+            ram_bytes=(facts.total_ram_kb or 0) * KIB).bytes or 0
         planned = plan_cells(self.prepared.cells, self.prepared.models, available,
                              self.options.reserve_bytes,
                              self.prepared.matrix.timeout.trial_s,
@@ -220,13 +253,13 @@ class DeviceWorker:
         except DeviceBusyError as error:  # another harness drives this phone: touch nothing
             self.summary.error = str(error)
             self.busy = error
-            self._emit("failed", error=str(error))
+            self._emit(Kind.FAILED, error=str(error))
         except DeviceLostError as error:
             self.summary.error = str(error)
-            self._emit("lost", error=str(error))
+            self._emit(Kind.LOST, error=str(error))
         except HarnessError as error:
             self.summary.error = str(error)
-            self._emit("failed", error=str(error))
+            self._emit(Kind.FAILED, error=str(error))
         return self.summary
 
     def _run(self) -> None:
@@ -241,14 +274,12 @@ class DeviceWorker:
         planned = self.plan(facts)
         trials = interleave(self.prepared.cells, self.run_id, self.device.serial)
         todo = [t for t in trials if t.trial_id not in self.done]
-        refusals = {name: abi_refusal(build, facts)
-                    for name, build in self.prepared.builds.items()}
-        self._refused = {name: why for name, why in refusals.items() if why}
-        for name in sorted({t.cell.build for t in todo} & set(self._refused)):
-            self._emit("abi_mismatch", error=self._refused[name])
-        runnable = [t for t in todo if t.cell.build not in self._refused
+        self._refused = self._refusals(facts, todo)
+        for key in sorted({_setup(t) for t in todo} & set(self._refused)):
+            self._emit(Kind.ABI_MISMATCH, error=self._refused[key])
+        runnable = [t for t in todo if _setup(t) not in self._refused
                     and (self.options.no_skip or planned[t.cell.cell_id].feasible)]
-        self._emit("planned", total=len(trials), todo=len(todo), runnable=len(runnable))
+        self._emit(Kind.PLANNED, total=len(trials), todo=len(todo), runnable=len(runnable))
         contexts = self._deploy(runnable, planned, facts)
         runner = TrialRunner(self.device, TrialPolicy(
             cooldown=self.prepared.matrix.cooldown,
@@ -260,6 +291,28 @@ class DeviceWorker:
         self._ready = _Ready(planned, frozenset(t.trial_id for t in runnable), contexts, runner,
                              len(todo))
         return jobs_of(todo)
+
+    def _refusals(self, facts: DeviceFacts,
+                  todo: Sequence[TrialSpec]) -> dict[tuple[str, str], str]:
+        """Why this device cannot run some (engine, build) pairs at all, before any push."""
+        refused: dict[tuple[str, str], str] = {}
+        for engine, build in sorted({_setup(t) for t in todo}):
+            if build == DEVICE_PYTHON_BUILD:
+                runtime = self._python_runtime()
+                if isinstance(runtime, str):
+                    refused[(engine, build)] = runtime
+            elif why := abi_refusal(self.prepared.builds[build], facts):
+                refused[(engine, build)] = why
+        return refused
+
+    def _python_runtime(self) -> PythonRuntime | str:
+        if self._python is None:
+            found = parse_probe(self.device.shell(probe_command(), timeout=60).stdout,
+                                self.device.serial)
+            if isinstance(found, str):
+                return found
+            self._python = found
+        return self._python
 
     def run_job(self, job: Sequence[TrialSpec], first_index: int = 0) -> None:
         """One job's trials in order, each handed to the sink as it ends.
@@ -274,8 +327,9 @@ class DeviceWorker:
             self._ready.runner)
         for index, spec in enumerate(job, start=first_index):
             plan = planned[spec.cell.cell_id]
-            self._emit("trial", index=index, total=self._ready.todo_count,
-                       label=spec.cell.label(), build=spec.cell.build, trial_id=spec.trial_id)
+            self._emit(Kind.TRIAL, index=index, total=self._ready.todo_count,
+                       label=spec.cell.label(), build=spec.cell.build,
+                       runs_on=spec.cell.setup_label(), trial_id=spec.trial_id)
             if spec.trial_id in runnable_ids and contexts is not None:
                 trial, samples = self._attempt(runner, spec, contexts[spec.cell.cell_id], plan)
                 if trial.outcome == "device_lost":
@@ -289,9 +343,11 @@ class DeviceWorker:
                     trial = runner.explain_loss(trial)  # back: did it reboot?
             elif contexts is None and spec.trial_id in runnable_ids:
                 trial, samples = store_io.push_failed_trial(spec, plan, self.summary.error), []
-            elif spec.cell.build in self._refused:
+            elif _setup(spec) in self._refused:
+                outcome = ("unsupported" if spec.cell.build == DEVICE_PYTHON_BUILD
+                           else "abi_mismatch")
                 trial, samples = store_io.bare_trial(
-                    spec, "abi_mismatch", self._refused[spec.cell.build],
+                    spec, outcome, self._refused[_setup(spec)],
                     plan.prediction.total if plan.prediction else None), []
             else:
                 trial, samples = store_io.skipped_trial(spec, plan), []
@@ -316,12 +372,12 @@ class DeviceWorker:
         so a ``host:port`` serial is also connected again explicitly.
         """
         deadline = time.monotonic() + self.options.reconnect_s
-        self._emit("reconnecting", seconds=self.options.reconnect_s)
+        self._emit(Kind.RECONNECTING, seconds=self.options.reconnect_s)
         while True:
             with contextlib.suppress(Exception):
                 _reattach(self.device.serial)
                 if self.device.shell("echo ok", timeout=5).stdout.strip() == "ok":
-                    self._emit("reconnected")
+                    self._emit(Kind.RECONNECTED)
                     return True
             if time.monotonic() >= deadline:
                 return False
@@ -331,8 +387,8 @@ class DeviceWorker:
         self.sink(trial, samples)
         self.summary.outcomes[trial.outcome] += 1
         if trial.outcome == "precondition_failed":  # the phone and the requirement it failed
-            self._emit("precondition_failed", error=trial.error)
-        self._emit("done", outcome=trial.outcome, tg_tps=trial.tg_tps, pp_tps=trial.pp_tps)
+            self._emit(Kind.PRECONDITION_FAILED, error=trial.error)
+        self._emit(Kind.DONE, outcome=trial.outcome, tg_tps=trial.tg_tps, pp_tps=trial.pp_tps)
 
     def _push(self, artifacts: Sequence[Artifact]) -> PushReport:
         return ensure_artifacts(
@@ -340,10 +396,29 @@ class DeviceWorker:
             progress=lambda name, done, total: self._emit(
                 "push", name=name, done=done, total=total))
 
+    def _engine_files(self, cell: Cell, engine: Engine) -> tuple[list[Artifact], dict[str, Any]]:
+        """What one engine needs on the device for a cell, and where (binary, lib_dir, env)."""
+        if isinstance(engine, PyBench):
+            runtime = self._python_runtime()
+            assert not isinstance(runtime, str)  # refused cells never reach the push
+            files, folder = _bench_artifacts()
+            return files, {"binary": runtime.path, "lib_dir": None,
+                           "env": {"PYTHONPATH": folder}}
+        build = self.prepared.builds[cell.build]
+        files, binary, lib_dir = _build_artifacts(build, engine_binary(engine))
+        return files, {"binary": binary, "lib_dir": lib_dir, "env": {}}
+
+    def _build_meta(self, cell: Cell, facts: DeviceFacts) -> BuildMeta:
+        if cell.build == DEVICE_PYTHON_BUILD:
+            version = self._python.llama_cpp_version if self._python else None
+            return BuildMeta(engine="llama-cpp-python", version=version, abi=facts.abi)
+        manifest = self.prepared.builds[cell.build].manifest
+        return BuildMeta(engine=manifest.engine, version=manifest.version,
+                         commit=manifest.commit, abi=manifest.abi)
+
     def _deploy(self, runnable: Sequence[TrialSpec], planned: Mapping[str, PlannedCell],
                 facts: DeviceFacts) -> dict[str, TrialContext] | None:
         """Push what the runnable trials need; None when the push failed (disk full ...)."""
-        engine = LlamaBench()
         artifacts: dict[str, Artifact] = {}
         contexts: dict[str, TrialContext] = {}
         big = facts.big_cpus or tuple(range(facts.cpu_count or 1))
@@ -351,29 +426,29 @@ class DeviceWorker:
             cell = spec.cell
             if cell.cell_id in contexts:
                 continue
-            build = self.prepared.builds[cell.build]
-            build_files, binary, lib_dir = _build_artifacts(build)
+            engine = get_engine(cell.engine)
+            engine_files, where = self._engine_files(cell, engine)
             model = self.prepared.models[(cell.model, cell.quant)]
             if not isinstance(model, ModelInfo):
                 raise ConfigError(f"model {cell.model} {cell.quant} has no file to run")
             sha = file_sha256(model.path)
             model_artifact = Artifact(Path(model.path), sha, model_remote_path(
                 sha, Path(model.path).name))
-            for artifact in [*build_files, model_artifact]:
+            for artifact in [*engine_files, model_artifact]:
                 artifacts[artifact.remote] = artifact
             prediction = planned[cell.cell_id].prediction
             contexts[cell.cell_id] = TrialContext(
-                engine=engine, binary=binary, lib_dir=lib_dir, model=model_artifact.remote,
+                engine=engine, binary=where["binary"], lib_dir=where["lib_dir"],
+                env=where["env"], model=model_artifact.remote,
                 cpu_mask=_mask(big) if cell.affinity == "big" else None,
                 big_cpu=max(big),
                 memory_limit_bytes=(facts.available_ram_kb or 0) * 1024 or None,
                 predicted_peak_bytes=prediction.total if prediction else None,
                 predicted_kv_bytes=prediction.kv if prediction else None,
                 device_meta=_meta_device(facts),
-                build_meta={"engine": build.manifest.engine, "version": build.manifest.version,
-                            "commit": build.manifest.commit, "abi": build.manifest.abi},
-                model_meta={"sha256": sha, "n_params": model.n_params,
-                            "file_bytes": model.file_size},
+                build_meta=self._build_meta(cell, facts),
+                model_meta=ModelMeta(sha256=sha, n_params=model.n_params,
+                                     file_bytes=model.file_size),
             )
         try:
             try:
@@ -389,10 +464,10 @@ class DeviceWorker:
             raise
         except (DeviceError, OSError) as error:
             self.summary.error = f"push failed: {error}"
-            self._emit("push_failed", error=str(error))
+            self._emit(Kind.PUSH_FAILED, error=str(error))
             return None
         self.summary.bytes_pushed += report.bytes_pushed
-        self._emit("pushed", bytes=report.bytes_pushed, files=report.files_pushed,
+        self._emit(Kind.PUSHED, bytes=report.bytes_pushed, files=report.files_pushed,
                    reused=report.files_reused)
         return contexts
 
@@ -409,18 +484,11 @@ def _reattach(serial: str) -> None:
 def execute(matrix_path: Path, devices: Sequence[Device], options: RunOptions,
             run_id: str | None = None, on_event: Event | None = None) -> RunSummary:
     """Run a matrix on devices (one thread each); ``run_id`` given = resume that run."""
-    started = datetime.now(UTC)
-    resume = run_id is not None
-    run_id = run_id or new_run_id(started)
-    prepared = prepare(matrix_path, options)
-    done = store_io.finished_trials(options.results, run_id) if resume else set()
-    store_io.write_run_meta(options.results, run_id, {
-        "run_id": run_id, "matrix": str(matrix_path), "resumed": resume,
-        "devices": [d.serial for d in devices], "started_at": started.isoformat(),
-        "pid": os.getpid(),
-    })
+    session = RunSession.open(matrix_path, options, run_id)
+    session.write_meta([d.serial for d in devices])
     events = on_event or (lambda kind, serial, details: None)
-    workers = [DeviceWorker(d, prepared, run_id, options, done, events) for d in devices]
+    workers = [DeviceWorker(d, session.prepared, session.run_id, options, session.done, events)
+               for d in devices]
     threads = [threading.Thread(target=w.run, name=f"device-{w.device.serial}") for w in workers]
     for thread in threads:
         thread.start()
@@ -429,9 +497,8 @@ def execute(matrix_path: Path, devices: Sequence[Device], options: RunOptions,
     refused = [w.busy for w in workers if w.busy is not None]
     if refused:  # the others' trials are stored; say so, and fail the command (exit 2)
         raise DeviceBusyError(f"{refused[0]}; the other devices finished, "
-                              f"--resume {run_id} runs this one's trials later")
-    wall = (datetime.now(UTC) - started).total_seconds()
-    return RunSummary(run_id, str(matrix_path), tuple(w.summary for w in workers), wall)
+                              f"--resume {session.run_id} runs this one's trials later")
+    return session.summary([w.summary for w in workers])
 
 
 def load_run_meta(results: Path, run_id: str) -> dict[str, Any]:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from harness import store
 from harness.plan import PlannedCell
-from harness.records import SampleRecord, TrialRecord
+from harness.records import Outcome, SampleRecord, TrialRecord, new_trial
 from harness.run.order import TrialSpec
 
 
@@ -43,25 +42,7 @@ def write_run_meta(root: Path, run_id: str, meta: dict[str, Any]) -> None:
 def bare_trial(spec: TrialSpec, outcome: str, error: str | None,
                predicted: int | None) -> TrialRecord:
     """A trial that produced no measurement (skipped, unsupported, lost before it ran ...)."""
-    cell = spec.cell
-    return TrialRecord(
-        run_id=spec.run_id, trial_id=spec.trial_id, job_id=spec.job_id, cell_id=cell.cell_id,
-        config_id=cell.config_id, rep=spec.rep, started_at=datetime.now(UTC), wall_s=None,
-        device_serial=spec.serial, device_model=None, device_manufacturer=None,
-        device_soc=None, device_sdk=None, device_ram_bytes=None,
-        build_id=cell.build, build_engine=None, build_version=None, build_commit=None,
-        build_abi=None, model_name=cell.model, model_sha256=None, quant=cell.quant,
-        model_n_params=None, model_file_bytes=None, n_ctx=cell.n_ctx, n_prompt=cell.n_prompt,
-        n_gen=cell.n_gen, n_depth=cell.n_depth, type_k=cell.type_k, type_v=cell.type_v,
-        flash_attn=cell.flash_attn, threads=cell.threads, affinity=cell.affinity,
-        mmap=cell.mmap, n_batch=cell.n_batch, n_ubatch=cell.n_ubatch, outcome=outcome,
-        error=error, pp_tps=None, tg_tps=None, ttft_ms=None, peak_pss_bytes=None,
-        peak_rss_bytes=None, peak_swap_bytes=None, vm_hwm_bytes=None,
-        peak_pss_anon_bytes=None, peak_pss_file_bytes=None, predicted_peak_bytes=predicted,
-        max_temp_c=None, max_thermal_status=None, throttled=False, cooldown_waited_s=None,
-        start_thermal_status=None, start_temp_c=None, battery_level=None,
-        battery_temp_c=None, evidence=None, engine_record=None,
-    )
+    return new_trial(spec, spec.cell, outcome, error=error, predicted_peak_bytes=predicted)
 
 
 def _predicted(plan: PlannedCell) -> int | None:
@@ -69,17 +50,15 @@ def _predicted(plan: PlannedCell) -> int | None:
 
 
 def skipped_trial(spec: TrialSpec, plan: PlannedCell) -> TrialRecord:
-    outcome = "unsupported" if plan.reason_code in (
-        "kv_type_unsupported", "v_cache_needs_flash_attn", "workload_exceeds_ctx",
-    ) else "skipped_infeasible"
+    outcome = Outcome.UNSUPPORTED if plan.unsupported else Outcome.SKIPPED_INFEASIBLE
     return bare_trial(spec, outcome, plan.reason, _predicted(plan))
 
 
 def push_failed_trial(spec: TrialSpec, plan: PlannedCell, error: str | None) -> TrialRecord:
-    return bare_trial(spec, "push_failed", error or "artefacts could not be pushed",
+    return bare_trial(spec, Outcome.PUSH_FAILED, error or "artefacts could not be pushed",
                       _predicted(plan))
 
 
 def lost_trial(spec: TrialSpec, plan: PlannedCell) -> TrialRecord:
-    return bare_trial(spec, "device_lost", "the device went away during the trial",
+    return bare_trial(spec, Outcome.DEVICE_LOST, "the device went away during the trial",
                       _predicted(plan))

@@ -17,7 +17,7 @@ import json
 import shlex
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -30,12 +30,20 @@ from harness.engines.base import Engine, Measurement, affinity_mask
 from harness.engines.llamalog import EngineMemoryLog, parse_memory_log
 from harness.errors import DeviceError, EngineError, HarnessError
 from harness.matrix import Requirements
-from harness.records import SampleRecord, TrialRecord
+from harness.records import (
+    BuildMeta,
+    DeviceMeta,
+    ModelMeta,
+    Outcome,
+    SampleRecord,
+    TrialRecord,
+    new_trial,
+)
 from harness.run.affinity import AffinityCheck, check_applied, parse_readback
 from harness.run.cooldown import CooldownPolicy, GateResult, wait_until_ready
 from harness.run.deploy import DEVICE_ROOT
 from harness.run.order import TrialSpec
-from harness.run.outcome import Observation, Outcome, classify
+from harness.run.outcome import Observation, Verdict, classify
 from harness.run.preflight import (
     BOOT_ID,
     LMKD_LINES,
@@ -66,13 +74,13 @@ from harness.run.watch import (
     watcher_memory,
     watcher_threads,
 )
+from harness.units import KIB
 
 __all__ = [  # the launch line and its readers live in harness.run.watch; kept importable here
     "TrialContext", "TrialPolicy", "TrialRunner", "dumpsys_command", "dumpsys_memory",
     "launch_command", "memory_read_command", "watcher_memory",
 ]
 
-KIB = 1024
 MAX_UNREADABLE = 12  # reasons kept per trial (a phone can deny dozens of thermal zones)
 
 
@@ -88,10 +96,11 @@ class TrialContext:
     big_cpu: int  # a cpu of the biggest cluster, for frequency readings
     memory_limit_bytes: int | None
     predicted_peak_bytes: int | None
-    device_meta: dict[str, Any]  # serial, model, manufacturer, soc, sdk, ram_bytes
-    build_meta: dict[str, Any]  # engine, version, commit, abi
-    model_meta: dict[str, Any]  # sha256, n_params, file_bytes
+    device_meta: DeviceMeta
+    build_meta: BuildMeta
+    model_meta: ModelMeta
     predicted_kv_bytes: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict)  # more of the engine's environment
 
 
 @dataclass(frozen=True)
@@ -218,15 +227,15 @@ class TrialRunner:
 
         return wait_until_ready(read, self.policy.cooldown), latest[0]
 
-    def _refused(self, unmet: str) -> Outcome:
-        return Outcome("precondition_failed", f"phone {self.device.serial}: {unmet}")
+    def _refused(self, unmet: str) -> Verdict:
+        return Verdict(Outcome.PRECONDITION_FAILED, f"phone {self.device.serial}: {unmet}")
 
     def run(self, spec: TrialSpec, ctx: TrialContext) -> tuple[TrialRecord, list[SampleRecord]]:
         started_at = datetime.now(UTC)
         unsupported = ctx.engine.supports(spec.cell)
         if unsupported:
-            return self._record(spec, ctx, started_at, Outcome("unsupported", unsupported),
-                                [], None), []
+            return self._record(spec, ctx, started_at,
+                                Verdict(Outcome.UNSUPPORTED, unsupported), [], None), []
         first = self.read_conditions(ctx.big_cpu)
         unmet = unmet_requirement(self.policy.require, first.preflight)
         if unmet:  # not waited for: a phone in battery saver does not leave it by cooling
@@ -290,7 +299,7 @@ class TrialRunner:
         stdout = stderr = ""
         try:
             watch = 0.05 if self.policy.sample_interval_s > 0 else None
-            result = self.device.shell(launch_command(workdir, argv, ctx.lib_dir, watch),
+            result = self.device.shell(launch_command(workdir, argv, ctx.lib_dir, watch, ctx.env),
                                        timeout=self.policy.timeout_s + 60)
             exit_code, stdout, stderr = result.exit_code, result.stdout, result.stderr
         except DeviceError as error:
@@ -328,7 +337,7 @@ class TrialRunner:
         mems = [t.memory for t in ticks if t.memory]
         top = peak([*(m.rss_kb for m in mems), *(m.vm_hwm_kb for m in mems)])
         engine_line, app_kills = _new_kills(baseline, after.get("lmkd", ""), pid)
-        outcome = classify(Observation(
+        verdict = classify(Observation(
             exit_code=exit_code,
             timed_out=timed_out.is_set(),
             device_lost=lost,
@@ -349,7 +358,7 @@ class TrialRunner:
             conditions.state.unreadable, parse_read_errors(after_errors), extra_reasons,
             *(t.state.unreadable for t in ticks if t.state),
             *(t.memory.unreadable for t in ticks if t.memory)])
-        trial = self._record(spec, ctx, started_at, outcome, ticks, wall,
+        trial = self._record(spec, ctx, started_at, verdict, ticks, wall,
                              measurements[0] if measurements else None,
                              json.dumps([r.as_dict() for r in records]) if records else None,
                              Findings(conditions, gate, applied, unreadable, engine_log))
@@ -364,7 +373,7 @@ class TrialRunner:
         """
         started = self._started
         if started is None or started.trial_id != trial.trial_id \
-                or trial.outcome != "device_lost":
+                or trial.outcome != Outcome.DEVICE_LOST:
             return trial
         folder = shlex.quote(started.workdir)
         try:
@@ -380,12 +389,12 @@ class TrialRunner:
         hwm = watched.vm_hwm_kb * KIB if watched and watched.vm_hwm_kb else None
         top = max((v for v in (hwm, trial.peak_rss_bytes, trial.vm_hwm_bytes) if v),
                   default=None)
-        outcome = classify(Observation(exit_code=None, device_lost=True, rebooted=bool(again),
+        verdict = classify(Observation(exit_code=None, device_lost=True, rebooted=bool(again),
                                        peak_rss_bytes=top,
                                        memory_limit_bytes=started.memory_limit_bytes))
         return dataclasses.replace(
-            trial, error=outcome.error, evidence=outcome.evidence or trial.evidence,
-            oom_signals=",".join(outcome.signals) or None, boot_id_changed=again,
+            trial, error=verdict.error, evidence=verdict.evidence or trial.evidence,
+            oom_signals=",".join(verdict.signals) or None, boot_id_changed=again,
             vm_hwm_bytes=max(v for v in (hwm, trial.vm_hwm_bytes, 0) if v is not None) or None)
 
     def _samples(self, spec: TrialSpec, ticks: Sequence[Tick]) -> list[SampleRecord]:
@@ -410,13 +419,13 @@ class TrialRunner:
         return out
 
     def _record(self, spec: TrialSpec, ctx: TrialContext, started_at: datetime,
-                outcome: Outcome, ticks: Sequence[Tick], wall: float | None,
+                verdict: Verdict, ticks: Sequence[Tick], wall: float | None,
                 measurement: Measurement | None = None, engine_record: str | None = None,
                 findings: Findings = Findings()) -> TrialRecord:
         cell = spec.cell
         mems = [t.memory for t in ticks if t.memory]
         states = [t.state for t in ticks if t.state]
-        ok = outcome.outcome == "ok" and measurement is not None
+        ok = verdict.outcome == Outcome.OK and measurement is not None
         gate = findings.gate
         conditions = findings.conditions
         start_state = gate.state if gate else None
@@ -424,29 +433,10 @@ class TrialRunner:
         base = conditions.baseline if conditions else None
         applied = findings.applied
         log = findings.engine_log
-        return TrialRecord(
-            run_id=spec.run_id, trial_id=spec.trial_id, job_id=spec.job_id,
-            cell_id=cell.cell_id, config_id=cell.config_id, rep=spec.rep,
-            started_at=started_at, wall_s=wall,
-            device_serial=spec.serial,
-            device_model=ctx.device_meta.get("model"),
-            device_manufacturer=ctx.device_meta.get("manufacturer"),
-            device_soc=ctx.device_meta.get("soc"),
-            device_sdk=ctx.device_meta.get("sdk"),
-            device_ram_bytes=ctx.device_meta.get("ram_bytes"),
-            build_id=cell.build,
-            build_engine=ctx.build_meta.get("engine"),
-            build_version=ctx.build_meta.get("version"),
-            build_commit=ctx.build_meta.get("commit"),
-            build_abi=ctx.build_meta.get("abi"),
-            model_name=cell.model, model_sha256=ctx.model_meta.get("sha256"), quant=cell.quant,
-            model_n_params=ctx.model_meta.get("n_params"),
-            model_file_bytes=ctx.model_meta.get("file_bytes"),
-            n_ctx=cell.n_ctx, n_prompt=cell.n_prompt, n_gen=cell.n_gen, n_depth=cell.n_depth,
-            type_k=cell.type_k, type_v=cell.type_v, flash_attn=cell.flash_attn,
-            threads=cell.threads, affinity=ctx.cpu_mask or cell.affinity, mmap=cell.mmap,
-            n_batch=cell.n_batch, n_ubatch=cell.n_ubatch,
-            outcome=outcome.outcome, error=outcome.error,
+        return new_trial(
+            spec, cell, verdict.outcome, started_at=started_at, device=ctx.device_meta,
+            build=ctx.build_meta, model=ctx.model_meta, wall_s=wall,
+            affinity=ctx.cpu_mask or cell.affinity, error=verdict.error,
             pp_tps=measurement.prompt_tps if ok and measurement else None,
             tg_tps=measurement.gen_tps if ok and measurement else None,
             ttft_ms=(measurement.ttft_s * 1000 if ok and measurement
@@ -466,13 +456,11 @@ class TrialRunner:
             start_temp_c=start_state.max_temp_c if start_state else None,
             battery_level=start_state.battery_level if start_state else None,
             battery_temp_c=start_state.battery_temp_c if start_state else None,
-            evidence=outcome.evidence, engine_record=engine_record,
-            device_abi=ctx.device_meta.get("abi"),
-            cpu_emulation=ctx.device_meta.get("cpu_emulation"),
-            oom_signals=",".join(outcome.signals) or None,
+            evidence=verdict.evidence, engine_record=engine_record,
+            oom_signals=",".join(verdict.signals) or None,
             boot_id=base.boot_id if base else None,
             # a launched trial that kept its device did not reboot; a lost one is explained later
-            boot_id_changed=(False if wall is not None and outcome.outcome != "device_lost"
+            boot_id_changed=(False if wall is not None and verdict.outcome != Outcome.DEVICE_LOST
                              and base is not None and base.boot_id else None),
             start_mem_available_bytes=_bytes(base.mem_available_kb) if base else None,
             applied_affinity=applied.applied_affinity if applied else None,

@@ -8,7 +8,7 @@ the sampler and the timeout watchdog address the engine process itself.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from harness.android.meminfo import parse_meminfo
 from harness.run.state import ProcessMemory
@@ -41,7 +41,7 @@ _WATCH = (
 
 
 def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None,
-                   watch_s: float | None = 0.05) -> str:
+                   watch_s: float | None = 0.05, env: Mapping[str, str] | None = None) -> str:
     """The shell line that records its pid and becomes the engine (every word quoted).
 
     Written for Android's mksh as much as for dash: the watcher is its own ``sh -c`` started
@@ -50,8 +50,9 @@ def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None,
     watcher holding them would keep adbd's stream open after the engine exits, adbd reaps only
     at EOF, and the engine would stay a zombie the watcher waits for, forever.
     """
-    env = ["env", f"LD_LIBRARY_PATH={lib_dir}"] if lib_dir else []
-    words = " ".join(shlex.quote(word) for word in [*env, *argv])
+    settings = {**({"LD_LIBRARY_PATH": lib_dir} if lib_dir else {}), **(env or {})}
+    prefix = ["env", *(f"{k}={v}" for k, v in sorted(settings.items()))] if settings else []
+    words = " ".join(shlex.quote(word) for word in [*prefix, *argv])
     folder = shlex.quote(workdir)
     setup = f"mkdir -p {folder} && cd {folder} && echo $$ > pid || exit 1"
     if not watch_s:

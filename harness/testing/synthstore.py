@@ -29,8 +29,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from harness.store import SCHEMAS
+from harness.units import GIB
 
-GIB = 1 << 30
 BITS_PER_WEIGHT = {
     "Q2_K": 2.6, "Q3_K_M": 3.9, "Q4_0": 4.5, "Q4_K_M": 4.8, "Q5_K_M": 5.7, "Q6_K": 6.6,
     "Q8_0": 8.5, "F16": 16.0,

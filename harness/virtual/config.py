@@ -128,6 +128,7 @@ class PhoneConfig:
     abi: str = "arm64-v8a"  # what the phone executes (ro.product.cpu.abi)
     shell: str = "mksh"  # /system/bin/sh: mksh as on Android, or dash to compare
     android: AndroidRules = field(default_factory=AndroidRules)  # background_apps resolved
+    python: bool = False  # a Python at /data/local/tmp/python (llama-cpp-python cells)
 
     @property
     def sdk(self) -> int:
@@ -152,6 +153,7 @@ class PhoneConfig:
             abi=str(data.get("abi", data["props"].get("ro.product.cpu.abi", "arm64-v8a"))),
             shell=str(data.get("shell", "mksh")),
             android=AndroidRules.from_mapping(data.get("android", {})),
+            python=bool(data.get("python", False)),
         )
 
     @classmethod
@@ -198,4 +200,5 @@ def config_from_profile(profile: DeviceProfile, name: str, ram_mb: int | None = 
                        for c in profile.clusters),
         thermal=dict(profile.thermal), battery_level=profile.battery_level,
         abi=abi, shell=shell, android=android,
+        python=abi == host_abi(),  # the host's Python stands in for one: only on its ABI
     )

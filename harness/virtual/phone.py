@@ -205,6 +205,8 @@ class Phone:
     # ----- boot and the tick -----------------------------------------------------------------
     def boot(self) -> None:
         self.sandbox.create()
+        if self.config.python:
+            self.sandbox.write_python()
         install_userland(self.sandbox.bin, resolve_userland(self.config.shell), keep=set(TOOLS))
         rules = self.config.android
         self.shell_env = {**self.sandbox.shell_env(),

@@ -1,4 +1,4 @@
-"""The phone's own commands: getprop, dumpsys, logcat, log, pm, am, settings, cmd, wm, dmesg.
+"""The phone's own commands: getprop, setprop, dumpsys, logcat, log, settings, cmd, dmesg.
 
 Run as ``python -S -m harness.virtual.phonetools TOOL ARGS`` by the shims in ``/system/bin``;
 ``HARNESS_SIM_STATE`` names the phone's state directory. Stdlib-only imports keep each call fast.
@@ -276,29 +276,6 @@ def log(args: Sequence[str]) -> int:
     return 0
 
 
-PACKAGES = ("android", "com.android.shell", "com.android.settings", "com.android.systemui")
-
-
-def pm(args: Sequence[str]) -> int:
-    if args[:2] == ["list", "packages"]:
-        for name in PACKAGES:
-            print(f"package:{name}")
-        return 0
-    if args[:1] == ["path"] and len(args) > 1 and args[1] in PACKAGES:
-        print(f"package:/system/app/{args[1]}/{args[1]}.apk")
-        return 0
-    if args[:1] == ["path"]:
-        return 1
-    print("Unknown or unsupported pm command", file=sys.stderr)
-    return 1
-
-
-def am(args: Sequence[str]) -> int:
-    if args[:1] == ["start"]:
-        print(f"Starting: Intent {{ {' '.join(args[1:])} }}")
-    return 0
-
-
 POWER_SETTINGS = {"global/low_power": "battery-saver",
                   "global/stay_on_while_plugged_in": "stay-on"}
 
@@ -335,18 +312,11 @@ def settings(args: Sequence[str]) -> int:
         data[key] = args[3]
         (_state() / "settings.json").write_text(json.dumps(data))
         return 0
-    if len(args) >= 2 and args[0] == "list":
-        for key, value in sorted({**data, **derived}.items()):
-            if key.startswith(args[1] + "/"):
-                print(f"{key.split('/', 1)[1]}={value}")
-        return 0
-    print("usage: settings get|put|list NAMESPACE KEY [VALUE]", file=sys.stderr)
+    print("usage: settings get|put NAMESPACE KEY [VALUE]", file=sys.stderr)
     return 1
 
 
 def cmd(args: Sequence[str]) -> int:
-    if args[:1] == ["package"]:
-        return pm(args[1:])
     if args[:2] == ["thermalservice", "override-status"] and len(args) == 3:
         (_state() / "control" / f"{time.time_ns()}.json").write_text(
             json.dumps({"kind": "thermal", "value": int(args[2])}))
@@ -359,14 +329,6 @@ def cmd(args: Sequence[str]) -> int:
     return 20
 
 
-def wm(args: Sequence[str]) -> int:
-    if args[:1] == ["size"]:
-        print("Physical size: 1080x2400")
-    elif args[:1] == ["density"]:
-        print("Physical density: 420")
-    return 0
-
-
 def dmesg(args: Sequence[str]) -> int:
     """User builds deny the kernel log to the shell user (SELinux, dmesg_restrict)."""
     print("dmesg: klogctl: Permission denied", file=sys.stderr)
@@ -375,7 +337,7 @@ def dmesg(args: Sequence[str]) -> int:
 
 TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
     "getprop": getprop, "setprop": setprop, "dumpsys": dumpsys, "logcat": logcat, "log": log,
-    "pm": pm, "am": am, "settings": settings, "cmd": cmd, "wm": wm, "dmesg": dmesg,
+    "settings": settings, "cmd": cmd, "dmesg": dmesg,
 }
 
 

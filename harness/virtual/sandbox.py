@@ -42,8 +42,7 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
 _BEFORE = r"(?<![\w./~-])"  # not inside a longer word or path
 _AFTER = r"(?=$|[/\s'\";|&)<>:`}])"
 _PATTERN = re.compile(_BEFORE + "(" + "|".join(re.escape(p) for p, _ in _PREFIXES) + ")" + _AFTER)
-TOOLS = ("getprop", "setprop", "dumpsys", "logcat", "log", "pm", "am", "settings", "cmd", "wm",
-         "dmesg")
+TOOLS = ("getprop", "setprop", "dumpsys", "logcat", "log", "settings", "cmd", "dmesg")
 
 
 @dataclass(frozen=True)
@@ -100,6 +99,23 @@ class Sandbox:
             target = self.bin / tool
             if target.is_symlink():  # an applet link of an older phone: never write through it
                 target.unlink()
+            target.write_text(script)
+            target.chmod(0o755)
+
+    def write_python(self) -> None:
+        """A Python at /data/local/tmp/python, as someone measuring llama-cpp-python pushes one.
+
+        It is this host's interpreter (the one serving the phone, with whatever llama_cpp it
+        has), started from a script under the phone's root: it runs in the shell's session, so
+        the phone counts its memory and its low-memory killer can kill it, like any engine. A
+        phone's own Python would be built for the phone's ABI; this one is the host's, so only
+        phones of the host's ABI get it (docs/virtual-phone.md).
+        """
+        folder = self.root / "data/local/tmp/python/bin"
+        folder.mkdir(parents=True, exist_ok=True)
+        script = f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n"
+        for name in ("python3", "python"):
+            target = folder / name
             target.write_text(script)
             target.chmod(0o755)
 

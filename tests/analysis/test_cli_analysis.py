@@ -202,3 +202,117 @@ def test_every_command_has_an_example() -> None:
     for command in cli.COMMANDS:
         result = run(command.name or "", "--help")
         assert result.exit_code == 0 and "Example:" in result.output, command.name
+
+
+PY = "llama-cpp-python"
+
+
+def _engine_store(root: Path) -> None:
+    """Builds base and cand of llama-bench, and llama-cpp-python (device-python) 30% slower."""
+    ab_store(root, drop=0.0, reps=6, devices=("SER1",), quants=("Q4_K_M",))
+    rng = np.random.default_rng(4)
+    py = cell(build="device-python", engine=PY)
+    write(root, [trial(py, run_id="py", rep=i, tg_tps=v) for i, v in
+                 enumerate(noisy(rng, 14.0, 6))], run_id="py")
+
+
+def test_compare_two_engines_names_both_sides(tmp_path: Path) -> None:
+    _engine_store(tmp_path)
+    result = run("compare", "--results", str(tmp_path), "--baseline", "base",
+                 "--candidate-engine", PY, "--metric", "tg_tps", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert (doc["baseline"], doc["baseline_engine"]) == ("base", "llama-bench")
+    assert (doc["candidate"], doc["candidate_engine"]) == ("device-python", PY)
+    (one,) = doc["cells"]
+    assert one["verdict"] == "regression" and one["ratio"] < 0.75
+    table = run("compare", "--results", str(tmp_path), "--baseline", "base",
+                "--candidate-engine", PY, "--metric", "tg_tps")
+    assert f"device-python [{PY}] vs base [llama-bench]" in table.output
+    assert "1 comparisons: 1 regression" in table.output.splitlines()
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--baseline-engine", "llama-bench", "--candidate-engine", PY],
+     "Error: --baseline-engine 'llama-bench' has trials of several builds (base, cand): "
+     "pass --baseline BUILD"),
+    (["--baseline", "base", "--candidate-engine", "mlc"],
+     f"Error: --candidate-engine 'mlc': no trials of that engine (engines: llama-bench, {PY})"),
+    (["--baseline", "base"], "Error: name a side: pass --candidate BUILD or --candidate-engine "
+                             "ENGINE"),
+    (["--baseline", "base", "--candidate", "cand", "--candidate-engine", PY],
+     f"Error: --candidate-engine '{PY}': build 'cand' has no trials of that engine "
+     "(its engines: llama-bench)"),
+])
+def test_ambiguous_or_absent_sides_exit_2_with_one_line(tmp_path: Path, args: list[str],
+                                                        line: str) -> None:
+    _engine_store(tmp_path)
+    result = run("compare", "--results", str(tmp_path), *args)
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [line]
+
+
+def test_a_build_run_by_two_engines_needs_the_engine_named(tmp_path: Path) -> None:
+    ab_store(tmp_path, drop=0.0, reps=4, devices=("SER1",), quants=("Q4_K_M",))
+    yaml_engine = "engines/x.yaml"
+    write(tmp_path, [trial(cell(build="base", engine=yaml_engine), run_id="x", rep=i,
+                           engine=yaml_engine) for i in range(4)], run_id="x")
+    result = run("compare", "--results", str(tmp_path), "--baseline", "base", "--candidate",
+                 "cand")
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"Error: --baseline 'base' has trials of several engines ({yaml_engine}, llama-bench): "
+        "pass --baseline-engine ENGINE")
+    named = run("compare", "--results", str(tmp_path), "--baseline", "base",
+                "--baseline-engine", "llama-bench", "--candidate", "cand", "--json")
+    assert named.exit_code == 0 and len(json.loads(named.output)["cells"]) == 3
+
+
+def test_compare_help_shows_the_engine_example() -> None:
+    result = run("compare", "--help")
+    assert "harness compare --baseline-engine llama-bench --candidate-engine" in result.output
+    assert "--candidate-engine ENGINE" in result.output
+
+
+def test_recommend_table_names_build_and_engine_and_filters(tmp_path: Path) -> None:
+    _engine_store(tmp_path)
+    table = run("recommend", "--results", str(tmp_path), "--device", "SER1", "--memory", "8GiB")
+    assert table.exit_code == 0, table.output
+    assert "device-python" in table.output and PY in table.output
+    assert "3 configs fit, 0 rejected" in table.output
+    only = run("recommend", "--results", str(tmp_path), "--device", "SER1", "--engine", PY,
+               "--json")
+    assert [(p["build_id"], p["engine"]) for p in json.loads(only.output)["picks"]] == [
+        ("device-python", PY)]
+    builds = run("recommend", "--results", str(tmp_path), "--device", "SER1", "--build", "cand",
+                 "--build", "base", "--json")
+    assert {p["build_id"] for p in json.loads(builds.output)["picks"]} == {"base", "cand"}
+
+
+def test_nightly_compares_each_engine_with_the_baselines_same_engine(tmp_path: Path) -> None:
+    from harness.analysis.frames import Side
+    from harness.analysis.nightly import run_nightly
+
+    rng = np.random.default_rng(8)
+
+    def fake_run(matrix_path: Path, root: Path) -> FakeSummary:
+        records = []
+        for build, engine, centre in (("release", "llama-bench", 20.0),
+                                      ("nightly-1", "llama-bench", 20.0),
+                                      ("nightly-1", "engines/x.yaml", 9.0),
+                                      ("device-python", PY, 14.0)):
+            records += [trial(cell(build=build, engine=engine), run_id="r1", rep=i, tg_tps=v,
+                              engine=engine) for i, v in enumerate(noisy(rng, centre, 6))]
+        write_part(root, "trials", records, "r1", when=START)
+        return FakeSummary("r1")
+
+    result = run_nightly(tmp_path / "m.yaml", baseline="release", results=tmp_path / "res",
+                         run=fake_run, metrics=("tg_tps",))
+    assert [c.title for c in result.comparisons] == ["nightly-1 vs baseline release"]
+    (only,) = result.comparisons
+    assert (only.result.baseline_side, only.result.candidate_side) == (
+        Side("release"), Side("nightly-1"))
+    assert result.notes[:2] == (
+        f"device-python [{PY}]: baseline release has no trials of engine {PY}: not compared",
+        "nightly-1 [engines/x.yaml]: baseline release has no trials of engine engines/x.yaml: "
+        "not compared")

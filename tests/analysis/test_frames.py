@@ -110,3 +110,48 @@ def test_an_absent_build_names_the_builds_the_store_holds(tmp_path: Path) -> Non
 def test_a_folder_without_a_store_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="no results store"):
         load_trials(tmp_path)
+
+
+def test_a_missing_engine_reads_llama_bench_and_sides_pair_build_and_engine(
+        tmp_path: Path) -> None:
+    from harness.analysis.frames import Side, engine_column, sides
+
+    write(tmp_path, [trial(cell(build="a"), engine=None),
+                     trial(cell(build="p", engine="llama-cpp-python"), rep=1)])
+    frame = read_table(tmp_path, "trials")
+    assert frame["engine"].isna().sum() == 1  # written as null by an old writer
+    assert list(engine_column(frame)) == ["llama-bench", "llama-cpp-python"]
+    assert sides(frame) == [Side("a", "llama-bench"), Side("p", "llama-cpp-python")]
+    assert list(engine_column(frame.drop(columns=["engine"]))) == ["llama-bench"] * 2
+
+
+def test_recent_keeps_the_newest_usable_trials_and_counts_throttled_among_them(
+        tmp_path: Path) -> None:
+    """--recent 10: per side and cell the 10 newest usable trials, and only the throttled ones
+    newer than the 10th (not every throttled trial of the store)."""
+    from datetime import timedelta
+
+    import numpy as np
+
+    from harness.analysis.ab import compare_builds
+
+    from .factory import START
+
+    rng = np.random.default_rng(1)
+    records = []
+    for build, level, every, day in (("base", 10.0, 4, 0), ("cand", 9.2, 2, 5)):
+        c = cell(build=build)
+        for i in range(40):
+            records.append(trial(c, rep=i, started_at=START + timedelta(days=day, hours=i),
+                                 throttled=i % every == 0,
+                                 tg_tps=float(level * rng.lognormal(0, 0.01))))
+    write(tmp_path, records)
+    frame = read_table(tmp_path, "trials")
+    result = compare_builds(frame, "base", "cand", ["tg_tps"], recent=10)
+    (one,) = result.cells
+    c = one.comparison
+    assert (c.n_baseline, c.n_candidate) == (10, 10)
+    assert (c.throttled_baseline, c.throttled_candidate) == (3, 9)
+    assert c.verdict == "regression" and result.to_json()["recent"] == 10
+    everything = compare_builds(frame, "base", "cand", ["tg_tps"]).cells[0].comparison
+    assert (everything.n_baseline, everything.throttled_candidate) == (30, 20)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +16,7 @@ from harness.memory import MemoryPrediction
 from harness.plan import PlannedCell
 from harness.store import read_table
 
-from .factory import cell, trial, write
+from .factory import START, cell, trial, write
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -65,7 +66,9 @@ def test_pareto_front_keeps_only_undominated_speed_memory_points(tmp_path: Path)
     records = [*_reps(a, 30.0, 2 * GIB), *_reps(b, 20.0, GIB), *_reps(c, 19.0, 3 * GIB)]
     rec = recommend(_frame(tmp_path, records), "SER1", reserve_bytes=0,
                     available_bytes=8 * GIB)
-    assert set(rec.pareto) == {a.config_id, b.config_id}  # c is slower and bigger than both
+    # c is slower and bigger than both
+    assert set(rec.pareto) == {(a.config_id, "b1", "llama-bench"),
+                               (b.config_id, "b1", "llama-bench")}
     assert "Pareto" in rec.picks[0].explanation
 
 
@@ -161,3 +164,56 @@ def test_quant_ladder_steps_down_one_rung() -> None:
     assert lower_quant("Q4_K_M") == "Q4_K_S"
     assert lower_quant("q8_0") == "Q6_K"
     assert lower_quant("weird") is None
+
+
+def test_one_cell_at_two_builds_recommends_the_fast_build_and_names_it(tmp_path: Path) -> None:
+    """The same configuration measured with the release build and, later, with a build 4.7x
+    slower: the pick is the release build's measurement, and it says so (the old rule took each
+    config's latest build and recommended the cell at the slow build's speed, unnamed)."""
+    release, slow = cell(build="release"), cell(build="slow")
+    later = START + timedelta(hours=2)
+    records = [*_reps(release, 47.0, GIB),
+               *[trial(slow, rep=i, tg_tps=10.0, peak_pss_bytes=GIB, started_at=later)
+                 for i in range(3)]]
+    rec = recommend(_frame(tmp_path, records), "SER1", reserve_bytes=GIB,
+                    available_bytes=4 * GIB)
+    assert [(p.config_id, p.build_id, p.engine, p.tg_tps) for p in rec.picks] == [
+        (release.config_id, "release", "llama-bench", 47.0),
+        (slow.config_id, "slow", "llama-bench", 10.0)]
+    doc = rec.to_json()
+    assert [(p["build_id"], p["engine"]) for p in doc["picks"]] == [
+        ("release", "llama-bench"), ("slow", "llama-bench")]
+    assert doc["pareto"] == [{"config_id": release.config_id, "build_id": "release",
+                              "engine": "llama-bench"}]
+    only_slow = recommend(_frame(tmp_path / "again", records), "SER1", reserve_bytes=GIB,
+                          available_bytes=4 * GIB, builds=["slow"])
+    assert [(p.build_id, p.tg_tps) for p in only_slow.picks] == [("slow", 10.0)]
+
+
+def test_engines_are_candidates_of_their_own_and_can_be_chosen(tmp_path: Path) -> None:
+    bench = cell(build="release")
+    python = cell(build="device-python", engine="llama-cpp-python")
+    assert bench.config_id == python.config_id
+    records = [*_reps(bench, 30.0, GIB),
+               *_reps(python, 25.0, GIB, engine="llama-cpp-python"),
+               trial(python, rep=9, outcome="oom_killed", tg_tps=None, serial="SER1",
+                     engine="llama-cpp-python", run_id="run2")]
+    frame = _frame(tmp_path, records)
+    rec = recommend(frame, "SER1", reserve_bytes=0, available_bytes=None)
+    assert [(p.build_id, p.engine) for p in rec.picks] == [("release", "llama-bench")]
+    assert [(r.build_id, r.engine, r.reason_code) for r in rec.rejected] == [
+        ("device-python", "llama-cpp-python", "oom_killed")]
+    only = recommend(frame, "SER1", reserve_bytes=0, available_bytes=None,
+                     engines=["llama-cpp-python"])
+    assert only.picks == () and len(only.rejected) == 1
+    none = recommend(frame, "SER1", reserve_bytes=0, available_bytes=None, engines=["mlc"])
+    assert none.notes[0] == "no trials for device 'SER1' and engine mlc"
+
+
+def test_trials_whose_config_did_not_apply_never_make_a_pick(tmp_path: Path) -> None:
+    c = cell(affinity="0x2")
+    records = [trial(c, rep=i, tg_tps=30.0, config_not_applied="threads ran on CPUs 0-1")
+               for i in range(3)]
+    rec = recommend(_frame(tmp_path, records), "SER1", reserve_bytes=0, available_bytes=None)
+    assert rec.picks == ()
+    assert [r.reason_code for r in rec.rejected] == ["not_applied"]

@@ -17,6 +17,7 @@ import pytest
 from harness.cell import Cell
 from harness.engines.base import Measurement
 from harness.matrix import expand, load_matrix
+from harness.records import BuildMeta, DeviceMeta, ModelMeta
 from harness.run.order import TrialSpec
 from harness.run.trial import TrialContext, TrialPolicy, TrialRunner
 
@@ -75,7 +76,8 @@ def _run(interval: float) -> tuple[RecordingDevice, int]:
                                              sample_interval_s=interval))
     ctx = TrialContext(engine=SilentEngine(), binary="/bin/engine", lib_dir=None,  # type: ignore[arg-type]
                        model="/m.gguf", cpu_mask=None, big_cpu=0, memory_limit_bytes=None,
-                       predicted_peak_bytes=None, device_meta={}, build_meta={}, model_meta={})
+                       predicted_peak_bytes=None, device_meta=DeviceMeta(),
+                       build_meta=BuildMeta(), model_meta=ModelMeta())
     _, samples = runner.run(TrialSpec("run", device.serial, cell, 0), ctx)
     return device, len([s for s in samples if s.rss_bytes is not None])
 

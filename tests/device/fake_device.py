@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,24 +33,6 @@ class FakeDevice:
 
     def push(self, local: str | Path, remote: str, progress: Progress | None = None) -> None:
         raise UnexpectedCall(f"unexpected push {local} -> {remote}")
-
-    def pull(self, remote: str, local: str | Path) -> None:
-        raise UnexpectedCall(f"unexpected pull {remote}")
-
-    def read_text(self, path: str) -> str:
-        raise UnexpectedCall(f"unexpected read_text {path}")
-
-    def exists(self, path: str) -> bool:
-        raise UnexpectedCall(f"unexpected exists {path}")
-
-    def spawn(self, cmd: str | Sequence[str], stdout_path: str, stderr_path: str) -> int:
-        raise UnexpectedCall(f"unexpected spawn {cmd!r}")
-
-    def kill(self, pid: int, sig: int = signal.SIGTERM) -> bool:
-        raise UnexpectedCall(f"unexpected kill {pid}")
-
-    def is_alive(self, pid: int) -> bool:
-        raise UnexpectedCall(f"unexpected is_alive {pid}")
 
     def facts(self) -> DeviceFacts:
         raise UnexpectedCall("unexpected facts()")

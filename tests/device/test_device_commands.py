@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 import pytest
@@ -12,16 +11,9 @@ from click.testing import CliRunner
 from fake_device import FakeDevice, UnexpectedCall
 
 from harness.cli import main
-from harness.device import Device, DeviceTimeoutError, LocalDevice
+from harness.device import Device, DeviceTimeoutError
 from harness.device.adb import translate_error
-from harness.device.base import (
-    ShellResult,
-    is_running_state,
-    kill_command,
-    parse_df_available_kb,
-    shell_command,
-    spawn_command,
-)
+from harness.device.base import ShellResult, parse_df_available_kb, shell_command
 from harness.device.facts import CPU_SYSFS_LOOP, gather_facts
 from harness.errors import DeviceError, DeviceLostError
 
@@ -39,39 +31,6 @@ def test_a_sequence_is_quoted_and_a_string_is_passed_as_is() -> None:
     assert shell_command(["echo", "it's"]) == "echo 'it'\"'\"'s'"
     with pytest.raises(DeviceError):
         shell_command([])
-
-
-def test_spawn_line_execs_a_sequence_and_quotes_the_output_paths() -> None:
-    line = spawn_command(["./llama-bench", "-m", PWNED_NAME], "/data/local/tmp/o u t", "/e;rr")
-    assert line == (
-        "sh -c 'exec ./llama-bench -m '\"'\"'x; touch /tmp/pwned #.gguf'\"'\"'' "
-        ">'/data/local/tmp/o u t' 2>'/e;rr' </dev/null & echo $!"
-    )
-    assert kill_command(42, signal.SIGKILL) == "kill -9 42"
-
-
-def test_spawn_line_really_runs_the_name_as_one_argument(tmp_path: Path) -> None:
-    device = LocalDevice(tmp_path)
-    out, err = tmp_path / "o; x", tmp_path / "e"
-    line = spawn_command(["printf", "%s|", PWNED_NAME, "b"], str(out), str(err))
-    result = device.shell(line, timeout=30)
-    assert result.ok and result.stdout.strip().isdigit()
-    deadline_reads = 0
-    while out.read_text() == "" and deadline_reads < 500:  # the background job may lag
-        deadline_reads += 1
-        device.shell("sleep 0.01", timeout=30)
-    assert out.read_text() == f"{PWNED_NAME}|b|"
-
-
-@pytest.mark.parametrize(("stat", "alive"), [
-    ("123 (llama-bench) R 1 123 123 0", True),
-    ("123 (a ) b) S 1 123", True),
-    ("123 (llama-bench) Z 1 123", False),
-    ("", False),
-    ("garbage", False),
-])
-def test_process_state_from_proc_stat(stat: str, alive: bool) -> None:
-    assert is_running_state(stat) is alive
 
 
 def test_df_available_column() -> None:

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 from device_contract import (
     check_hostile_file_name_is_a_name,
-    check_push_progress_and_pull_round_trip,
+    check_push_progress_and_content,
     check_shell_exit_codes_and_streams,
     check_shell_timeout,
-    check_spawn_kill_and_liveness,
 )
 
 from harness.android import parse_cpu_range, parse_proc_meminfo
@@ -42,8 +41,8 @@ def test_hostile_file_name_is_a_name(local: LocalDevice, tmp_path: Path) -> None
     check_hostile_file_name_is_a_name(local, tmp_path, str(remote_dir))
 
 
-def test_push_progress_and_pull(local: LocalDevice, tmp_path: Path) -> None:
-    check_push_progress_and_pull_round_trip(local, tmp_path, str(tmp_path / "device"))
+def test_push_progress_and_content(local: LocalDevice, tmp_path: Path) -> None:
+    check_push_progress_and_content(local, tmp_path, str(tmp_path / "device"))
 
 
 def test_push_keeps_the_executable_bit(local: LocalDevice, tmp_path: Path) -> None:
@@ -52,11 +51,6 @@ def test_push_keeps_the_executable_bit(local: LocalDevice, tmp_path: Path) -> No
     tool.chmod(0o755)
     local.push(tool, str(tmp_path / "device" / "tool"))
     assert local.shell([str(tmp_path / "device" / "tool")], timeout=30).stdout == "ran\n"
-
-
-def test_spawn_kill_and_liveness(local: LocalDevice, tmp_path: Path) -> None:
-    (tmp_path / "device").mkdir()
-    check_spawn_kill_and_liveness(local, str(tmp_path / "device"))
 
 
 def test_local_facts_match_this_host(local: LocalDevice) -> None:

@@ -85,7 +85,7 @@ def test_quantised_v_cache_with_flash_attention_off_is_unsupported_with_the_reas
 def test_workload_larger_than_the_context_is_unsupported() -> None:
     cell = dataclasses.replace(CELL, n_ctx=256, n_prompt=200, n_gen=32, n_depth=64)
     assert LlamaBench().supports(cell) == (
-        "n_depth + n_prompt + n_gen = 296 tokens do not fit n_ctx 256"
+        "the workload needs 296 tokens of context (depth 64 + prompt 200 + gen 32) but n_ctx is 256"
     )
 
 

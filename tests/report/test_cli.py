@@ -31,6 +31,7 @@ def test_report_writes_html_and_json_summary(
     summary = json.loads(result.output)
     assert summary["trials"] == written.trials and summary["outcomes"] == written.outcomes
     assert (summary["baseline"], summary["candidate"]) == ("b4100", "b4101")
+    assert (summary["baseline_engine"], summary["engines"]) == ("llama-bench", ["llama-bench"])
     assert summary["verdicts"]["tg_tps"]["regression"] >= 32
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert summary["bytes"] == out.stat().st_size
@@ -59,6 +60,14 @@ def test_bad_filters_exit_2(synth_store: tuple[Path, SynthSummary], tmp_path: Pa
     build = CliRunner().invoke(_cli(), ["report", "--results", root, "--baseline", "nope",
                                         "-o", out])
     assert build.exit_code == 2 and "--baseline 'nope'" in build.output
+    engine = CliRunner().invoke(_cli(), ["report", "--results", root, "--candidate-engine",
+                                         "mlc", "-o", out])
+    assert engine.exit_code == 2 and engine.output.strip().splitlines() == [
+        "Error: --candidate-engine 'mlc': no trials of that engine (engines: llama-bench)"]
+    several = CliRunner().invoke(_cli(), ["report", "--results", root, "--baseline-engine",
+                                          "llama-bench", "-o", out])
+    assert several.exit_code == 2 and "has trials of several builds (b4100, b4101)" in (
+        several.output)
 
 
 def test_help_has_an_example_and_command_is_listed() -> None:

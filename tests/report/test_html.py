@@ -6,6 +6,7 @@ import dataclasses
 import re
 from collections import Counter
 
+from harness.analysis.recommend import Pick
 from harness.report.html import render_report
 from harness.report.model import (
     DeviceRecommendations,
@@ -57,13 +58,17 @@ def test_charts_are_bounded_by_top(report_data: ReportData) -> None:
 
 
 def test_recommendations_render_what_they_are_given(report_data: ReportData) -> None:
-    given = (DeviceRecommendations("phone <i>1</i>", (Recommendation(
-        "Q4_0 · ctx 512", 12.5, 400.0, 1.5 * 2**30, 6.5 * 2**30, "predicted",
-        "fits with <room> to spare"),)),)
+    pick = Pick(rank=1, config_id="c1", label="x", model="m", quant="Q4_0", n_ctx=512,
+                type_k="f16", type_v="f16", threads=4, tg_tps=12.5, pp_tps=400.0,
+                ttft_ms=None, peak_bytes=3 << 29, headroom_bytes=13 << 29, source="predicted",
+                build_id="b<1>", engine="engines/<e>.yaml", n_trials=0, kl=None, top1=None,
+                pareto=False, explanation="fits with <room> to spare")
+    given = (DeviceRecommendations("phone <i>1</i>", (Recommendation("Q4_0 · ctx 512", pick),)),)
     html = render_report(dataclasses.replace(report_data, recommendations=given))
     section = html[html.index('id="recommendations"'):]
     assert "phone &lt;i&gt;1&lt;/i&gt;" in section and "predicted" in section
     assert "fits with &lt;room&gt; to spare" in section and "1.50 GiB" in section
+    assert "b&lt;1&gt;" in section and "engines/&lt;e&gt;.yaml" in section
     empty = render_report(dataclasses.replace(report_data, recommendations=()))
     assert "No recommendation data" in empty
 

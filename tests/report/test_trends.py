@@ -1,40 +1,61 @@
-"""The comparison window: the newest usable trials per side, and only their throttled peers."""
+"""Which sides the report compares when the user names none, one or both (with engines)."""
 
 from __future__ import annotations
 
-import numpy as np
+from datetime import timedelta
+from pathlib import Path
+
 import pandas as pd
+import pytest
+from analysis.factory import START, cell, trial, write
 
-from harness.report.trends import comparison
+from harness.analysis.frames import Side
+from harness.errors import ConfigError
+from harness.report.trends import SideChoice, pick_sides
+from harness.store import read_table
 
-
-def _trials(build: str, start: str, n: int, throttled_every: int, level: float) -> pd.DataFrame:
-    times = pd.date_range(start, periods=n, freq="h", tz="UTC")
-    throttled = np.arange(n) % throttled_every == 0
-    rng = np.random.default_rng(len(build) + n)
-    return pd.DataFrame({
-        "device": "phone", "config": "Q4_0", "build_id": build, "started_at": times,
-        "ok": True, "throttled": throttled, "tg_tps": level * rng.lognormal(0, 0.01, n),
-        "pp_tps": 100 * level * rng.lognormal(0, 0.01, n), "peak_pss_bytes": 1e9,
-    })
+PY = "llama-cpp-python"
 
 
-def test_window_takes_newest_usable_trials_and_counts_throttled_among_them() -> None:
-    # baseline: 40 trials, every 4th throttled; candidate 8% slower, every 2nd throttled
-    df = pd.concat([_trials("base", "2026-01-01", 40, 4, 10.0),
-                    _trials("cand", "2026-02-01", 40, 2, 9.2)], ignore_index=True)
-    for column in ("device", "config", "build_id"):
-        df[column] = df[column].astype("category")
-    section = comparison(df, None, None, max_per_side=10)
-    assert (section.baseline, section.candidate) == ("base", "cand")
-    tg = next(r for r in section.rows if r.metric == "tg_tps")
-    assert (tg.n_baseline, tg.n_candidate) == (10, 10)
-    def throttled_in_window(build: str) -> int:
-        side = df[df.build_id == build].sort_values("started_at", ascending=False)
-        usable_before = (~side.throttled).cumsum() - (~side.throttled)
-        return int(side[usable_before < 10].throttled.sum())
+def _store(root: Path, builds: tuple[str, ...] = ("b1", "b2"), python: bool = True,
+           shared_engine_build: bool = False) -> pd.DataFrame:
+    records = [trial(cell(build=b), rep=i, run_id=b, started_at=START + timedelta(days=n))
+               for n, b in enumerate(builds) for i in range(3)]
+    if python:
+        records += [trial(cell(build="device-python", engine=PY), rep=i, run_id="py",
+                          engine=PY) for i in range(3)]
+    if shared_engine_build:  # a generic engine run with build b1's files
+        records += [trial(cell(build="b1", engine="engines/x.yaml"), rep=i, run_id="x",
+                          engine="engines/x.yaml") for i in range(3)]
+    write(root, records)
+    return read_table(root, "trials")
 
-    # throttled among the newest trials until 10 usable were seen, not all 10 or 20 of them
-    assert (throttled_in_window("base"), throttled_in_window("cand")) == (3, 9)
-    assert "excluded throttled trials: baseline 3, candidate 9" in tg.reason
-    assert tg.verdict == "regression"
+
+def test_no_names_compares_the_two_builds_of_the_engine_that_has_two(tmp_path: Path) -> None:
+    base, cand, note = pick_sides(_store(tmp_path), SideChoice())
+    assert (base, cand) == (Side("b1"), Side("b2"))
+    assert note == "the two builds of llama-bench in scope, older one as baseline"
+
+
+def test_one_named_side_pairs_with_the_other_build_of_its_engine(tmp_path: Path) -> None:
+    trials = _store(tmp_path)
+    assert pick_sides(trials, SideChoice(candidate="b1"))[:2] == (Side("b2"), Side("b1"))
+    assert pick_sides(trials, SideChoice(baseline_engine=PY, candidate="b2"))[:2] == (
+        Side("device-python", PY), Side("b2"))
+
+
+def test_three_builds_of_one_engine_need_names(tmp_path: Path) -> None:
+    base, cand, note = pick_sides(_store(tmp_path, ("b1", "b2", "b3"), python=False),
+                                  SideChoice())
+    assert base is None and cand is None
+    assert note == "3 build(s) in scope; pass --baseline and --candidate to compare two of them"
+
+
+def test_a_build_of_two_engines_needs_its_engine_named(tmp_path: Path) -> None:
+    trials = _store(tmp_path, shared_engine_build=True)
+    with pytest.raises(ConfigError, match=r"--baseline 'b1' has trials of several engines "
+                                          r"\(engines/x.yaml, llama-bench\): pass "
+                                          r"--baseline-engine ENGINE"):
+        pick_sides(trials, SideChoice(baseline="b1", candidate="b2"))
+    named = SideChoice(baseline="b1", baseline_engine="engines/x.yaml", candidate="b2")
+    assert pick_sides(trials, named)[:2] == (Side("b1", "engines/x.yaml"), Side("b2"))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from harness.run.outcome import OOM_SIGNALS, Observation, classify, oom_signals
+from harness.units import MIB
 
-MIB = 1 << 20
 APP_KILL = ("12-01 10:00:01.000  512  512 I lowmemorykiller: Kill 'com.whatsapp' (3141), "
             "uid 10123, oom_score_adj 900 to free 120000kB rss, 0kB swap; reason: min "
             "watermark is breached")

@@ -202,7 +202,9 @@ def test_a_phone_with_unreadable_thermal_zones_still_runs_and_says_what_it_could
                        "/sys/class/thermal/thermal_zone3/*"],
         "smaps_rollup": False})
     (phone,) = virtual_phones(1, profile=denied)
-    matrix = write_matrix(tmp_path, "denied", n_ctx=[512], n_gen=256, reps=2)
+    # long enough (about a second per trial) that the sampler's reads always meet the engine
+    # alive, also on a loaded machine: 256 tokens ended before the first read once
+    matrix = write_matrix(tmp_path, "denied", n_ctx=[2048], n_gen=1536, reps=2)
     results = tmp_path / "r"
     trials = run(matrix, [phone], results, host_build)
     assert (trials["outcome"] == "ok").all(), trials[["outcome", "error"]]

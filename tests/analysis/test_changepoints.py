@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.analysis.history import detect_change_points, segment_means, split_statistics
+from harness.analysis.changepoints import detect_change_points, segment_means, split_statistics
 
 
 def nightly(
