@@ -83,12 +83,17 @@ class _Emitter:
                     "total"):
                 return
             self.last_push = now
-        safe = {k: v for k, v in details.items()
+        # msgpack takes plain values only: a Kind or an Outcome (str enums) goes as its string
+        safe = {k: _plain(v) for k, v in details.items()
                 if v is None or isinstance(v, str | int | float | bool)}
         self.worker.log_event(self.request.topic, {
-            "kind": kind, "serial": serial, "job_id": self.request.job_id,
+            "kind": _plain(kind), "serial": serial, "job_id": self.request.job_id,
             "worker": str(self.worker.name), "pid": os.getpid(), "details": safe,
         })
+
+
+def _plain(value: Any) -> Any:
+    return str.__str__(value) if isinstance(value, str) else value
 
 
 class _Collector:

@@ -54,7 +54,7 @@ def test_farm_places_each_job_on_its_phone_and_matches_a_local_run(
 
     trials = store.read_table(results, "trials")
     samples = store.read_table(results, "samples")
-    assert summary.run.outcomes() == Counter(ok=12)
+    assert summary.run.outcomes() == Counter(ok=12), json.dumps(summary.to_json())
     assert trials["trial_id"].is_unique and len(trials) == 12
     assert set(samples["trial_id"]) == set(trials["trial_id"])
     # same trials and outcomes as the local run (run ids differ, cells and reps do not)
