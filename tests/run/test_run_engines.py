@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_run_e2e import run_cli  # harness run --json, exit 0 asserted
 
 from harness import store
 from harness.artifacts.builds import Build
@@ -18,19 +19,13 @@ ENGINES = REPO / "matrices" / "engines.yaml"
 pytestmark = pytest.mark.slow
 
 
-def _run(*args: str) -> dict[str, object]:
-    result = CliRunner().invoke(main, ["run", *args, "--json"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
-
-
 def test_two_engines_on_the_same_cells_are_stored_side_by_side(
     sim_home: Path, tmp_path: Path, host_build: Build, tiny_ladder: dict[str, Path]
 ) -> None:
     import llama_cpp
 
     results = tmp_path / "results"
-    summary = _run(str(ENGINES), "--devices", "sim:2", "--results", str(results),
+    summary = run_cli(str(ENGINES), "--devices", "sim:2", "--results", str(results),
                    "--builds", str(host_build.path.parent))
     trials = store.read_table(results, "trials")
     # 2 engines x 2 quants x 3 repetitions x 2 phones
@@ -82,7 +77,7 @@ def test_a_phone_without_python_records_llama_cpp_python_cells_as_unsupported(
                                        "engine: [llama-cpp-python]")
     matrix.write_text(text)
     # an arm64 phone: the host's Python cannot stand in for one of its ABI
-    summary = _run(str(matrix), "--devices", "sim:1:arm64-v8a", "--results",
+    summary = run_cli(str(matrix), "--devices", "sim:1:arm64-v8a", "--results",
                    str(tmp_path / "results"), "--builds", str(tmp_path / "no-builds"))
     assert summary["trials_by_outcome"] == {"unsupported": 6}
     trials = store.read_table(tmp_path / "results", "trials")
