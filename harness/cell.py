@@ -45,6 +45,9 @@ class Cell:
     # The engine adapter that runs the cell (harness.engines.get_engine). The default stays out
     # of the ids, so cells from before engines were an axis keep theirs.
     engine: str = DEFAULT_ENGINE
+    # Sustained workload: generate back to back for this many seconds (0: a burst cell, one
+    # repetition per trial). Out of the ids when 0, so burst cells keep theirs.
+    sustained_s: float = 0.0
 
     def identity(self, with_build: bool = True) -> dict[str, Any]:
         """What defines the measurement; without the build, the *configuration*: the knobs
@@ -53,6 +56,8 @@ class Cell:
         data.pop("repetitions")
         if not data["swa_full"]:
             data.pop("swa_full")
+        if not data["sustained_s"]:
+            data.pop("sustained_s")
         if data["engine"] == DEFAULT_ENGINE or not with_build:
             data.pop("engine")
         if not with_build:
@@ -81,6 +86,7 @@ class Cell:
         depth = f"/d{self.n_depth}" if self.n_depth else ""
         mmap = "" if self.mmap else " no-mmap"
         swa = " swa-full" if self.swa_full else ""
+        swa += f" sustained{self.sustained_s:g}s" if self.sustained_s else ""
         return (
             f"{self.model} {self.quant} ctx{self.n_ctx} kv={kv} t{self.threads}"
             f"@{self.affinity} fa={self.flash_attn} p{self.n_prompt}/g{self.n_gen}{depth}{mmap}"

@@ -42,10 +42,12 @@ AXIS_DEFAULTS: dict[str, Any] = {
     "n_ubatch": 512,
     "swa_full": False,  # llama-bench's (fixed) choice; llama-cpp-python's own default is true
 }
-WORKLOAD_KEYS = ("n_prompt", "n_gen", "n_depth")
+WORKLOAD_KEYS = ("n_prompt", "n_gen", "n_depth", "sustained")
+SUSTAINED_KEYS = ("duration_s",)
+ENERGY_KEYS = ("idle_s",)
 TOP_KEYS = (
     "name", "description", "axes", "models", "workload", "repetitions", "cooldown", "timeout",
-    "require", "include", "exclude",
+    "require", "include", "exclude", "energy",
 )
 REQUIRED_TOP_KEYS = ("name", "axes", "models", "workload")
 # llama.cpp file-type names, largest first (that is how people read a quant ladder).
@@ -83,6 +85,19 @@ class Workload:
     n_prompt: int
     n_gen: int
     n_depth: int | str = 0  # tokens already in the context, or "fill": n_ctx - n_prompt - n_gen
+    # ``sustained: {duration_s: S}``: generate back to back for S seconds in one launch (0: burst)
+    sustained_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class EnergyPolicy:
+    """``energy:``: sample the battery's power during each trial and store joules per token.
+
+    ``idle_s`` is how long the idle draw is read just before the launch (it is subtracted).
+    """
+
+    enabled: bool = False
+    idle_s: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -134,6 +149,7 @@ class Matrix:
     include: tuple[Mapping[str, Any], ...] = ()
     exclude: tuple[Mapping[str, Any], ...] = ()
     source: str = "<matrix>"
+    energy: EnergyPolicy = field(default_factory=EnergyPolicy)
 
 
 # --- validation helpers -------------------------------------------------------------------------
@@ -278,7 +294,26 @@ WORKLOAD_PARSERS: dict[str, AxisParser] = {
     "n_prompt": lambda c, v, w: c.integer(v, w, 0),
     "n_gen": lambda c, v, w: c.integer(v, w, 0),
     "n_depth": lambda c, v, w: v if v == "fill" else c.integer(v, w, 0),
+    "sustained": lambda c, v, w: _sustained(c, v, w),
 }
+
+
+def _seconds(check: _Checker, value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 \
+            or value != value or value == float("inf"):
+        raise check.fail(where, f"{_show(value)} is not a positive number of seconds")
+    return float(value)
+
+
+def _sustained(check: _Checker, value: Any, where: str) -> float:
+    """``{duration_s: S}`` -> S; ``0``/``false`` (in include rules) -> a burst cell."""
+    if value in (0, False):
+        return 0.0
+    data = check.mapping(value, where)
+    check.keys(data, where, SUSTAINED_KEYS)
+    if "duration_s" not in data:
+        raise check.fail(where, "missing key 'duration_s' (seconds of back-to-back generation)")
+    return _seconds(check, data["duration_s"], f"{where}.duration_s")
 
 
 # --- sections -----------------------------------------------------------------------------------
@@ -365,7 +400,21 @@ def _parse_workload(check: _Checker, raw: Any) -> Workload:
     values = {k: WORKLOAD_PARSERS[k](check, data[k], f"workload.{k}") for k in data}
     if values["n_prompt"] + values["n_gen"] == 0:
         raise check.fail("workload", "n_prompt and n_gen are both 0 (nothing to measure)")
-    return Workload(**values)
+    if values.get("sustained") and not values["n_gen"]:
+        raise check.fail("workload.sustained", "a sustained workload generates: n_gen must be > 0")
+    sustained = values.pop("sustained", 0.0)
+    return Workload(**values, sustained_s=sustained)
+
+
+def _parse_energy(check: _Checker, raw: Any) -> EnergyPolicy:
+    if raw is None or raw is False:
+        return EnergyPolicy()
+    if raw is True:
+        return EnergyPolicy(enabled=True)
+    data = check.mapping(raw, "energy")
+    check.keys(data, "energy", ENERGY_KEYS)
+    idle = _seconds(check, data["idle_s"], "energy.idle_s") if "idle_s" in data else 2.0
+    return EnergyPolicy(enabled=True, idle_s=idle)
 
 
 def _parse_cooldown(check: _Checker, raw: Any) -> CooldownPolicy:
@@ -478,6 +527,7 @@ def parse_matrix(data: Any, source: str) -> Matrix:
         include=_parse_rules(check, data.get("include", []), "include", axes, models),
         exclude=_parse_rules(check, data.get("exclude", []), "exclude", axes, models),
         source=source,
+        energy=_parse_energy(check, data.get("energy")),
     )
     if not expand(matrix):
         raise ConfigError(f"{source}: exclude removes every combination (nothing to run)")
@@ -567,6 +617,7 @@ def _to_cell(combo: Mapping[str, Any], matrix: Matrix) -> Cell:
         n_gen=values.get("n_gen", workload.n_gen),
         n_depth=_depth(values.get("n_depth", workload.n_depth), values, workload),
         repetitions=matrix.repetitions,
+        sustained_s=float(values.get("sustained", workload.sustained_s)),
     )
 
 

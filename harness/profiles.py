@@ -25,6 +25,7 @@ from harness.virtual.config import (
     BackgroundApp,
     PowerConfig,
 )
+from harness.virtual.power import PowerParams
 
 REQUIRED_PROPS = (
     "ro.product.model",
@@ -63,6 +64,9 @@ class DeviceProfile:
     thermal: Mapping[str, Any] = field(default_factory=dict)
     battery_level: int = 80
     android: AndroidRules = field(default_factory=AndroidRules)  # a virtual phone's rules
+    power_model: Mapping[str, Any] = field(default_factory=dict)  # virtual/power.py's keys
+    # the memory's nominal peak, for the validity gate on decode speed; None: measured on the phone
+    memory_bandwidth_gbps: float | None = None
     source: str = ""  # the file it came from
 
     @property
@@ -115,7 +119,8 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
         raise ConfigError(f"{source}: a device profile must be a mapping of keys")
     known = {
         "name", "description", "props", "ram_mb", "available_mb", "storage_free_mb",
-        "clusters", "thermal", "battery_level", "android",
+        "clusters", "thermal", "battery_level", "android", "power_model",
+        "memory_bandwidth_gbps",
     }
     unknown = sorted(set(data) - known)
     if unknown:
@@ -153,6 +158,8 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
         raise ConfigError(f"{source}: key 'thermal' must be a mapping")
     cores = sum(c.cores for c in clusters)
     android = parse_android(data.get("android", {}), f"{source}: android", cores)
+    power_model = data.get("power_model") or {}
+    PowerParams.from_profile(power_model, f"{source}: power_model")  # ConfigError if invalid
     return DeviceProfile(
         name=_need(data, "name", str, source),
         description=str(data.get("description", "")),
@@ -164,8 +171,19 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
         thermal=dict(thermal),
         battery_level=_optional(data, "battery_level", 80, source),
         android=android,
+        power_model=dict(power_model),
+        memory_bandwidth_gbps=_bandwidth(data.get("memory_bandwidth_gbps"), source),
         source=source,
     )
+
+
+def _bandwidth(value: Any, source: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{source}: key 'memory_bandwidth_gbps' must be a positive number "
+                          f"(GB/s), got {value!r}")
+    return float(value)
 
 
 def _choice(data: Mapping[str, Any], key: str, choices: tuple[str, ...], default: str,
@@ -274,6 +292,17 @@ def load_profile_file(path: Path) -> DeviceProfile:
 def list_profiles(devices_dir: Path | None = None) -> list[DeviceProfile]:
     root = devices_dir or default_devices_dir()
     return [load_profile_file(p) for p in sorted(root.glob("*.yaml"))]
+
+
+def profile_for_model(model: str | None, devices_dir: Path | None = None) -> DeviceProfile | None:
+    """The profile whose ``ro.product.model`` is ``model`` (a phone's own), or None."""
+    if not model:
+        return None
+    try:
+        profiles = list_profiles(devices_dir)
+    except ConfigError:
+        return None
+    return next((p for p in profiles if p.model == model), None)
 
 
 def find_profile(name_or_path: str, devices_dir: Path | None = None) -> DeviceProfile:

@@ -129,6 +129,30 @@ class TrialRecord:
     compute_reported_bytes: int | None = None  # llama.cpp's CPU compute buffer (reserved)
     # added in schema 5 (older parts are migrated on read: they were all llama-bench's)
     engine: str | None = None  # the engine adapter that ran the cell (Engine.name)
+    # added in schema 6 (older parts read them as null)
+    valid: bool | None = None  # an ok trial passed the validity gates; None: not checked
+    invalid_reason: str | None = None  # which gate failed, with its figures ("; "-joined)
+    launched_at: datetime | None = None  # host clock just before the measured engine launch
+    launch_uptime_s: float | None = None  # the phone's /proc/uptime at that launch (its clock)
+    sustained_s: float | None = None  # the cell's sustained duration (None: a burst cell)
+    sustained_reps: int | None = None  # back-to-back repetitions the sustained launch ran
+    time_to_throttle_s: float | None = None  # first series point < 90% of the initial median
+    steady_state_ratio: float | None = None  # median of the last fifth / initial median
+    sustained_tg_tps: float | None = None  # median generation rate of the last fifth
+    energy_source: str | None = None  # power_supply, dumpsys or monitor:<name>
+    energy_units: str | None = None  # units and sign detected, e.g. "current_now uA, ..."
+    energy_valid: bool | None = None  # None: energy not measured
+    energy_invalid_reason: str | None = None  # why no figure: charging, too coarse, ...
+    idle_power_w: float | None = None  # measured just before the launch
+    pp_power_w: float | None = None  # mean power above idle during prefill
+    tg_power_w: float | None = None  # mean power above idle during decode
+    pp_j_per_token: float | None = None  # joules per prompt token, idle subtracted
+    tg_j_per_token: float | None = None  # joules per generated token, idle subtracted
+    energy_samples: int | None = None  # power readings inside the prefill and decode windows
+    pp_start_ms: int | None = None  # the prefill and decode windows, ms since launched_at
+    pp_end_ms: int | None = None
+    tg_start_ms: int | None = None
+    tg_end_ms: int | None = None
 
 
 class TrialIdentity(Protocol):
@@ -219,6 +243,7 @@ def new_trial(ids: TrialIdentity, cell: Cell, outcome: str, *,
         "outcome": Outcome(outcome).value,
         "device_abi": device.abi, "cpu_emulation": device.cpu_emulation,
         "engine": cell.engine,
+        "sustained_s": cell.sustained_s or None,
     }
     return TrialRecord(**(columns | measured))
 
@@ -240,3 +265,27 @@ class SampleRecord:
     battery_level: int | None
     battery_temp_c: float | None
     source: str | None  # which reader produced the memory numbers (smaps_rollup, status, dumpsys)
+    # added in schema 6 (older parts read them as null)
+    power_w: float | None = None  # battery draw (positive: from the battery), idle included
+    tg_tps: float | None = None  # a sustained trial's generation rate of the repetition ending here
+
+
+@dataclass(frozen=True)
+class EnergyRecord:
+    """Energy of a trial from another source than the phone's gauge (an external power monitor,
+    ``harness energy join``); where a trial has one, it replaces the trial's own energy columns.
+    """
+
+    run_id: str
+    trial_id: str
+    joined_at: datetime
+    energy_source: str  # monitor:<name>
+    energy_valid: bool
+    energy_invalid_reason: str | None = None
+    energy_units: str | None = None
+    idle_power_w: float | None = None
+    pp_power_w: float | None = None
+    tg_power_w: float | None = None
+    pp_j_per_token: float | None = None
+    tg_j_per_token: float | None = None
+    energy_samples: int | None = None

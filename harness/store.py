@@ -28,10 +28,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.errors import StoreError
-from harness.records import SampleRecord, TrialRecord
+from harness.records import EnergyRecord, SampleRecord, TrialRecord
 
-SCHEMA_VERSION = 5
-TABLES: dict[str, type] = {"trials": TrialRecord, "samples": SampleRecord}
+SCHEMA_VERSION = 6
+TABLES: dict[str, type] = {"trials": TrialRecord, "samples": SampleRecord,
+                          "energy": EnergyRecord}
 log = logging.getLogger(__name__)
 
 _ARROW_TYPES: dict[Any, pa.DataType] = {

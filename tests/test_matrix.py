@@ -179,7 +179,7 @@ def test_quant_and_affinity_are_normalised() -> None:
          'exclude[0].quant: "Q2_K" is not a value of axis quant (values: Q8_0, Q4_K_M)'),
         ({"include": [{"quant": "Q2_K", "sparkle": 1}]},
          "include[0].sparkle: unknown axis (allowed: " + ", ".join(AXES)
-         + ", n_prompt, n_gen, n_depth)"),
+         + ", n_prompt, n_gen, n_depth, sustained)"),
         ({"repetitions": 0}, "repetitions: 0 is out of range (allowed: integers >= 1)"),
         ({"workload": {"n_prompt": 0, "n_gen": 0}},
          "workload: n_prompt and n_gen are both 0 (nothing to measure)"),

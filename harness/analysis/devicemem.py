@@ -17,7 +17,7 @@ import pandas as pd
 
 from harness.budget import AVAILABLE_FRACTION, available_memory
 from harness.errors import ConfigError
-from harness.profiles import DeviceProfile, find_profile, list_profiles
+from harness.profiles import find_profile, profile_for_model
 
 __all__ = ["AVAILABLE_FRACTION", "DeviceMemory", "resolve_device"]
 
@@ -27,16 +27,6 @@ class DeviceMemory:
     device: str  # what recommend() filters trials by: a serial or a device_model
     available_bytes: int | None
     source: str  # one line saying where the figure came from
-
-
-def _profile_for_model(model: str | None, devices_dir: Path | None) -> DeviceProfile | None:
-    if not model:
-        return None
-    try:
-        profiles = list_profiles(devices_dir)
-    except ConfigError:
-        return None
-    return next((p for p in profiles if p.model == model), None)
 
 
 def _recorded(rows: pd.DataFrame, column: str, how: str) -> int | None:
@@ -53,7 +43,7 @@ def resolve_device(trials: pd.DataFrame, name: str, memory_bytes: int | None = N
         rows = trials[trials["device_serial"] == name]
         models = rows["device_model"].dropna()
         model = str(models.iloc[0]) if not models.empty else None
-        profile = _profile_for_model(model, devices_dir)
+        profile = profile_for_model(model, devices_dir)
         found = available_memory(
             given=memory_bytes, live=_recorded(rows, "start_mem_available_bytes", "median"),
             live_from=f"{name} when its trials started",

@@ -5,7 +5,10 @@ count. A trial counts when its outcome is ``ok`` and its metric is not null; a t
 left out by default (its speed says more about the phone's temperature than about the build)
 but counted, so verdicts can say how many were dropped. A trial whose cell did not take effect on
 the phone (``config_not_applied``: its CPU mask was ignored, fewer threads ran) is always left
-out and counted: it measured some other configuration than the one it is labelled with. A *cell*
+out and counted: it measured some other configuration than the one it is labelled with. So is a
+trial the validity gates failed (``valid`` false, ``harness.run.validity``: an impossible rate, a
+decode faster than the phone's memory, a peak below the weights with mmap off, other token
+counts than the cell's ...): its figures are not a measurement at all. A *cell*
 here is one device (serial) and one ``config_id`` (the cell without its build and engine), which
 is what pairs two builds or two engines. A *side* of a comparison is one (build, engine): the
 engine that ran a trial is its ``engine`` column, and a missing one reads ``llama-bench`` (stores
@@ -79,7 +82,9 @@ def load_trials(results: Path) -> pd.DataFrame:
     frame = read_table(results, "trials")
     if frame.empty:
         raise StoreError(f"{results}: the store holds no trials")
-    return frame
+    from harness.analysis.monitor import with_stored_energy  # it imports harness.store too
+
+    return with_stored_energy(results, frame)
 
 
 def config_label(row: Mapping[str, object]) -> str:
@@ -129,6 +134,7 @@ class SampleGroup:
     n_throttled_excluded: int = 0
     outcomes: Mapping[str, int] = field(default_factory=dict)
     n_not_applied_excluded: int = 0  # ok trials whose affinity/threads did not take effect
+    n_invalid_excluded: int = 0  # ok trials the validity gates failed (and not flagged above)
     cpu_emulation: str | None = None  # the emulator of a virtual phone's CPU, None when native
     engine: str = DEFAULT_ENGINE
 
@@ -216,22 +222,32 @@ def not_applied(frame: pd.DataFrame) -> pd.Series:
     return frame["config_not_applied"].notna()
 
 
+def invalid(frame: pd.DataFrame) -> pd.Series:
+    """True for trials the validity gates failed (``valid`` false); unchecked ones (null, or
+    older stores without the column) are not."""
+    if "valid" not in frame:
+        return pd.Series(False, index=frame.index)
+    return frame["valid"].astype("boolean").eq(False).fillna(False).astype(bool)
+
+
 def throttled(frame: pd.DataFrame) -> pd.Series:
     """True for throttled trials (a missing flag reads False)."""
     return frame["throttled"].astype(object).where(frame["throttled"].notna(), False).astype(bool)
 
 
 def usable_mask(frame: pd.DataFrame, include_throttled: bool = False) -> pd.Series:
-    """The rule of which trials count, as a mask: ``ok``, applied as asked and (by default) not
-    throttled. Every command and the report select trials with it."""
-    mask = (frame["outcome"] == "ok").to_numpy() & ~not_applied(frame).to_numpy()
+    """The rule of which trials count, as a mask: ``ok``, valid (not failed by a validity gate),
+    applied as asked and (by default) not throttled. Every command and the report select trials
+    with it."""
+    mask = ((frame["outcome"] == "ok").to_numpy() & ~not_applied(frame).to_numpy()
+            & ~invalid(frame).to_numpy())
     if not include_throttled:
         mask &= ~throttled(frame).to_numpy()
     return pd.Series(mask, index=frame.index)
 
 
 def usable(frame: pd.DataFrame, include_throttled: bool = False) -> pd.DataFrame:
-    """Trials with outcome ``ok``, applied as asked (and, by default, not throttled)."""
+    """Trials with outcome ``ok``, valid, applied as asked (and, by default, not throttled)."""
     return frame[usable_mask(frame, include_throttled)]
 
 
@@ -262,7 +278,8 @@ def _group(key: CellKey, side: Side, rows: pd.DataFrame, metrics: Sequence[str],
            include_throttled: bool) -> SampleGroup:
     ok = rows[rows["outcome"] == "ok"]
     flagged = not_applied(ok)
-    hot = throttled(ok) & ~flagged
+    failed = invalid(ok) & ~flagged
+    hot = throttled(ok) & ~flagged & ~failed
     kept = usable(rows, include_throttled)
     values = {
         m: kept[METRIC_COLUMNS[m]].dropna().to_numpy(dtype=np.float64) for m in metrics
@@ -278,6 +295,7 @@ def _group(key: CellKey, side: Side, rows: pd.DataFrame, metrics: Sequence[str],
         outcomes={str(k): int(v) for k, v in rows["outcome"].value_counts().items() if v},
         cpu_emulation=_emulation(rows),
         n_not_applied_excluded=int(flagged.sum()),
+        n_invalid_excluded=int(failed.sum()),
         engine=side.engine,
     )
 

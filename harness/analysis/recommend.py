@@ -13,6 +13,15 @@ rank them by). The peak is the *worst* trial's, not the median: the low-memory k
 the worst case; per trial it is the larger of the sampled PSS and the kernel's high-water mark
 (VmHWM), which a trial shorter than the sampling interval cannot slip past. When nothing is
 eligible, ``knobs.suggest`` says which knob to turn first.
+
+Two objectives rank other figures than speed, and only the candidates that have them:
+``sustained_tg`` ranks sustained workloads (``sustained_s`` > 0, part of the config) by the
+median ``sustained_tg_tps`` of their trials, throttled ones included since heating up is what
+they measure (and a sustained trial's throttling never rejects a candidate); ``energy`` ranks by
+the lowest median ``tg_j_per_token`` over the counted trials whose energy is valid. An eligible
+candidate without the figure is not ranked but listed in ``unranked`` with the reason (a burst
+workload; energy invalid: charging ...); likewise the speed objectives leave sustained
+workloads to ``sustained_tg``. Which trials count per candidate is ``sustained.counted``.
 """
 
 from __future__ import annotations
@@ -27,15 +36,33 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.devicemem import DeviceMemory, resolve_device
-from harness.analysis.frames import config_label, engine_column, throttled, usable
+from harness.analysis.energy_table import EnergyFigures, energy_of
+from harness.analysis.frames import engine_column, throttled, usable
 from harness.analysis.knobs import Suggestion, suggest
 from harness.analysis.quality import QualityScore
+from harness.analysis.sustained import (
+    SustainedFigures,
+    candidate_label,
+    counted,
+    figures,
+    sustained_mask,
+)
 from harness.errors import ConfigError
 from harness.units import mib
 
-Objective = Literal["tg_tps", "pp_tps", "ttft"]
-OBJECTIVE_COLUMNS: dict[str, str] = {"tg_tps": "tg_tps", "pp_tps": "pp_tps", "ttft": "ttft_ms"}
-SCHEMA_VERSION = 2  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
+Objective = Literal["tg_tps", "pp_tps", "ttft", "sustained_tg", "energy"]
+#: objective -> the figure it ranks by (a key of a candidate's figures)
+OBJECTIVE_COLUMNS: dict[str, str] = {"tg_tps": "tg_tps", "pp_tps": "pp_tps", "ttft": "ttft_ms",
+                                     "sustained_tg": "sustained_tg_tps",
+                                     "energy": "tg_j_per_token"}
+LOWER_IS_BETTER = frozenset({"ttft", "energy"})
+#: objective -> (name in explanations, unit, format)
+_OBJECTIVE_TEXT: dict[str, tuple[str, str, str]] = {
+    "tg_tps": ("tg_tps", "tok/s", ".1f"), "pp_tps": ("pp_tps", "tok/s", ".1f"),
+    "ttft": ("TTFT", "ms", ".1f"), "sustained_tg": ("sustained tg", "tok/s", ".1f"),
+    "energy": ("energy", "J per generated token", ".3g")}
+SCHEMA_VERSION = 3  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
+#                     3: objectives sustained_tg and energy, their figures on picks, unranked
 DEFAULT_RESERVE = "1.5GiB"  # memory left free for the rest of the phone (`--reserve`)
 #: What identifies a candidate: (config_id, build_id, engine).
 CandidateKey = tuple[str, str, str]
@@ -65,6 +92,12 @@ class Pick:
     top1: float | None
     pareto: bool
     explanation: str
+    sustained_s: float | None = None  # a sustained workload's duration (None: a burst one)
+    sustained_tg_tps: float | None = None  # medians of the counted sustained trials
+    steady_state_ratio: float | None = None
+    time_to_throttle_s: float | None = None  # median over the trials that throttled
+    tg_j_per_token: float | None = None  # medians over the trials whose energy is valid
+    pp_j_per_token: float | None = None
 
     @property
     def candidate(self) -> CandidateKey:
@@ -83,6 +116,19 @@ class Rejected:
 
 
 @dataclass(frozen=True)
+class Unranked:
+    """An eligible candidate the objective cannot rank: it lacks the figure, and why."""
+
+    config_id: str
+    label: str
+    build_id: str
+    engine: str
+    reason_code: str  # burst_only | sustained_only | sustained_not_measured |
+    #                   energy_not_measured | energy_invalid
+    reason: str
+
+
+@dataclass(frozen=True)
 class Recommendation:
     device: str
     objective: str
@@ -94,6 +140,7 @@ class Recommendation:
     rejected: tuple[Rejected, ...]
     suggestion: Suggestion | None
     notes: tuple[str, ...] = ()
+    unranked: tuple[Unranked, ...] = ()  # eligible, but without the objective's figure
 
     @property
     def best(self) -> Pick | None:
@@ -112,13 +159,14 @@ class Recommendation:
             "picks": [asdict(p) for p in self.picks],
             "pareto": [{"config_id": c, "build_id": b, "engine": e} for c, b, e in self.pareto],
             "rejected": [asdict(r) for r in self.rejected],
+            "unranked": [asdict(u) for u in self.unranked],
             "suggestion": asdict(self.suggestion) if self.suggestion else None,
             "notes": list(self.notes),
         }
 
 
 def _median(values: pd.Series) -> float | None:
-    arr = values.dropna().to_numpy(dtype=np.float64)
+    arr = pd.to_numeric(values, errors="coerce").dropna().to_numpy(dtype=np.float64)
     return float(np.median(arr)) if arr.size else None
 
 
@@ -130,9 +178,11 @@ def _int(value: Any) -> int | None:
 @dataclass(frozen=True)
 class _Measured:
     row: dict[str, Any]  # trial columns of the configuration plus label / config_id / engine
-    speeds: dict[str, float | None]
+    speeds: dict[str, float | None]  # every objective's figure, and the sustained ones
     peak: int | None
     n_trials: int
+    sustained: SustainedFigures | None = None  # set for a sustained workload
+    energy: EnergyFigures | None = None  # None: energy never measured
 
     @property
     def key(self) -> CandidateKey:
@@ -171,9 +221,10 @@ def _health(row: Mapping[str, Any], rows: pd.DataFrame, applied: pd.DataFrame,
     if applied.empty:
         return _reject(row, "not_applied", f"none of the {n_ok} successful trials ran as "
                                            "configured (affinity or threads not applied)")
-    hot = throttled(applied)
-    if hot.mean() > max_throttled:
-        return _reject(row, "throttled", f"{int(hot.sum())} of {len(applied)} trials throttled")
+    burst = applied[~sustained_mask(applied)]  # a sustained trial is meant to heat the phone
+    hot = throttled(burst)
+    if len(burst) and hot.mean() > max_throttled:
+        return _reject(row, "throttled", f"{int(hot.sum())} of {len(burst)} trials throttled")
     return None
 
 
@@ -182,7 +233,7 @@ def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, res
             max_loss: float | None) -> tuple[_Measured | None, Rejected | None, int | None]:
     """(eligible measurement, or rejection; bytes over budget when rejected for memory)."""
     row = rows.iloc[0].to_dict()
-    row.update(config_id=key[0], build_id=key[1], engine=key[2], label=config_label(row))
+    row.update(config_id=key[0], build_id=key[1], engine=key[2], label=candidate_label(row))
     applied = usable(rows, include_throttled=True)
     unhealthy = _health(row, rows, applied, max_throttled)
     if unhealthy is not None:
@@ -195,10 +246,50 @@ def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, res
     rejected = _quality_rejection(row, quality, max_loss)
     if rejected:
         return None, rejected, None
-    cool = usable(rows)
-    cool = cool if not cool.empty else applied
-    speeds = {k: _median(cool[k]) for k in ("tg_tps", "pp_tps", "ttft_ms")}
-    return _Measured(row, speeds, peak, len(rows)), None, None
+    return _measured(key, row, rows, peak), None, None
+
+
+def _measured(key: CandidateKey, row: dict[str, Any], rows: pd.DataFrame,
+              peak: int | None) -> _Measured:
+    """An eligible candidate's figures: medians over its counted trials."""
+    chosen = counted(rows)
+    speeds = {k: _median(chosen[k]) for k in ("tg_tps", "pp_tps", "ttft_ms")}
+    device = str(rows.iloc[0]["device_serial"])
+    full = (device, *key)
+    sustained = figures(full, chosen)
+    energy = energy_of(full, chosen, str(row["label"]))
+    speeds["sustained_tg_tps"] = sustained.sustained_tg_tps if sustained else None
+    speeds["steady_state_ratio"] = sustained.steady_state_ratio if sustained else None
+    speeds["time_to_throttle_s"] = sustained.time_to_throttle_s if sustained else None
+    speeds["tg_j_per_token"] = energy.tg_j_per_token if energy and energy.ok else None
+    speeds["pp_j_per_token"] = energy.pp_j_per_token if energy and energy.valid else None
+    return _Measured(row, speeds, peak, len(rows), sustained, energy)
+
+
+def _unranked(m: _Measured, objective: str) -> Unranked | None:
+    """Why the objective cannot rank an eligible candidate, if it cannot."""
+    code, reason = "", ""
+    if objective == "sustained_tg":
+        if m.sustained is None:
+            code, reason = "burst_only", ("no sustained trial: a burst workload (a cell with "
+                                          "sustained_s measures it)")
+        elif m.speeds["sustained_tg_tps"] is None:
+            code, reason = "sustained_not_measured", "its sustained trials hold no sustained rate"
+    elif objective == "energy":
+        if m.energy is None:
+            code, reason = "energy_not_measured", "energy not measured"
+        elif not m.energy.ok:
+            code, reason = "energy_invalid", (f"energy invalid: {m.energy.reason}"
+                                              if m.energy.invalid_reasons else
+                                              "no valid joules per generated token")
+    elif m.sustained is not None:
+        code, reason = "sustained_only", (f"a sustained workload ({m.sustained.sustained_s:g} s):"
+                                          " ranked by --objective sustained_tg")
+    if not code:
+        return None
+    row = m.row
+    return Unranked(str(row["config_id"]), str(row["label"]), str(row["build_id"]),
+                    str(row["engine"]), code, reason)
 
 
 def _quality_rejection(row: Mapping[str, Any], quality: Mapping[tuple[str, str], QualityScore],
@@ -226,16 +317,31 @@ def _pareto(points: Sequence[tuple[CandidateKey, float, int]]) -> set[CandidateK
     return front
 
 
+def _sustained_text(m: _Measured) -> str:
+    s = m.sustained
+    if s is None:
+        return ""
+    ratio = f"steady state {s.steady_state_ratio:.0%} of the initial rate" \
+        if s.steady_state_ratio is not None else "steady state unknown"
+    throttle = (f"throttled after {s.time_to_throttle_s:.0f} s in {s.throttled_trials} of "
+                f"{s.trials} trials" if s.time_to_throttle_s is not None else "never throttled")
+    return f" ({ratio}, {throttle}, {s.sustained_s:g} s runs)"
+
+
 def _explain(m: _Measured | None, peak: int | None, headroom: int | None, score: QualityScore |
              None, objective: str, pareto: bool, reserve: int) -> str:
     parts = []
     if m is not None:
-        key = "ttft_ms" if objective == "ttft" else objective
-        value = m.speeds.get(key)
-        unit = "ms" if objective == "ttft" else "tok/s"
-        name = "TTFT" if objective == "ttft" else objective
-        parts.append(f"{name} {value:.1f} {unit} measured" if value is not None
-                     else f"{name} not measured")
+        value = m.speeds.get(OBJECTIVE_COLUMNS[objective])
+        name, unit, form = _OBJECTIVE_TEXT[objective]
+        text = (f"{name} {value:{form}} {unit} measured" if value is not None
+                else f"{name} not measured")
+        if objective == "sustained_tg":
+            text += _sustained_text(m)
+        elif objective == "energy" and value is not None and m.energy is not None:
+            text += (f" (idle subtracted, median of {m.energy.valid} trials with valid energy"
+                     f"{', ' + m.energy.source if m.energy.source else ''})")
+        parts.append(text)
     else:
         parts.append("predicted to fit, not measured: run it to know its speed")
     if peak is not None:
@@ -271,8 +377,8 @@ def _scope_note(device: str, builds: Sequence[str], engines: Sequence[str]) -> s
 
 def _ranked(measured: list[_Measured], objective: str) -> list[_Measured]:
     """Best objective first (ties: smaller peak, then config, build and engine)."""
-    key = "ttft_ms" if objective == "ttft" else objective
-    sign = 1.0 if objective == "ttft" else -1.0
+    key = OBJECTIVE_COLUMNS[objective]
+    sign = 1.0 if objective in LOWER_IS_BETTER else -1.0
     return sorted(measured, key=lambda m: (m.speeds.get(key) is None,
                                            sign * (m.speeds.get(key) or 0.0),
                                            m.peak if m.peak is not None else 0, m.key))
@@ -310,6 +416,7 @@ def recommend(
         notes.append("available memory unknown: only low-memory-killer evidence was used")
     measured: list[_Measured] = []
     rejected: list[Rejected] = []
+    unranked: list[Unranked] = []
     memory_rejects: list[dict[str, Any]] = []
     seen: set[CandidateKey] = set()
     for key, candidate in rows.groupby(["config_id", "build_id", "engine"], sort=True,
@@ -319,7 +426,9 @@ def recommend(
         m, rej, over = _assess(ckey, candidate, available=available_bytes,
                                reserve=reserve_bytes, max_throttled=max_throttled_fraction,
                                quality=scores, max_loss=max_quality_loss)
-        if m is not None:
+        if m is not None and (why := _unranked(m, objective)) is not None:
+            unranked.append(why)
+        elif m is not None:
             measured.append(m)
         elif rej is not None:
             rejected.append(rej)
@@ -327,8 +436,8 @@ def recommend(
                 memory_rejects.append({**candidate.iloc[0].to_dict(), "config_id": rej.config_id,
                                        "label": rej.label, "over_bytes": over})
     measured = _ranked(measured, objective)
-    key_name = "ttft_ms" if objective == "ttft" else objective
-    sign = 1.0 if objective == "ttft" else -1.0
+    key_name = OBJECTIVE_COLUMNS[objective]
+    sign = 1.0 if objective in LOWER_IS_BETTER else -1.0
     front = _pareto([(m.key, -sign * (m.speeds[key_name] or 0.0), m.peak)
                      for m in measured if m.speeds.get(key_name) is not None
                      and m.peak is not None])
@@ -337,17 +446,43 @@ def recommend(
         picks.append(_pick(len(picks) + 1, m.row, m, m.peak, available_bytes, reserve_bytes,
                            scores, objective, m.key in front))
     planned = [p for p in predictions or () if (not builds or p.cell.build in builds)
-               and (not engines or p.cell.engine in engines)]
+               and (not engines or p.cell.engine in engines) and _plannable(p, objective)]
     predicted_picks = _predicted(planned, seen, available_bytes, reserve_bytes, scores,
                                  max_quality_loss, rejected)
     for row, peak in sorted(predicted_picks, key=lambda rp: rp[1]):
         picks.append(_pick(len(picks) + 1, row, None, peak, available_bytes, reserve_bytes,
                            scores, objective, False))
     fitting = [{**m.row, "peak_bytes": m.peak} for m in measured if m.peak is not None]
-    suggestion = None if picks else suggest(memory_rejects, fitting)
+    suggestion = None if picks or unranked else suggest(memory_rejects, fitting)
+    notes.extend(_unranked_notes(objective, measured, unranked))
     return Recommendation(device, objective, available_bytes, reserve_bytes, max_quality_loss,
                           tuple(picks), tuple(p.candidate for p in picks if p.pareto),
-                          tuple(rejected), suggestion, tuple(notes))
+                          tuple(rejected), suggestion, tuple(notes), tuple(unranked))
+
+
+def _plannable(planned: Any, objective: str) -> bool:
+    """Whether a planned cell's workload is one the objective ranks (sustained or burst)."""
+    if objective == "energy":
+        return True
+    sustained = bool(getattr(planned.cell, "sustained_s", 0) or 0)
+    return sustained == (objective == "sustained_tg")
+
+
+def _unranked_notes(objective: str, measured: Sequence[_Measured],
+                    unranked: Sequence[Unranked]) -> list[str]:
+    if not unranked:
+        return []
+    counts: dict[str, int] = {}
+    for u in unranked:
+        counts[u.reason_code] = counts.get(u.reason_code, 0) + 1
+    what = {"burst_only": "without sustained trials",
+            "sustained_only": "of sustained workloads",
+            "sustained_not_measured": "whose sustained trials hold no rate",
+            "energy_not_measured": "without an energy measurement",
+            "energy_invalid": "whose energy is invalid (reasons listed)"}
+    text = ", ".join(f"{n} {what.get(code, code)}" for code, n in sorted(counts.items()))
+    lead = "nothing ranked" if not measured else f"{len(measured)} ranked"
+    return [f"{lead} by {objective}; not ranked for it: {text}"]
 
 
 def cached_scores(trials: pd.DataFrame) -> dict[tuple[str, str], QualityScore]:
@@ -390,6 +525,7 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
     score = scores.get((str(row["model_name"]), str(row["quant"])))
     headroom = available - reserve - peak if available is not None and peak is not None else None
     speeds = m.speeds if m else {}
+    seconds = m.sustained.sustained_s if m and m.sustained else None
     return Pick(
         rank=rank, config_id=str(row["config_id"]), label=str(row["label"]),
         model=str(row["model_name"]), quant=str(row["quant"]), n_ctx=int(row["n_ctx"]),
@@ -400,6 +536,10 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
         engine=str(row["engine"]), n_trials=m.n_trials if m else 0,
         kl=score.kl if score else None, top1=score.top1 if score else None, pareto=pareto,
         explanation=_explain(m, peak, headroom, score, objective, pareto, reserve),
+        sustained_s=seconds, sustained_tg_tps=speeds.get("sustained_tg_tps"),
+        steady_state_ratio=speeds.get("steady_state_ratio"),
+        time_to_throttle_s=speeds.get("time_to_throttle_s"),
+        tg_j_per_token=speeds.get("tg_j_per_token"), pp_j_per_token=speeds.get("pp_j_per_token"),
     )
 
 

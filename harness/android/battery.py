@@ -35,6 +35,7 @@ class Battery:
     voltage_mv: int | None = None
     health: int | None = None
     updates_stopped: bool = False
+    charge_counter_uah: int | None = None  # "Charge counter:" (µAh; coarse on some gauges)
 
     @property
     def status_name(self) -> str | None:
@@ -76,4 +77,5 @@ def parse_battery(text: str) -> Battery | None:
         voltage_mv=to_int(values.get("voltage")),
         health=to_int(values.get("health")),
         updates_stopped=stopped,
+        charge_counter_uah=to_int(values.get("Charge counter")),
     )

@@ -17,7 +17,8 @@ from harness.errors import HarnessError
 
 # Sub-modules of harness.cli whose COMMANDS are registered, in --help order.
 COMMAND_MODULES = [
-    "plan", "run", "analysis", "report", "models", "sim", "devices", "build", "demo", "farm",
+    "plan", "run", "analysis", "report", "energy", "models", "sim", "devices", "build", "demo",
+    "farm",
 ]
 
 

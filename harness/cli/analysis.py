@@ -22,7 +22,7 @@ from rich.table import Table
 from harness.analysis.ab import BuildComparison, canonical_gates, compare_builds
 from harness.analysis.frames import load_trials, parse_metrics
 from harness.analysis.nightly import Reporter, Runner, run_nightly
-from harness.analysis.recommend import DEFAULT_RESERVE
+from harness.analysis.recommend import DEFAULT_RESERVE, OBJECTIVE_COLUMNS, Recommendation
 from harness.errors import ConfigError
 from harness.plan import parse_size
 from harness.units import mib, pct
@@ -198,8 +198,11 @@ def history_command(results: Path, metric: str, device: str | None, config_id: s
               help="Memory left free for the rest of the phone.")
 @click.option("--memory", default=None, metavar="SIZE",
               help="Available memory, instead of the profile's or the estimate.")
-@click.option("--objective", type=click.Choice(["tg_tps", "pp_tps", "ttft"]), default="tg_tps",
-              show_default=True, help="What to rank by.")
+@click.option("--objective", type=click.Choice(list(OBJECTIVE_COLUMNS)), default="tg_tps",
+              show_default=True,
+              help="What to rank by: tg_tps / pp_tps (highest median tok/s of burst trials), "
+                   "ttft (lowest), sustained_tg (highest median sustained tok/s of sustained "
+                   "trials), energy (lowest median J per generated token, valid energy only).")
 @click.option("--max-quality-loss", type=float, default=None, metavar="KL",
               help="Largest KL divergence (nats, from `harness quality`) allowed.")
 @click.option("--matrix", type=click.Path(path_type=Path), default=None,
@@ -217,13 +220,17 @@ def recommend_command(device_name: str, results: Path, reserve: str, memory: str
     """Rank the configs that fit this device without OOM or throttling, best first.
 
     A pick is a whole configuration: the config's knobs, the build and the engine that ran it;
-    each (config, build, engine) measured on the device is a candidate of its own.
+    each (config, build, engine) measured on the device is a candidate of its own. Candidates
+    that fit but lack the objective's figure (no sustained trial, energy invalid or not
+    measured) are listed as not ranked, with the reason.
 
     \b
     Example:
       harness recommend --device midrange-8gb
       harness recommend --device SYN0000 --reserve 1GiB --objective pp_tps --json
       harness recommend --device SYN0000 --build release --engine llama-bench
+      harness recommend --device SYN0000 --objective sustained_tg
+      harness recommend --device SYN0000 --objective energy --json
     """
     from harness.analysis.recommend import cached_scores, recommend_device
 
@@ -240,24 +247,54 @@ def recommend_command(device_name: str, results: Path, reserve: str, memory: str
         click.echo(json.dumps({**rec.to_json(), "memory_source": target.source}, indent=2))
         return
     click.echo(f"{device_name}: {target.source}")
-    table = Table(title=f"recommended for {device_name} (objective {objective})")
-    for name in ("#", "config", "build", "engine", "tg t/s", "pp t/s", "ttft ms", "peak",
-                 "headroom", "source"):
+    console = _console()
+    if rec.picks:
+        console.print(_picks_table(rec, device_name, top))
+    if rec.unranked:
+        console.print(_unranked_table(rec, top))
+    for note in rec.notes:
+        click.echo(f"note: {note}")
+    unranked = f", {len(rec.unranked)} not ranked by {objective}" if rec.unranked else ""
+    click.echo(f"{len(rec.picks)} configs fit, {len(rec.rejected)} rejected{unranked}; "
+               f"Pareto front: {len(rec.pareto)}")
+    if rec.suggestion is not None:
+        click.echo(f"nothing fits; turn {rec.suggestion.knob} first: {rec.suggestion.text}")
+
+
+#: objective -> its extra columns in the picks table: (title, Pick attribute, digits)
+_OBJECTIVE_COLUMNS: dict[str, tuple[tuple[str, str, int], ...]] = {
+    "sustained_tg": (("sustained t/s", "sustained_tg_tps", 1),
+                     ("steady", "steady_state_ratio", 2),
+                     ("throttle s", "time_to_throttle_s", 0)),
+    "energy": (("J/gen tok", "tg_j_per_token", 3), ("J/prompt tok", "pp_j_per_token", 4)),
+}
+
+
+def _picks_table(rec: Recommendation, device_name: str, top: int) -> Table:
+    extra = _OBJECTIVE_COLUMNS.get(rec.objective, ())
+    table = Table(title=f"recommended for {escape(device_name)} (objective {rec.objective})")
+    for name in ("#", "config", "build", "engine", "tg t/s", "pp t/s", "ttft ms",
+                 *(title for title, _, _ in extra), "peak", "headroom", "source"):
         table.add_column(name)
     table.add_column("why", overflow="fold")
     for p in rec.picks[:top]:
         table.add_row(str(p.rank), escape(p.label), escape(p.build_id), escape(p.engine),
                       _fmt(p.tg_tps), _fmt(p.pp_tps), _fmt(p.ttft_ms),
+                      *(_fmt(getattr(p, attr), digits) for _, attr, digits in extra),
                       _fmt(p.peak_bytes, size=True), _fmt(p.headroom_bytes, size=True),
                       p.source, escape(p.explanation))
-    if rec.picks:
-        _console().print(table)
-    for note in rec.notes:
-        click.echo(f"note: {note}")
-    click.echo(f"{len(rec.picks)} configs fit, {len(rec.rejected)} rejected; Pareto front: "
-               f"{len(rec.pareto)}")
-    if rec.suggestion is not None:
-        click.echo(f"nothing fits; turn {rec.suggestion.knob} first: {rec.suggestion.text}")
+    return table
+
+
+def _unranked_table(rec: Recommendation, top: int) -> Table:
+    shown = f", the first {top}" if len(rec.unranked) > top else ""
+    table = Table(title=f"fit but not ranked by {rec.objective} ({len(rec.unranked)}{shown})")
+    for name in ("config", "build", "engine"):
+        table.add_column(name)
+    table.add_column("why not", overflow="fold")
+    for u in rec.unranked[:top]:
+        table.add_row(escape(u.label), escape(u.build_id), escape(u.engine), escape(u.reason))
+    return table
 
 
 def _predictions(matrix: Path, available: int | None, reserve: int) -> list[Any]:

@@ -8,6 +8,9 @@ import click
 
 from harness.demo import DemoPaths, demo_environment, prepare_artifacts
 
+SUSTAINED = Path("matrices/sustained.yaml")
+HOT_PHONE = Path("devices/virtual/hot-unplugged.yaml")
+
 
 @click.command()
 @click.option("--root", type=click.Path(path_type=Path), default=Path("."), show_default=True,
@@ -27,7 +30,8 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
     Starts a private adb server and virtual phones, builds llama-bench from the llama.cpp
     inside llama-cpp-python's source distribution, makes the synthetic model ladder, runs the
     smoke matrix on the phones, then matrices/engines.yaml (llama-bench and llama-cpp-python
-    on the same cells), and writes reports/demo.html.
+    on the same cells), then matrices/sustained.yaml on one phone that heats fast and runs on
+    battery (sustained curves, energy per token), and writes reports/demo.html.
 
     \b
     Example:
@@ -45,11 +49,19 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
         matrices = [Path("matrices/smoke.yaml"), Path("matrices/engines.yaml")]
     say = lambda text: click.echo(f"demo: {text}", err=True)  # noqa: E731
     prepare_artifacts(paths, say, "gemma3-270m" if real else "tiny")
+    sustained = matrix is None and not real  # and the sustained section, on a phone that heats
+    if sustained:
+        prepare_artifacts(paths, say, "bench")
     with demo_environment(paths):
         for each in matrices:
             say(f"running {each} on {phones} virtual phones")
             ctx.invoke(run_command, matrix=each, devices_spec=f"sim:{phones}",
                        results=paths.results, builds=paths.builds)
+        if sustained:
+            say(f"running {SUSTAINED} on a virtual phone that heats fast, on battery "
+                f"({HOT_PHONE}): 30 s of decode per configuration")
+            ctx.invoke(run_command, matrix=SUSTAINED, devices_spec="sim:1",
+                       results=paths.results, builds=paths.builds, profile=str(HOT_PHONE))
     from harness.cli import main
 
     report = main.get_command(ctx, "report")

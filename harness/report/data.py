@@ -27,10 +27,11 @@ from harness.analysis.frames import (
     thermal_summary,
     usable_mask,
 )
+from harness.analysis.sustained import sustained_mask
 from harness.errors import StoreError
 from harness.memory import quant_rank
 from harness.records import OUTCOMES
-from harness.report import trends
+from harness.report import trends, workloads
 from harness.report.load import find_trial_ids, load_samples, load_trials
 from harness.report.model import (
     ConditionRow,
@@ -104,12 +105,14 @@ def _group_labels(df: pd.DataFrame, columns: list[str], name: Callable[..., str]
 
 
 def _config_label(several_models: bool) -> Callable[..., str]:
-    def label(model: Any, quant: Any, n_ctx: Any, type_k: Any, type_v: Any, threads: Any,
-              affinity: Any = "all") -> str:
+    def label(model_name: Any, quant: Any, n_ctx: Any, type_k: Any, type_v: Any, threads: Any,
+              affinity: Any = "all", sustained_s: Any = None) -> str:
         kv = type_k if type_k == type_v else f"{type_k}/{type_v}"
         pinned = f" @{affinity}" if isinstance(affinity, str) and affinity != "all" else ""
         base = f"{quant} · ctx {n_ctx} · KV {kv} · {threads}t{pinned}"
-        return f"{model} {base}" if several_models else base
+        if sustained_s is not None and not pd.isna(sustained_s) and sustained_s > 0:
+            base = f"{base} · sustained {float(sustained_s):g} s"
+        return f"{model_name} {base}" if several_models else base
     return label
 
 
@@ -138,10 +141,11 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     df["device"] = _group_labels(df, ["device_serial"], device_label)
     several = df["model_name"].nunique() > 1
     config_cols = ["model_name", "quant", "n_ctx", "type_k", "type_v", "threads",
-                   *(["affinity"] if "affinity" in df else [])]
+                   *[c for c in ("affinity", "sustained_s") if c in df]]
     per_config = df.groupby("config_id", observed=True, sort=True)[config_cols].first()
     make = _config_label(several)
-    df["config"] = _group_labels(df, ["config_id"], lambda c: make(*per_config.loc[c]))
+    df["config"] = _group_labels(df, ["config_id"],
+                                 lambda c: make(**per_config.loc[c].to_dict()))
     df["kv"] = _group_labels(df, ["type_k", "type_v"],
                              lambda k, v: str(k) if k == v else f"{k}/{v}")
     days = df["started_at"].dt.tz_convert(None).to_numpy().astype("datetime64[D]")
@@ -226,8 +230,10 @@ def top_devices(df: pd.DataFrame, top: int) -> list[str]:
 
 
 def heatmaps(df: pd.DataFrame, side: Side | None, top: int) -> tuple[Heatmap, ...]:
-    """Median over usable trials per cell, best thread count, per device, KV type and metric."""
+    """Median over usable burst trials per cell, best thread count, per device, KV type and
+    metric (a sustained workload's rate is its own section's)."""
     scope = _side(df, side)
+    scope = scope[~sustained_mask(scope).to_numpy()]
     good = scope[scope["good"]]
     if good.empty:
         return ()
@@ -444,6 +450,10 @@ def build_report_data(
     recs = tuple(recommendations) if recommendations is not None else _timed(
         timings, "recommend", lambda: trends.recommendations(trials, names))
     engines = _timed(timings, "engines", lambda: trends.engines(trials, names, options.recent))
+    sustained = _timed(timings, "sustained", lambda: workloads.sustained_section(
+        options.results, trials, names, options.top))
+    energy = _timed(timings, "energy", lambda: workloads.energy_section(trials, names))
+    valid = _timed(timings, "validity", lambda: workloads.validity_section(trials, names))
     scope = (f"run {options.run_id}" if options.run_id else
              f"since {options.since}" if options.since else "whole store")
     return ReportData(
@@ -453,4 +463,5 @@ def build_report_data(
         thermal_rows=rows, thermal_points=points, thermal_points_total=total,
         throttled_trials=_failure_rows(throttled), comparison=comparison, history=history,
         recommendations=recs, timings=timings, conditions=ran_as, quality=scored,
-        heatmap_engine=side.engine if side else None, engines=engines)
+        heatmap_engine=side.engine if side else None, engines=engines, sustained=sustained,
+        energy=energy, validity=valid)

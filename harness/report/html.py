@@ -37,6 +37,17 @@ def _when(value: datetime | None) -> str:
     return MISSING if value is None else f"{value:%Y-%m-%d %H:%M} UTC"
 
 
+THERMAL_STATUS = ("none", "light", "moderate", "severe", "critical", "emergency", "shutdown")
+
+
+def _thermal(value: int | None) -> str:
+    """An Android thermal status with its name, e.g. ``3 (severe)``."""
+    if value is None:
+        return MISSING
+    name = THERMAL_STATUS[value] if 0 <= value < len(THERMAL_STATUS) else "unknown"
+    return f"{value} ({name})"
+
+
 VIRIDIS = ((0x44, 0x01, 0x54), (0x3B, 0x52, 0x8B), (0x21, 0x91, 0x8C), (0x5E, 0xC9, 0x62),
            (0xFD, 0xE7, 0x25))
 
@@ -66,7 +77,7 @@ def environment() -> Environment:
         autoescape=select_autoescape(enabled_extensions=("html", "j2"), default=True),
         undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
     )
-    env.filters.update(num=_num, gib=_gib, pct=pct, when=_when)
+    env.filters.update(num=_num, gib=_gib, pct=pct, when=_when, thermal=_thermal)
     env.globals["heat_style"] = heat_style
     return env
 
@@ -88,6 +99,8 @@ def charts(data: ReportData, top: int) -> dict[str, Any]:
         if data.thermal_points else "",
         "forest": Markup(forest) if forest else "",
         "history": [(s, Markup(plots.history_chart(s))) for s in data.history.series[:top]],
+        "sustained": [(d, Markup(plots.sustained_chart(d.device, d.lines)) if d.lines else "")
+                      for d in data.sustained.devices[:top]],
     }
 
 

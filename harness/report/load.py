@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from harness.analysis.monitor import with_stored_energy
 from harness.errors import StoreError
 from harness.store import SCHEMA_VERSION, SCHEMAS, migrate, part_files, part_version
 
@@ -40,12 +41,16 @@ TRIAL_COLUMNS = (
     "model_sha256", "vm_hwm_bytes", "predicted_kv_bytes", "kv_reported_bytes",
     # what harness.analysis reads besides (labels, TTFT, knob suggestions, the engine axis)
     "engine", "n_prompt", "n_gen", "n_depth", "ttft_ms", "model_n_params",
+    # schema 6: validity, sustained workloads, energy (the sections that show them)
+    "valid", "invalid_reason", "sustained_s", "time_to_throttle_s", "steady_state_ratio",
+    "sustained_tg_tps", "energy_source", "energy_units", "energy_valid", "energy_invalid_reason",
+    "idle_power_w", "tg_power_w", "pp_j_per_token", "tg_j_per_token",
 )
 # strings with few distinct values: read as categoricals (trial_id, error, evidence stay strings)
 DICTIONARY_COLUMNS = frozenset(
     f.name for f in SCHEMAS["trials"] if f.type == pa.string()
-) - {"trial_id", "error", "evidence"}
-SAMPLE_COLUMNS = ("trial_id", "t_ms", "pss_bytes", "thermal_status", "max_temp_c")
+) - {"trial_id", "error", "evidence", "invalid_reason"}
+SAMPLE_COLUMNS = ("trial_id", "t_ms", "pss_bytes", "thermal_status", "max_temp_c", "tg_tps")
 
 
 def _partition_date(path: Path) -> date | None:
@@ -166,6 +171,9 @@ def load_trials(root: Path, run_id: str | None = None, since: date | None = None
     """Trials matching ``run_id`` / ``since`` with strings as categoricals (compact at scale)."""
     if not (root / "trials").is_dir():
         raise StoreError(f"no results store at {root}: no trials/ folder (see --results)")
+    monitored = (root / "energy").is_dir()  # an external monitor's energy replaces the gauge's
+    if monitored and "trial_id" not in columns:
+        columns = (*columns, "trial_id")
     table = read_columns(select_files(root, "trials", run_id, since), "trials", columns,
                          dictionary=[c for c in columns if c in DICTIONARY_COLUMNS])
     if run_id is not None and table.num_rows:
@@ -173,7 +181,8 @@ def load_trials(root: Path, run_id: str | None = None, since: date | None = None
     if since is not None and table.num_rows:
         start = pa.scalar(pd.Timestamp(since, tz="UTC"), type=table.schema.field("started_at").type)
         table = table.filter(pc.greater_equal(table.column("started_at"), start))
-    return table.to_pandas()
+    frame = table.to_pandas()
+    return with_stored_energy(root, frame) if monitored else frame
 
 
 def find_trial_ids(root: Path, trials: pd.DataFrame) -> list[str | None]:

@@ -291,6 +291,112 @@ class EngineSection:
 
 
 @dataclass(frozen=True)
+class SustainedRow:
+    """One device and (config, build, engine)'s sustained trials (``analysis.sustained``)."""
+
+    config: str
+    build: str
+    engine: str
+    sustained_s: float
+    trials: int
+    sustained_tg_tps: Number
+    steady_state_ratio: Number
+    throttled_trials: int
+    time_to_throttle_s: Number  # median over the trials that throttled
+    max_thermal_status: int | None
+
+
+@dataclass(frozen=True)
+class SustainedLine:
+    """One sustained trial's generation rate per repetition; ``series`` numbers its candidate
+    (the row of the device's table it belongs to), which gives it its colour."""
+
+    label: str
+    series: int
+    t_s: tuple[float, ...]
+    tg_tps: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class SustainedDevice:
+    device: str
+    rows: tuple[SustainedRow, ...]
+    lines: tuple[SustainedLine, ...]  # at most a few trials per candidate
+
+
+@dataclass(frozen=True)
+class SustainedSection:
+    """Shown only when the scope holds sustained trials."""
+
+    devices: tuple[SustainedDevice, ...] = ()
+
+    @property
+    def present(self) -> bool:
+        return bool(self.devices)
+
+
+@dataclass(frozen=True)
+class EnergyRow:
+    """One device and (config, build, engine)'s energy (``analysis.energy_table``): the numbers
+    are None unless some trial's energy is valid; ``reason`` says why the others have none."""
+
+    device: str
+    config: str
+    build: str
+    engine: str
+    measured: int
+    valid: int
+    pp_j_per_token: Number
+    tg_j_per_token: Number
+    idle_power_w: Number
+    source: str
+    units: str
+    reason: str  # "" when every measured trial is valid
+
+    @property
+    def ok(self) -> bool:
+        return self.valid > 0 and self.tg_j_per_token is not None
+
+
+@dataclass(frozen=True)
+class EnergySection:
+    """Shown only when the scope holds trials whose energy was measured."""
+
+    rows: tuple[EnergyRow, ...] = ()
+
+    @property
+    def present(self) -> bool:
+        return bool(self.rows)
+
+
+@dataclass(frozen=True)
+class InvalidRow:
+    """A device and (config, build, engine) with ok trials that failed a validity gate."""
+
+    device: str
+    config: str
+    build: str
+    engine: str
+    checked: int
+    invalid: int
+    reasons: tuple[tuple[str, int], ...]  # gate text -> trials
+
+
+@dataclass(frozen=True)
+class ValiditySection:
+    """Shown only when the scope holds trials the validity gates checked."""
+
+    checked: int = 0
+    invalid: int = 0
+    rows: tuple[InvalidRow, ...] = ()
+    shown: int = 60
+
+    @property
+    def present(self) -> bool:
+        return self.checked > 0
+
+
+@dataclass(frozen=True)
 class ReportData:
     title: str
     scope: str  # "run X", "since D" or "whole store"
@@ -312,3 +418,7 @@ class ReportData:
     quality: tuple[QualityRow, ...] = ()
     heatmap_engine: str | None = None
     engines: EngineSection = field(default_factory=EngineSection)
+    sustained: SustainedSection = field(default_factory=SustainedSection)
+    energy: EnergySection = field(default_factory=EnergySection)
+    validity: ValiditySection = field(default_factory=ValiditySection)
+

@@ -28,6 +28,7 @@ from harness.report.model import (
     ComparisonRow,
     HistorySeries,
     MemoryCell,
+    SustainedLine,
     ThermalPoint,
     Timeline,
 )
@@ -205,4 +206,26 @@ def history_chart(series: HistorySeries) -> str:
         ax.set_title(f"{series.device} · {series.config}", fontsize=8)
         ax.set_ylabel(f"{series.metric} (tok/s)")
         fig.autofmt_xdate(bottom=0.75 / 2.6)
+        return to_svg(fig)
+
+
+def sustained_chart(device: str, lines: Sequence[SustainedLine]) -> str:
+    """Generation rate per repetition over a sustained run, one line per trial, coloured by
+    its configuration (one legend entry each)."""
+    with matplotlib.rc_context(RC):
+        names = {line.series: line.label for line in lines}
+        legend = _text_width(list(names.values()), 7) + 0.5
+        fig = _figure(5.8 + legend, 2.8, right=legend, bottom=0.5, top=0.3)
+        ax = fig.subplots()
+        seen: set[int] = set()
+        for line in lines:
+            colour = PALETTE[line.series % len(PALETTE)]
+            ax.plot(line.t_s, line.tg_tps, color=colour, lw=1.2, alpha=0.8,
+                    label=None if line.series in seen else line.label)
+            seen.add(line.series)
+        ax.set_xlabel("seconds since launch")
+        ax.set_ylabel("tg (tok/s)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(device, fontsize=8)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         return to_svg(fig)

@@ -32,7 +32,7 @@ from harness.matrix import Matrix, expand, load_matrix
 from harness.memory import repacked_types
 from harness.plan import DEFAULT_RESERVE_BYTES, PlannedCell, plan_cells, resolve_models
 from harness.records import BuildMeta, DeviceMeta, ModelMeta, SampleRecord, TrialRecord
-from harness.run import store_io
+from harness.run import bandwidth, store_io
 from harness.run.deploy import Artifact, PushReport, ensure_artifacts, model_remote_path
 from harness.run.events import Event, Kind
 from harness.run.order import TrialSpec, interleave
@@ -45,6 +45,7 @@ from harness.run.pyruntime import (
 )
 from harness.run.session import RunSession
 from harness.run.trial import TrialContext, TrialPolicy, TrialRunner
+from harness.run.validity import Bandwidth, needs_bandwidth, validate
 from harness.units import KIB
 
 Sink = Callable[[TrialRecord, Sequence[SampleRecord]], None]  # where each finished trial goes
@@ -232,6 +233,10 @@ class DeviceWorker:
         # (engine, build) -> why this device cannot run it (the build's ABI, no Python ...)
         self._refused: dict[tuple[str, str], str] = {}
         self._python: PythonRuntime | None = None
+        self._model: str | None = None  # ro.product.model, to find the phone's profile
+        # the phone's memory bandwidth for the validity gates: looked up (profile) or measured
+        # once per run, at the first trial that needs it; None inside: no figure to be had
+        self._bandwidth: list[Bandwidth | None] | None = None
 
     def _emit(self, kind: str, **details: Any) -> None:
         self.on_event(kind, self.device.serial, details)
@@ -271,6 +276,7 @@ class DeviceWorker:
     def prepare_jobs(self) -> list[list[TrialSpec]]:
         """Plan this device's trials and push what the runnable ones need; its jobs, in order."""
         facts = self.device.facts()
+        self._model = facts.model
         planned = self.plan(facts)
         trials = interleave(self.prepared.cells, self.run_id, self.device.serial)
         todo = [t for t in trials if t.trial_id not in self.done]
@@ -287,6 +293,7 @@ class DeviceWorker:
             sample_interval_s=self.options.sample_interval_s,
             throttle_status=self.prepared.matrix.cooldown.max_thermal_status,
             require=self.prepared.matrix.require,
+            energy=self.prepared.matrix.energy,
         ))
         self._ready = _Ready(planned, frozenset(t.trial_id for t in runnable), contexts, runner,
                              len(todo))
@@ -383,7 +390,21 @@ class DeviceWorker:
                 return False
             time.sleep(1.0)
 
+    def _memory_bandwidth(self) -> Bandwidth | None:
+        """The profile's figure, else one copy test on the phone (both asked once a run)."""
+        if self._bandwidth is None:
+            found = bandwidth.from_profile(self._model) or bandwidth.measure(self.device)
+            self._bandwidth = [found]
+        return self._bandwidth[0]
+
+    def validated(self, trial: TrialRecord) -> TrialRecord:
+        """The trial through the validity gates (``harness.run.validity``) before it is stored:
+        an ``ok`` one gets ``valid`` and, when it fails, ``invalid_reason``."""
+        figure = self._memory_bandwidth() if needs_bandwidth(trial) else None
+        return validate(trial, self.prepared.matrix.require, figure)
+
     def _store(self, trial: TrialRecord, samples: Sequence[Any]) -> None:
+        trial = self.validated(trial)
         self.sink(trial, samples)
         self.summary.outcomes[trial.outcome] += 1
         if trial.outcome == "precondition_failed":  # the phone and the requirement it failed

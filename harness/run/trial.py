@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from harness.android.battery import parse_battery
 from harness.android.kernel import parse_boot_id, parse_memory_pressure, parse_uptime
 from harness.android.lmkd import parse_lmkd_kill
 from harness.android.readerrors import parse_read_errors
@@ -29,7 +30,7 @@ from harness.device.base import Device
 from harness.engines.base import Engine, Measurement, affinity_mask
 from harness.engines.llamalog import EngineMemoryLog, parse_memory_log
 from harness.errors import DeviceError, EngineError, HarnessError
-from harness.matrix import Requirements
+from harness.matrix import EnergyPolicy, Requirements
 from harness.records import (
     BuildMeta,
     DeviceMeta,
@@ -39,9 +40,12 @@ from harness.records import (
     TrialRecord,
     new_trial,
 )
+from harness.run import energy as power
+from harness.run import sustained
 from harness.run.affinity import AffinityCheck, check_applied, parse_readback
 from harness.run.cooldown import CooldownPolicy, GateResult, wait_until_ready
 from harness.run.deploy import DEVICE_ROOT
+from harness.run.launchfacts import ALWAYS, Idle, Timing, headline, measured, rep_seconds
 from harness.run.order import TrialSpec
 from harness.run.outcome import Observation, Verdict, classify
 from harness.run.preflight import (
@@ -81,6 +85,8 @@ __all__ = [  # the launch line and its readers live in harness.run.watch; kept i
     "launch_command", "memory_read_command", "watcher_memory",
 ]
 
+CALIBRATION_REPS = 2  # a sustained cell's calibration launch: the last repetition counts
+SUSTAINED_OVERRUN = 5  # a sustained launch may take this many times its duration (throttled)
 MAX_UNREADABLE = 12  # reasons kept per trial (a phone can deny dozens of thermal zones)
 
 
@@ -112,6 +118,7 @@ class TrialPolicy:
     state_interval_s: float = 2.0
     throttle_status: int = 1  # a status above this during the trial marks it throttled
     require: Requirements = field(default_factory=Requirements)
+    energy: EnergyPolicy = field(default_factory=EnergyPolicy)
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,7 @@ class Findings:
     applied: AffinityCheck | None = None
     unreadable: tuple[str, ...] = ()
     engine_log: EngineMemoryLog | None = None  # llama.cpp's own memory figures (schema 4)
+    measured: Mapping[str, Any] = field(default_factory=dict)  # schema-6 columns, computed
 
 
 @dataclass(frozen=True)
@@ -202,6 +210,7 @@ class TrialRunner:
         self.policy = policy
         self.clock = clock
         self._started: _Started | None = None
+        self._reps: dict[str, int] = {}  # sustained repetitions per cell, from its calibration
 
     def read_state(self, big_cpu: int) -> DeviceState:
         result = self.device.shell(state_command(big_cpu), timeout=30)
@@ -241,6 +250,8 @@ class TrialRunner:
         if unmet:  # not waited for: a phone in battery saver does not leave it by cooling
             return self._record(spec, ctx, started_at, self._refused(unmet), [], None,
                                 findings=Findings(first, None, None, first.state.unreadable)), []
+        if spec.cell.sustained_s:  # calibrated before the gate, so its heat is waited out
+            self._sustained_reps(spec, ctx, _trial_dir(spec))
         gate, conditions = self.gate(ctx.big_cpu, first)
         conditions = conditions or first
         unmet = unmet_requirement(self.policy.require, conditions.preflight)
@@ -259,8 +270,13 @@ class TrialRunner:
                  else ctx.memory_limit_bytes)
         self._started = _Started(spec.trial_id, workdir, baseline, limit)
         # One trial is one repetition: the engine runs the cell once, the run repeats trials.
-        once = dataclasses.replace(spec.cell, repetitions=1)
+        # A sustained trial is one launch of back-to-back repetitions filling its duration.
+        reps = self._sustained_reps(spec, ctx, workdir) if spec.cell.sustained_s else 1
+        once = dataclasses.replace(spec.cell, repetitions=reps)
         argv = ctx.engine.argv(once, ctx.binary, ctx.model, ctx.cpu_mask)
+        # repetitions counted at the cool phone's speed take longer once it throttles
+        timeout_s = self.policy.timeout_s + SUSTAINED_OVERRUN * spec.cell.sustained_s
+        idle = self._idle_power() if self.policy.energy.enabled else Idle()
 
         def read_memory() -> ProcessMemory | None:
             result = self.device.shell(memory_read_command(workdir), timeout=30)
@@ -289,7 +305,8 @@ class TrialRunner:
                 self.device.shell(f"kill -9 $(cat {shlex.quote(workdir + '/pid')})",
                                   timeout=30)
 
-        timer = threading.Timer(self.policy.timeout_s, watchdog)
+        timer = threading.Timer(timeout_s, watchdog)
+        launched_at = datetime.now(UTC)
         start = self.clock()
         if self.policy.sample_interval_s > 0:
             sampler.start()
@@ -299,8 +316,10 @@ class TrialRunner:
         stdout = stderr = ""
         try:
             watch = 0.05 if self.policy.sample_interval_s > 0 else None
-            result = self.device.shell(launch_command(workdir, argv, ctx.lib_dir, watch, ctx.env),
-                                       timeout=self.policy.timeout_s + 60)
+            result = self.device.shell(
+                launch_command(workdir, argv, ctx.lib_dir, watch, ctx.env,
+                               power=self.policy.energy.enabled and bool(idle.readings)),
+                timeout=timeout_s + 60)
             exit_code, stdout, stderr = result.exit_code, result.stdout, result.stderr
         except DeviceError as error:
             # A command our watchdog gave up on is a timeout; any other transport failure
@@ -333,6 +352,11 @@ class TrialRunner:
         except EngineError as error:
             records, stderr = [], f"{stderr}\n{error}"
         measurements = ctx.engine.measure(records)
+        counter_end = self._counter_reading() if idle.counters and not lost else None
+        timing = Timing.read(after, wall, idle, counter_end)
+        extra, extra_samples = measured(spec.cell, measurements, timing, launched_at,
+                                        self.policy.energy.enabled,
+                                        conditions.preflight.charging)
         engine_log = parse_memory_log(stderr)
         mems = [t.memory for t in ticks if t.memory]
         top = peak([*(m.rss_kb for m in mems), *(m.vm_hwm_kb for m in mems)])
@@ -359,10 +383,73 @@ class TrialRunner:
             *(t.state.unreadable for t in ticks if t.state),
             *(t.memory.unreadable for t in ticks if t.memory)])
         trial = self._record(spec, ctx, started_at, verdict, ticks, wall,
-                             measurements[0] if measurements else None,
+                             headline(measurements, spec.cell),
                              json.dumps([r.as_dict() for r in records]) if records else None,
-                             Findings(conditions, gate, applied, unreadable, engine_log))
-        return trial, self._samples(spec, ticks)
+                             Findings(conditions, gate, applied, unreadable, engine_log,
+                                      extra if verdict.outcome == Outcome.OK else
+                                      {k: v for k, v in extra.items() if k in ALWAYS}))
+        samples = self._samples(spec, ticks)
+        samples += [_sample(spec, **row) for row in extra_samples]
+        return trial, sorted(samples, key=lambda r: r.t_ms)
+
+    def _sustained_reps(self, spec: TrialSpec, ctx: TrialContext, workdir: str) -> int:
+        """How many repetitions fill the cell's duration: one calibration launch per cell."""
+        cell = spec.cell
+        if cell.cell_id in self._reps:
+            return self._reps[cell.cell_id]
+        twice = dataclasses.replace(cell, repetitions=CALIBRATION_REPS)
+        argv = ctx.engine.argv(twice, ctx.binary, ctx.model, ctx.cpu_mask)
+        rep_s = float("nan")
+        try:
+            result = self.device.shell(
+                launch_command(f"{workdir}-calibrate", argv, ctx.lib_dir, None, ctx.env) +
+                f"; rm -rf {shlex.quote(workdir + '-calibrate')}",
+                timeout=self.policy.timeout_s + 60)
+            found = ctx.engine.measure(ctx.engine.parse(result.stdout))
+            if found:  # the last one: the first may still fill caches
+                rep_s = rep_seconds(found[-1], cell)
+        except (DeviceError, EngineError):
+            pass  # the measured launch will fail the same way and say why
+        reps = sustained.repetitions_for(cell.sustained_s, rep_s)
+        self._reps[cell.cell_id] = reps
+        return reps
+
+    def _idle_power(self) -> Idle:
+        """The phone's draw just before the launch: power_supply readings, else two charge
+        counter readings of ``dumpsys battery`` ``idle_s`` apart."""
+        interval = 0.1
+        count = max(2, round(self.policy.energy.idle_s / interval))
+        with contextlib.suppress(HarnessError):
+            text = self.device.shell(power.reading_command(count, interval),
+                                     timeout=60 + count * interval).stdout
+            readings = power.parse_readings(text)
+            if len(readings) >= 2:
+                return Idle(readings=tuple(readings))
+        first = self._counter_reading()
+        if first is None:
+            return Idle(unreadable=True)
+        with contextlib.suppress(HarnessError):
+            self.device.shell(f"sleep {self.policy.energy.idle_s:g}",
+                              timeout=60 + self.policy.energy.idle_s)
+        second = self._counter_reading()
+        if second is None:
+            return Idle(unreadable=True)
+        return Idle(counters=(first, second))
+
+    def _counter_reading(self) -> power.CounterReading | None:
+        with contextlib.suppress(HarnessError):
+            found = split_sections(self.device.shell(
+                "echo @@harness:uptime; cat /proc/uptime; echo @@harness:battery; "
+                "dumpsys battery", timeout=30).stdout)
+            uptime = parse_uptime(found.get("uptime", ""))
+            battery = parse_battery(found.get("battery", ""))
+            if uptime is None or battery is None or battery.charge_counter_uah is None \
+                    or battery.voltage_mv is None:
+                return None
+            charging = battery.status in (2, 5) or battery.plugged not in (None, "none")
+            return power.CounterReading(uptime, battery.charge_counter_uah, battery.voltage_mv,
+                                        charging)
+        return None
 
     def explain_loss(self, trial: TrialRecord) -> TrialRecord:
         """A lost trial, once its device is back: did the phone reboot (a new boot id)?
@@ -482,19 +569,34 @@ class TrialRunner:
             kv_reported_bytes=log.kv_bytes if log else None,
             repack_reported_bytes=log.repack_bytes if log else None,
             compute_reported_bytes=log.compute_bytes if log else None,
+            **findings.measured,
         )
 
 
 def _after_command(workdir: str) -> str:
-    """The evidence a trial leaves: the pid, the watcher's files, lmkd's lines, memory pressure;
-    then the trial's folder goes."""
+    """The evidence a trial leaves: the pid, the watcher's files (its end stamp t1 may lag the
+    engine's exit by a round), lmkd's lines, memory pressure; then the trial's folder goes."""
     folder = shlex.quote(workdir)
-    return (f"echo @@harness:pid; cat {folder}/pid; "
+    return (f"i=0; while [ -f {folder}/mem ] && [ ! -f {folder}/t1 ] && [ $i -lt 20 ]; do "
+            "sleep 0.05; i=$((i+1)); done; "
+            f"echo @@harness:pid; cat {folder}/pid; "
+            f"echo @@harness:t0; cat {folder}/t0 2>/dev/null; "
+            f"echo @@harness:t1; cat {folder}/t1 2>/dev/null; "
+            f"echo @@harness:pwr; cat {folder}/pwr 2>/dev/null; "
             f"echo @@harness:mem; cat {folder}/mem 2>/dev/null; "
             f"echo @@harness:aff; cat {folder}/aff 2>/dev/null; "
             f"echo @@harness:lmkd; {LMKD_LINES}; "
             "echo @@harness:pressure; cat /proc/pressure/memory; "
             f"rm -rf {folder}")
+
+
+def _sample(spec: TrialSpec, **values: Any) -> SampleRecord:
+    """A sample row of a series (power, sustained rate): only time and its own value set."""
+    empty: dict[str, Any] = dict.fromkeys(("pss_bytes", "rss_bytes", "swap_bytes", "pss_anon_bytes",
+                           "pss_file_bytes", "thermal_status", "max_temp_c", "big_cur_khz",
+                           "big_max_khz", "battery_level", "battery_temp_c", "source"))
+    fields: dict[str, Any] = {"run_id": spec.run_id, "trial_id": spec.trial_id, **empty, **values}
+    return SampleRecord(**fields)
 
 
 def _bytes(kb: int | None) -> int | None:

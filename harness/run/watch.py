@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from harness.android.meminfo import parse_meminfo
+from harness.run.energy import BATTERY
 from harness.run.state import ProcessMemory
 
 # An on-device watcher of the engine's /proc status, started by the launching shell just before it
@@ -36,12 +37,23 @@ _WATCH = (
     "case \" $a \" in *\" $v \"*) ;; *) a=\"$a $v\";; esac; break;; esac; "
     "done 2>/dev/null < $s; done; "
     "[ \"$c$a\" = \"$p\" ] || { p=\"$c$a\"; echo \"$p\" >> aff; }; fi; "
-    "if [ $n -lt 100 ]; then sleep 0.01; else sleep {interval}; fi; done"
+    "{power}"
+    "if [ $n -lt 100 ]; then sleep 0.01; else sleep {interval}; fi; done; "
+    "read -r u _ < /proc/uptime; echo \"$u\" > t1"
+)
+# With energy measured, each round (every 5th of the fast first rounds) also appends one battery
+# reading "<uptime> <current_now> <voltage_now> <status>" to the file `pwr`
+# (harness.run.energy); a field it cannot read stays empty, and the line is skipped.
+_POWER = (
+    "if [ $((n<100 ? n%5 : 0)) -eq 0 ]; then c=; v=; s=; read -r u _ < /proc/uptime; "
+    "read -r c < {battery}/current_now; read -r v < {battery}/voltage_now; "
+    "read -r s < {battery}/status; echo \"$u $c $v $s\" >> pwr; fi 2>/dev/null; "
 )
 
 
 def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None,
-                   watch_s: float | None = 0.05, env: Mapping[str, str] | None = None) -> str:
+                   watch_s: float | None = 0.05, env: Mapping[str, str] | None = None,
+                   power: bool = False) -> str:
     """The shell line that records its pid and becomes the engine (every word quoted).
 
     Written for Android's mksh as much as for dash: the watcher is its own ``sh -c`` started
@@ -54,10 +66,14 @@ def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None,
     prefix = ["env", *(f"{k}={v}" for k, v in sorted(settings.items()))] if settings else []
     words = " ".join(shlex.quote(word) for word in [*prefix, *argv])
     folder = shlex.quote(workdir)
-    setup = f"mkdir -p {folder} && cd {folder} && echo $$ > pid || exit 1"
+    # t0: the phone's uptime at the launch (the clock of the watcher's t1 and power readings)
+    setup = (f"mkdir -p {folder} && cd {folder} && echo $$ > pid || exit 1; "
+             "read -r u _ < /proc/uptime; echo \"$u\" > t0")
     if not watch_s:
         return f"{setup}; exec {words}"
-    script = shlex.quote(_WATCH.replace("{interval}", str(float(watch_s))))
+    readings = _POWER.replace("{battery}", BATTERY) if power else ""
+    script = shlex.quote(_WATCH.replace("{interval}", str(float(watch_s)))
+                         .replace("{power}", readings))
     watcher = f"{{ sh -c {script} watch $$ > /dev/null 2>&1 < /dev/null & }}"
     return f"{setup}; {watcher}; exec {words}"
 

@@ -11,6 +11,14 @@ The model of a trial is deliberately simple: throughput is a product of device s
 weight, context length, KV precision and build factors with lognormal noise; throttled trials run
 about 30% slower; memory is weights + KV cache + compute buffers, measured a little above the
 prediction; a small fraction of trials ends ``oom_killed``, ``crashed`` or ``timeout``.
+
+Optional, all off by default (so a default store is what it always was, draw for draw): the
+first ``sustained_configs`` configs also get one sustained trial per device, build and night,
+with its throughput series in the samples (fast phones throttle part-way and settle lower);
+``energy`` fills the energy columns (the first device's first config is always "charging", a
+tenth of the other trials have too few power readings, the rest are valid) and the samples'
+``power_w``; ``validity`` marks ok trials valid, a fraction ``invalid_rate`` of them invalid
+with impossible speeds and ``invalid_reason``. These draw from their own generator.
 """
 
 from __future__ import annotations
@@ -77,15 +85,33 @@ class SynthSpec:
     n_params: int = 1_540_000_000
     start: date = date(2026, 1, 5)
     seed: int = 7
+    sustained_configs: int = 0  # the first N configs also run a sustained trial per night
+    sustained_s: float = 120.0
+    sustained_points: int = 20  # repetitions (series points) per sustained trial
+    energy: bool = False
+    charging_reason: str = "charging: USB power contaminates the reading"
+    coarse_reason: str = "decode window 0.4 s holds 2 power readings (need 5)"
+    validity: bool = False
+    invalid_rate: float = 0.03
+    invalid_reason: str = "tg_tps 2,400 tok/s above the plausible 500 for this model"
 
     @property
     def configs(self) -> int:
         return len(self.quants) * len(self.n_ctx) * len(self.kv_types) * len(self.threads)
 
     @property
+    def builds_per_night(self) -> int:
+        return len(self.builds) if self.schedule == "interleaved" else 1
+
+    @property
+    def sustained_trials(self) -> int:
+        return (self.devices * min(self.sustained_configs, self.configs) * self.nights
+                * self.builds_per_night)
+
+    @property
     def trials(self) -> int:
         per_night = self.devices * self.configs * self.reps
-        return per_night * self.nights * (len(self.builds) if self.schedule == "interleaved" else 1)
+        return per_night * self.nights * self.builds_per_night + self.sustained_trials
 
 
 @dataclass(frozen=True)
@@ -99,6 +125,9 @@ class SynthSummary:
     files: int
     bytes: int
     run_ids: tuple[str, ...] = field(default_factory=tuple)
+    sustained: int = 0  # sustained trials
+    invalid: int = 0  # ok trials marked invalid (validity)
+    energy_invalid: int = 0  # trials with energy_valid False
 
 
 @dataclass(frozen=True)
@@ -240,7 +269,155 @@ def _night_table(spec: SynthSpec, grid: _Grid, night: int, builds: list[int],
         "battery_temp_c": 30 + rng.normal(0, 1, n), "evidence": evidence,
     }
     trials = _as_table("trials", columns, n)
-    return trials, _samples(spec, trials, peak_pss, predicted, throttled, max_temp, wall, rng)
+    samples = _samples(spec, trials, peak_pss, predicted, throttled, max_temp, wall, rng)
+    if not (spec.sustained_configs or spec.energy or spec.validity):
+        return trials, samples
+    extra = np.random.default_rng([spec.seed, night, 6])  # the default stream stays untouched
+    if spec.sustained_configs:
+        chosen = np.flatnonzero((cfg < spec.sustained_configs) & (rep == 0))
+        base_tg = tg[chosen] / slow[chosen] / noise_tg[chosen]
+        more_trials, more_samples = _sustained(spec, trials, chosen, base_tg,
+                                               speed[dev[chosen]], day0, extra)
+        trials = pa.concat_tables([trials, more_trials])
+        samples = pa.concat_tables([samples, more_samples])
+    if spec.validity:
+        trials = _validity(spec, trials, extra)
+    if spec.energy:
+        trials, samples = _energy(spec, trials, samples, extra)
+    return trials, samples
+
+
+def _set(table: pa.Table, name: str, values: object, mask: np.ndarray | None = None) -> pa.Table:
+    """``table`` with column ``name`` replaced (``mask``: True where null)."""
+    field_ = table.schema.field(name)
+    array = pa.array(values, type=field_.type, mask=mask, from_pandas=True)
+    return table.set_column(table.schema.get_field_index(name), field_, array)
+
+
+def _series_figures(tps: np.ndarray, t_s: np.ndarray) -> tuple[float | None, float, float]:
+    """(time to throttle, steady-state ratio, sustained rate) of one series, close to the
+    runner's definitions: the initial median is that of the first max(3, 5%) points, the
+    sustained rate the median of the last fifth, throttling the first point below 90% of the
+    initial median (the synthetic series are smooth, so no confirmation window is needed)."""
+    head = max(3, int(np.ceil(0.05 * tps.size)))
+    initial = float(np.median(tps[:head]))
+    last = float(np.median(tps[-max(1, tps.size // 5):]))
+    below = np.flatnonzero(tps < 0.9 * initial)
+    return (float(t_s[below[0]]) if below.size else None), last / initial, last
+
+
+def _sustained(spec: SynthSpec, burst: pa.Table, chosen: np.ndarray, base_tg: np.ndarray,
+               speed: np.ndarray, day0: datetime, rng: np.random.Generator,
+               ) -> tuple[pa.Table, pa.Table]:
+    """One sustained trial per chosen burst row (its device, config and build): the throughput
+    of each repetition, falling to about 70% after a throttle onset on phones of speed >= 1."""
+    n, p = chosen.size, spec.sustained_points
+    trials = burst.take(pa.array(chosen))
+    suffix = f":s{spec.sustained_s:g}"
+    config = pc.binary_join_element_wise(trials.column("config_id"), pa.array([suffix] * n), "")
+    build = trials.column("build_id")
+    run_id = trials.column("run_id")
+    serial = trials.column("device_serial")
+    t_s = np.arange(1, p + 1) * spec.sustained_s / p
+    onset = rng.uniform(0.3, 0.6, n) * spec.sustained_s
+    hot = speed >= 1.0
+    drop = np.where(hot[:, None] & (t_s[None, :] > onset[:, None]),
+                    1 - 0.3 * (1 - np.exp(-(t_s[None, :] - onset[:, None]) / 15)), 1.0)
+    tps = base_tg[:, None] * drop * rng.lognormal(0.0, 0.01, (n, p))
+    stats = [_series_figures(row, t_s) for row in tps]
+    throttle = np.array([np.nan if s[0] is None else s[0] for s in stats])
+    throttled = ~np.isnan(throttle)
+    started = np.datetime64(day0.replace(tzinfo=None) + timedelta(hours=22), "us") + (
+        np.arange(n) * spec.sustained_s * 1.5e6).astype("timedelta64[us]")
+    ids = pc.binary_join_element_wise(run_id, serial, config, build, pa.array(["0"] * n), "/")
+    updates: dict[str, object] = {
+        "trial_id": ids, "config_id": config,
+        "job_id": pc.binary_join_element_wise(serial, config, "/"),
+        "cell_id": pc.binary_join_element_wise(config, build, "@"),
+        "started_at": started, "launched_at": started, "wall_s": np.full(n, spec.sustained_s + 8),
+        "outcome": np.full(n, "ok", dtype=object), "error": np.full(n, None, dtype=object),
+        "evidence": np.full(n, None, dtype=object), "tg_tps": tps.mean(axis=1),
+        "throttled": throttled, "max_thermal_status": np.where(throttled, 3, 1),
+        "max_temp_c": np.where(throttled, 48.0, 42.0) + rng.normal(0, 0.5, n),
+        "sustained_s": np.full(n, spec.sustained_s), "sustained_reps": np.full(n, p),
+        "time_to_throttle_s": throttle,
+        "steady_state_ratio": np.array([s[1] for s in stats]),
+        "sustained_tg_tps": np.array([s[2] for s in stats]),
+    }
+    for name, values in updates.items():
+        if isinstance(values, pa.ChunkedArray | pa.Array):
+            field_ = trials.schema.field(name)
+            trials = trials.set_column(trials.schema.get_field_index(name), field_,
+                                       values.cast(field_.type))
+        else:
+            arr = np.asarray(values)
+            trials = _set(trials, name, arr, np.isnan(arr) if arr.dtype.kind == "f" else None)
+    idx = np.repeat(np.arange(n), p)
+    peak = np.asarray(trials.column("peak_pss_bytes").fill_null(0))[idx]
+    hot_point = (np.tile(t_s, n) > np.repeat(onset, p)) & hot[idx]
+    columns: dict[str, object] = {
+        "run_id": trials.column("run_id").take(pa.array(idx)),
+        "trial_id": trials.column("trial_id").take(pa.array(idx)),
+        "t_ms": (np.tile(t_s, n) * 1000).astype(np.int64) + 5000,
+        "pss_bytes": peak, "rss_bytes": (peak * 1.06).astype(np.int64),
+        "thermal_status": np.where(hot_point, 3, 1), "max_temp_c": 40 + 8 * hot_point,
+        "source": np.full(idx.size, "smaps_rollup"), "tg_tps": tps.ravel(),
+    }
+    return trials, _as_table("samples", columns, idx.size)
+
+
+def _validity(spec: SynthSpec, trials: pa.Table, rng: np.random.Generator) -> pa.Table:
+    """Ok trials valid, a fraction ``invalid_rate`` invalid with an impossible speed."""
+    ok = np.asarray(pc.equal(trials.column("outcome"), "ok"))
+    bad = ok & (rng.random(trials.num_rows) < spec.invalid_rate)
+    tg = np.asarray(trials.column("tg_tps").to_numpy(zero_copy_only=False), dtype=np.float64)
+    trials = _set(trials, "tg_tps", np.where(bad, tg * 40, tg), np.isnan(tg))
+    trials = _set(trials, "valid", ok & ~bad, ~ok)
+    return _set(trials, "invalid_reason", _text_where(bad, spec.invalid_reason), ~bad)
+
+
+def _text_where(mask: np.ndarray, text: str, into: np.ndarray | None = None) -> np.ndarray:
+    """An object array holding ``text`` where ``mask`` is True (``into``'s values, or None,
+    elsewhere)."""
+    out = np.full(mask.size, None, dtype=object) if into is None else into.copy()
+    out[mask] = text
+    return out
+
+
+def _energy(spec: SynthSpec, trials: pa.Table, samples: pa.Table,
+            rng: np.random.Generator) -> tuple[pa.Table, pa.Table]:
+    """Energy of every ok trial: valid, charging (the first device's first config) or too few
+    readings (a tenth of the rest); the samples' battery draw of the measured trials."""
+    n = trials.num_rows
+    ok = np.asarray(pc.equal(trials.column("outcome"), "ok"))
+    serial = np.asarray(trials.column("device_serial").to_pylist(), dtype=object)
+    config = np.asarray(trials.column("config_id").to_pylist(), dtype=object)
+    first = str(config[0]).split(":s")[0] if n else ""
+    charging = ok & (serial == "SYN0000") & np.array([str(c).split(":s")[0] == first
+                                                      for c in config], dtype=bool)
+    coarse = ok & ~charging & (rng.random(n) < 0.1)
+    valid = ok & ~charging & ~coarse
+    tg = np.asarray(trials.column("tg_tps").to_numpy(zero_copy_only=False), dtype=np.float64)
+    pp = np.asarray(trials.column("pp_tps").to_numpy(zero_copy_only=False), dtype=np.float64)
+    idle = rng.uniform(0.6, 1.0, n)
+    tg_w = 1.6 * rng.lognormal(0.0, 0.08, n)
+    pp_w = 3.2 * rng.lognormal(0.0, 0.08, n)
+    reason = _text_where(charging, spec.charging_reason, _text_where(coarse, spec.coarse_reason))
+    numbers = {"idle_power_w": idle, "tg_power_w": tg_w, "pp_power_w": pp_w,
+               "tg_j_per_token": tg_w / tg, "pp_j_per_token": pp_w / pp}
+    for name, values in numbers.items():
+        keep = ok if name == "idle_power_w" else valid  # idle is read even when charging
+        trials = _set(trials, name, np.where(keep, values, np.nan), ~keep)
+    texts = {"energy_source": "power_supply",
+             "energy_units": "current_now uA, negative while discharging; voltage_now uV"}
+    for name, text in texts.items():
+        trials = _set(trials, name, _text_where(ok, text), ~ok)
+    trials = _set(trials, "energy_valid", valid, ~ok)
+    trials = _set(trials, "energy_invalid_reason", reason, ~(charging | coarse))
+    trials = _set(trials, "energy_samples", np.where(valid, 24, 2), ~ok)
+    where = np.asarray(pc.index_in(samples.column("trial_id"), trials.column("trial_id")))
+    draw = np.where(ok, idle + tg_w, np.nan)[where]
+    return trials, _set(samples, "power_w", draw, np.isnan(draw))
 
 
 def _as_table(name: str, columns: dict[str, object], n: int) -> pa.Table:
@@ -310,7 +487,7 @@ def write_synthetic_store(root: Path, spec: SynthSpec | None = None) -> SynthSum
     rng = np.random.default_rng(spec.seed)
     grid = _grid(spec)
     outcomes: Counter[str] = Counter()
-    trials_n = samples_n = throttled = files = size = 0
+    trials_n = samples_n = throttled = files = size = sustained = invalid = energy_invalid = 0
     runs = []
     for night in range(spec.nights):
         if spec.schedule == "interleaved":
@@ -328,4 +505,9 @@ def write_synthetic_store(root: Path, spec: SynthSpec | None = None) -> SynthSum
         throttled += int(pc.sum(trials.column("throttled")).as_py() or 0)
         trials_n += trials.num_rows
         samples_n += samples.num_rows
-    return SynthSummary(trials_n, samples_n, dict(outcomes), throttled, files, size, tuple(runs))
+        sustained += int(pc.sum(pc.is_valid(trials.column("sustained_s"))).as_py() or 0)
+        invalid += int(pc.sum(pc.equal(trials.column("valid"), False)).as_py() or 0)
+        energy_invalid += int(pc.sum(pc.equal(trials.column("energy_valid"),
+                                              False)).as_py() or 0)
+    return SynthSummary(trials_n, samples_n, dict(outcomes), throttled, files, size, tuple(runs),
+                        sustained, invalid, energy_invalid)

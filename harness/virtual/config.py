@@ -129,6 +129,7 @@ class PhoneConfig:
     shell: str = "mksh"  # /system/bin/sh: mksh as on Android, or dash to compare
     android: AndroidRules = field(default_factory=AndroidRules)  # background_apps resolved
     python: bool = False  # a Python at /data/local/tmp/python (llama-cpp-python cells)
+    power_model: Mapping[str, Any] = field(default_factory=dict)  # see power.PowerParams
 
     @property
     def sdk(self) -> int:
@@ -154,6 +155,7 @@ class PhoneConfig:
             shell=str(data.get("shell", "mksh")),
             android=AndroidRules.from_mapping(data.get("android", {})),
             python=bool(data.get("python", False)),
+            power_model=dict(data.get("power_model", {})),
         )
 
     @classmethod
@@ -201,4 +203,5 @@ def config_from_profile(profile: DeviceProfile, name: str, ram_mb: int | None = 
         thermal=dict(profile.thermal), battery_level=profile.battery_level,
         abi=abi, shell=shell, android=android,
         python=abi == host_abi(),  # the host's Python stands in for one: only on its ABI
+        power_model=dict(getattr(profile, "power_model", {})),
     )

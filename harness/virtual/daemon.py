@@ -196,6 +196,7 @@ async def serve(phone_dir: Path, port: int) -> None:
 
     tasks.add(asyncio.create_task(monitor()))
     tasks.add(asyncio.create_task(phone.throttle_loop()))
+    tasks.add(asyncio.create_task(phone.uptime_loop()))
     (sandbox.state / "ready").write_text(str(port))
     try:
         await stop.wait()

@@ -248,12 +248,27 @@ def battery_status(charging: str, level: int, overheat: bool = False) -> int:
     return 5 if level >= 100 else 2
 
 
-def battery(level: int, temperature_c: float, overheat: bool, charging: str = "usb") -> str:
-    """``dumpsys battery``; ``charging`` none, usb or ac."""
+@dataclass(frozen=True)
+class Gauge:
+    """What the fuel gauge reads (the power model's live state, see phone.py's battery.json)."""
+
+    charge_counter_uah: int
+    voltage_mv: int
+    status: int  # BatteryManager status
+    max_charging_ua: int
+
+
+def battery(level: int, temperature_c: float, overheat: bool, charging: str = "usb",
+            gauge: Gauge | None = None) -> str:
+    """``dumpsys battery``; ``charging`` none, usb or ac. Without a ``gauge`` the counter,
+    voltage and status are derived from the level alone."""
     def powered(kind: str) -> str:
         return str(charging == kind).lower()
 
-    current = {"none": 0, "usb": 500000, "ac": 3000000}.get(charging, 0)
+    if gauge is None:
+        gauge = Gauge(level * 45000, 3600 + level * 6, battery_status(charging, level, overheat),
+                      {"none": 0, "usb": 500000, "ac": 3000000}.get(charging, 0))
+    current = gauge.max_charging_ua if charging != "none" else 0
     return (
         "Current Battery Service state:\n"
         f"  AC powered: {powered('ac')}\n  USB powered: {powered('usb')}\n"
@@ -261,10 +276,10 @@ def battery(level: int, temperature_c: float, overheat: bool, charging: str = "u
         "  Dock powered: false\n"
         f"  Max charging current: {current}\n"
         f"  Max charging voltage: {5000000 if current else 0}\n"
-        f"  Charge counter: {level * 45000}\n"
-        f"  status: {battery_status(charging, level, overheat)}\n"
+        f"  Charge counter: {gauge.charge_counter_uah}\n"
+        f"  status: {gauge.status}\n"
         f"  health: {3 if overheat else 2}\n  present: true\n"
-        f"  level: {level}\n  scale: 100\n  voltage: {3600 + level * 6}\n"
+        f"  level: {level}\n  scale: 100\n  voltage: {gauge.voltage_mv}\n"
         f"  temperature: {round(temperature_c * 10)}\n  technology: Li-ion\n"
     )
 

@@ -1,10 +1,10 @@
 """The running phone behind the ADB daemon: its processes, memory, heat, power and faults.
 
 One asyncio task ticks every ``TICK_S``: it finds the phone's processes (see procs.py), charges
-their CPU time to the thermal model, runs the phone's memory rules, rewrites the generated /proc
-and /sys files, and applies fault requests. A second task duty-cycles SIGSTOP/SIGCONT over the
-phone's processes while the thermal status asks for it. Neither spins: both sleep between steps,
-and the throttle task idles when the phone is cool.
+their CPU time to the thermal model and the battery (power.py), runs the phone's memory rules,
+rewrites the generated /proc and /sys files, and applies fault requests. A second task
+duty-cycles SIGSTOP/SIGCONT over the phone's processes while the thermal status asks for it.
+Neither spins: both sleep between steps, and the throttle task idles when the phone is cool.
 
 Memory, as on a stock phone (VIRTUAL_PHONE.md, "Android fidelity"): the footprint is the RSS of
 the phone's processes plus its simulated background apps. Over the limit, lmkd kills apps first,
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.virtual import formats, logstore, procs, thermal
+from harness.virtual import power as powermodel
 from harness.virtual.config import (
     CHARGING,
     DEEP_IDLE_STATES,
@@ -50,6 +51,8 @@ from harness.virtual.userland import (
 )
 
 TICK_S = 0.25
+HOST_CPUS = frozenset(os.sched_getaffinity(0))  # phone cpu ids are host cpu ids
+UPTIME_S = 0.02  # /proc/uptime is rewritten this often: the kernel's shows centiseconds
 THROTTLE_PERIOD_S = 0.1
 LMKD_PID = 612
 ZYGOTE_PID = 689
@@ -67,6 +70,9 @@ RECLAIM_AT = 0.9  # footprint share of the limit from which the kernel reclaims 
 REBOOT_S = 2.0  # a rebooting phone refuses connections this long
 KILLED_GRACE_S = 2.0  # a SIGKILLed process still freeing its memory is not counted again
 LOG_TRIM_BYTES = 256 * 1024  # the log file is trimmed to its rings after growing this much
+LOG_MAX_BYTES = 1_000_000  # power.log / thermal.log keep their newest half past this
+POWER_LOG = "power.log"  # truth for tests: "<uptime_s> <load_w> <charging 0|1>" per tick
+STATUS_LOG = "thermal.log"  # "<uptime_s> <status>" whenever the model's status changes
 LMKD_REASON = "min watermark is breached"
 SERVICE_MODULE = "harness.virtual.phonetools"  # the module the phone's tools run (sandbox.py)
 
@@ -167,11 +173,19 @@ class Phone:
     _pressure_at: float = 0.0  # when the footprint last passed the limit
     _booted_at: float = field(default_factory=time.monotonic)
     _log_trim_at: int = LOG_TRIM_BYTES
+    _busy_cores: float = 0.0  # CPU seconds the phone burned in the last tick per second
+    _tick_dt: float = 0.0
+    _interval_start: float = 0.0  # monotonic time the last tick's interval began
+    _logged_status: int | None = None  # the thermal status thermal.log last recorded
+    _log_bytes: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.params = thermal.ThermalParams.from_profile(self.config.thermal)
         self.thermal = thermal.ThermalState(die_c=self.params.ambient_c)
         self.power = PowerState.from_config(self.config.android.power)
+        self.power_params = powermodel.PowerParams.from_profile(self.config.power_model)
+        self.battery = powermodel.initial_battery(self.power_params, self.config.battery_level,
+                                                  self.power.charging)
         apps = self.config.android.apps(self.config.limit_mb)
         self.apps = [App(a.name, 10101 + 23 * i, a.adj, a.rss_mb * 1024)
                      for i, a in enumerate(apps)]
@@ -227,6 +241,10 @@ class Phone:
         self._put(self.sandbox.root / "proc/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n")
         self.pressure = Pressure()
         self._killed.clear()
+        for name in (POWER_LOG, STATUS_LOG):  # uptime restarts: so do its logs
+            write_atomic(self.sandbox.state / name, "")
+            self._log_bytes[name] = 0
+        self._logged_status = None
         self._write_power()
         self._write_faults()
         model = self.config.props.get("ro.product.model")
@@ -257,6 +275,7 @@ class Phone:
 
     def tick(self) -> None:
         now = time.monotonic()
+        self._interval_start = self._last_tick
         dt, self._last_tick = now - self._last_tick, now
         if now - self._ignore_at > REFRESH_IGNORE_S:
             self._ignore.clear()
@@ -272,13 +291,35 @@ class Phone:
         if self.sessions - live_sessions:
             self.sessions &= live_sessions | self._recent_sessions()
             self._write_sessions()
-        self.thermal = thermal.step(self.thermal, self.params, cpu_ticks / procs.CLOCK_TICKS, dt)
+        # The work the phone's processes ask for heats it, not what the host granted them: on
+        # a loaded host a thread waits for a CPU (still runnable) that a phone would give it,
+        # so heat and power do not depend on what else the host runs. Stopped (throttled)
+        # threads ask for nothing.
+        cores = sum(c.cores for c in self.config.clusters)
+        asked = [self._core_weight(mask) for s in self._members if not _is_service(s)
+                 for mask in procs.runnable_threads(s.pid)]
+        runnable = min(float(cores), sum(asked))
+        cpu_s = max(cpu_ticks / procs.CLOCK_TICKS, runnable * dt)
+        self.thermal = thermal.step(self.thermal, self.params, cpu_s, dt)
+        self._busy_cores, self._tick_dt = (cpu_s / dt if dt > 0 else 0.0), max(0.0, dt)
         self._memory(dt, now)
         self._apply_faults()
         self._write_dynamic_files()
         if logstore.size(self.sandbox.state) > self._log_trim_at:
             logstore.trim(self.sandbox.state, self.config.android.logcat_ring_lines)
             self._log_trim_at = logstore.size(self.sandbox.state) + LOG_TRIM_BYTES
+
+    def _core_weight(self, allowed: str) -> float:
+        """What a runnable thread costs in heat and power, in big cores: a thread pinned inside
+        one cluster costs that cluster's capacity / 1024 (a little core draws less); one free
+        to run anywhere is where a busy thread goes, on a big core (1.0)."""
+        cpus = procs.allowed_cpus(allowed)
+        if not cpus or cpus >= HOST_CPUS:  # not pinned: the host's every CPU is allowed
+            return 1.0
+        for index, _first, members in self._cpus():
+            if cpus <= set(members):
+                return min(1.0, self.config.clusters[index].capacity / 1024)
+        return 1.0
 
     def _recent_sessions(self) -> set[int]:
         # a session whose leader has not been scanned yet must not be forgotten
@@ -431,7 +472,7 @@ class Phone:
 
     def _write_power(self) -> None:
         state = {**asdict(self.power), "plug_type": PLUG_TYPES[self.power.charging],
-                 "level": self.config.battery_level}
+                 "level": self.battery.level(self.power_params)}
         write_atomic(self.sandbox.state / "power.json", json.dumps(state, sort_keys=True))
 
     def _write_faults(self) -> None:
@@ -580,10 +621,13 @@ class Phone:
             self._put(zones / f"thermal_zone{index}" / "type", f"{temp['name']}\n")
             self._put(zones / f"thermal_zone{index}" / "temp", f"{round(temp['value'] * 1000)}\n")
         busy = bool(self._members) and any(s.state == "R" for s in self._members)
+        big, big_khz = self._big_cluster(), 0
         for index, first, cpus in self._cpus():
             cluster = self.config.clusters[index]
             cap = thermal.capped_khz(cluster.max_khz, cluster.min_khz, status)
             current = cap if busy else cluster.min_khz
+            if index == big:
+                big_khz = current
             self._put(zones / f"cooling_device{index}" / "type", f"thermal-cpufreq-{first}\n")
             self._put(zones / f"cooling_device{index}" / "cur_state",
                       f"{0 if status < 2 else status - 1}\n")
@@ -591,9 +635,68 @@ class Phone:
                 freq = root / "sys/devices/system/cpu" / f"cpu{cpu}" / "cpufreq"
                 self._put(freq / "scaling_max_freq", f"{cap}\n")
                 self._put(freq / "scaling_cur_freq", f"{current}\n")
+        up = time.monotonic() - self._booted_at
+        self._log_status(status, up)
+        self._step_battery(big_khz / 1e6, status, self.thermal.battery_c(self.params))
         available = max(0, self.config.limit_mb * 1024 - self.footprint_kb())
         self._put(root / "proc/meminfo", formats.proc_meminfo(self.config.ram_mb * 1024, available))
         self._put(root / "proc/pressure/memory", self.pressure.text())
+        self.write_uptime()
+
+    def write_uptime(self) -> None:
+        """/proc/uptime in centiseconds, as a kernel shows it. The tick rewrites it, and so does
+        a faster task (``UPTIME_S``): the harness stamps launches and power readings with it."""
         up = time.monotonic() - self._booted_at
         online = sum(c.cores for c in self.config.clusters) - len(self.config.android.offline_cpus)
-        self._put(root / "proc/uptime", f"{up:.2f} {up * online * 0.9:.2f}\n")
+        self._put(self.sandbox.root / "proc/uptime", f"{up:.2f} {up * online * 0.9:.2f}\n")
+
+    async def uptime_loop(self) -> None:
+        while True:
+            with contextlib.suppress(OSError):
+                self.write_uptime()
+            await asyncio.sleep(UPTIME_S)
+
+    # ----- battery and truth logs ---------------------------------------------------------------
+    def _big_cluster(self) -> int:
+        """The cluster whose clock the power model uses: the highest capacity (the last such)."""
+        clusters = self.config.clusters
+        return max(range(len(clusters)), key=lambda i: (clusters[i].capacity, i))
+
+    def _step_battery(self, f_ghz: float, status: int, battery_c: float) -> None:
+        """Charge the last tick's load to the battery, write the fuel gauge's files and the
+        truth line (its uptime is the start of the interval the power was drawn over)."""
+        params, charging = self.power_params, self.power.charging
+        watts = powermodel.load_power_w(params, self._busy_cores, f_ghz)
+        self.battery = powermodel.step_battery(self.battery, params, watts, charging,
+                                               self._tick_dt, status >= powermodel.OVERHEAT_STATUS)
+        supply = self.sandbox.root / "sys/class/power_supply"
+        for rel, text in powermodel.supply_files(self.battery, params, charging,
+                                                 battery_c).items():
+            self._put(supply / rel, text)
+        charge_ma = params.charge_ma.get(charging, 0.0) if charging != "none" else 0.0
+        self._put(self.sandbox.state / "battery.json", json.dumps({
+            "level": self.battery.level(params), "status": self.battery.status,
+            "status_code": powermodel.STATUS_CODES[self.battery.status],
+            "charge_counter_uah": round(self.battery.charge_uah),
+            "voltage_mv": round(self.battery.voltage_v * 1000),
+            "current_ua": round(self.battery.battery_a * 1e6),
+            "max_charging_ua": round(charge_ma * 1000), "temperature_c": battery_c,
+        }, sort_keys=True))
+        since = max(0.0, self._interval_start - self._booted_at)
+        self._append_log(POWER_LOG, powermodel.power_log_line(since, watts, charging != "none"))
+
+    def _log_status(self, status: int, uptime: float) -> None:
+        if status != self._logged_status:
+            self._logged_status = status
+            self._append_log(STATUS_LOG, powermodel.status_log_line(uptime, status))
+
+    def _append_log(self, name: str, line: str) -> None:
+        path = self.sandbox.state / name
+        with path.open("a") as log:
+            log.write(line)
+        size = self._log_bytes.get(name, 0) + len(line)
+        if size > LOG_MAX_BYTES:
+            kept = powermodel.trim_log(path.read_text(), LOG_MAX_BYTES // 2)
+            write_atomic(path, kept)
+            size = len(kept)
+        self._log_bytes[name] = size

@@ -136,11 +136,11 @@ def _thermal_text() -> str:
 
 
 def _power() -> formats.Power:
-    state = _json("power.json")
+    state, live = _json("power.json"), _json("battery.json")
     deep = str(state.get("doze", "ACTIVE"))
     return formats.Power(
         screen_on=bool(state.get("screen_on", True)), plug_type=int(state.get("plug_type", 2)),
-        level=int(state.get("level", _config().battery_level)),
+        level=int(live.get("level", state.get("level", _config().battery_level))),
         stay_on_setting=int(state.get("stay_on_setting", 0)),
         battery_saver=bool(state.get("battery_saver", False)), deep=deep,
         light=formats.light_idle_state(deep))
@@ -177,9 +177,14 @@ def dumpsys(args: Sequence[str]) -> int:
     if service == "battery":
         state = _json("thermal.json")
         charging = str(_json("power.json").get("charging", "usb"))
-        sys.stdout.write(formats.battery(_config().battery_level,
-                                         float(state.get("battery_c", 25.0)),
-                                         int(state.get("status", 0)) >= 4, charging))
+        gauge = _json("battery.json")
+        level = int(gauge.get("level", _config().battery_level))
+        live = None
+        if "charge_counter_uah" in gauge:
+            live = formats.Gauge(int(gauge["charge_counter_uah"]), int(gauge["voltage_mv"]),
+                                 int(gauge["status_code"]), int(gauge["max_charging_ua"]))
+        sys.stdout.write(formats.battery(level, float(state.get("battery_c", 25.0)),
+                                         int(state.get("status", 0)) >= 4, charging, live))
         return 0
     if service == "power":
         sys.stdout.write(formats.dumpsys_power(_power(), _uptime_ms()))

@@ -47,6 +47,42 @@ def read_stat(pid: int) -> ProcStat | None:
         return None
 
 
+def allowed_cpus(mask: str) -> set[int]:
+    """A Cpus_allowed_list (``"0-3,6"``) as a set; empty for anything unreadable."""
+    found: set[int] = set()
+    for span in filter(None, mask.replace(" ", "").split(",")):
+        first, _, last = span.partition("-")
+        if not first.isdigit() or not (last or first).isdigit():
+            return set()
+        found.update(range(int(first), int(last or first) + 1))
+    return found
+
+
+def runnable_threads(pid: int) -> list[str]:
+    """The CPUs each thread of ``pid`` that is running or waiting for a CPU (state R) may use
+    (its Cpus_allowed_list, e.g. ``"0-7"`` or ``"1"``); empty once the process is gone."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    allowed: list[str] = []
+    for tid in tasks:
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{base}/stat") as handle:
+                text = handle.read()
+            close_at = text.rfind(")")
+            if close_at < 0 or text[close_at + 2:close_at + 3] != "R":
+                continue
+            with open(f"{base}/status") as handle:
+                mask = next((line.split(":", 1)[1].strip() for line in handle
+                             if line.startswith("Cpus_allowed_list:")), "")
+        except OSError:
+            continue
+        allowed.append(mask)
+    return allowed
+
+
 def session_members(sessions: set[int], ignore: set[int]) -> list[ProcStat]:
     """Live processes in ``sessions``; ``ignore`` caches pids known to be outside (updated)."""
     found = []

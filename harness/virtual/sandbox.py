@@ -30,6 +30,7 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
     ("/storage/self/primary", "sdcard"),
     ("/sys/devices/system/cpu", "sys/devices/system/cpu"),
     ("/sys/class/thermal", "sys/class/thermal"),
+    ("/sys/class/power_supply", "sys/class/power_supply"),
     ("/proc/sys/kernel/random/boot_id", "proc/sys/kernel/random/boot_id"),
     ("/proc/pressure/memory", "proc/pressure/memory"),
     ("/proc/meminfo", "proc/meminfo"),

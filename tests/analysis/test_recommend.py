@@ -217,3 +217,155 @@ def test_trials_whose_config_did_not_apply_never_make_a_pick(tmp_path: Path) -> 
     rec = recommend(_frame(tmp_path, records), "SER1", reserve_bytes=0, available_bytes=None)
     assert rec.picks == ()
     assert [r.reason_code for r in rec.rejected] == ["not_applied"]
+
+
+# --- objectives sustained_tg and energy -------------------------------------------------------
+
+def _sustained(c, rates: list[float], **kw):  # type: ignore[no-untyped-def]
+    """Sustained trials of cell ``c`` (it must have sustained_s): all throttled, as they are
+    meant to heat the phone."""
+    return [trial(c, rep=i, tg_tps=r * 1.2, sustained_s=c.sustained_s, sustained_reps=20,
+                  sustained_tg_tps=r, steady_state_ratio=0.8, time_to_throttle_s=40.0 + i,
+                  throttled=True, max_thermal_status=3, peak_pss_bytes=GIB, **kw)
+            for i, r in enumerate(rates)]
+
+
+def _energy(c, joules: list[float | None], reason: str | None = None, **kw):  # type: ignore[no-untyped-def]
+    """Burst trials with an energy reading each: valid where a figure is given, else invalid
+    with ``reason``."""
+    return [trial(c, rep=i, tg_tps=20.0, peak_pss_bytes=GIB, energy_source="power_supply",
+                  energy_units="current_now uA", energy_valid=j is not None,
+                  energy_invalid_reason=None if j is not None else reason,
+                  tg_j_per_token=j, pp_j_per_token=None if j is None else j / 10,
+                  idle_power_w=0.8, **kw)
+            for i, j in enumerate(joules)]
+
+
+def test_sustained_objective_ranks_sustained_workloads_and_lists_the_rest(tmp_path: Path) -> None:
+    steady, fading = cell(quant="Q4_0", sustained_s=120.0), cell(quant="Q8_0", sustained_s=120.0)
+    burst = cell(quant="Q4_K_M")
+    records = [*_sustained(steady, [11.0, 12.0, 13.0]), *_sustained(fading, [15.0, 16.0, 30.0]),
+               *_reps(burst, 40.0, GIB)]
+    rec = recommend(_frame(tmp_path, records), "SER1", reserve_bytes=0, available_bytes=None,
+                    objective="sustained_tg")
+    # throttled sustained trials are not rejected; ranked by the median of their rates
+    assert [(p.config_id, p.sustained_tg_tps) for p in rec.picks] == [
+        (fading.config_id, 16.0), (steady.config_id, 12.0)]
+    best = rec.picks[0]
+    assert (best.sustained_s, best.steady_state_ratio, best.time_to_throttle_s) == (120.0, 0.8,
+                                                                                     41.0)
+    assert best.label.endswith("sustained120s")
+    assert best.explanation.startswith(
+        "sustained tg 16.0 tok/s measured (steady state 80% of the initial rate, throttled "
+        "after 41 s in 3 of 3 trials, 120 s runs)")
+    assert rec.rejected == ()
+    assert [(u.config_id, u.reason_code) for u in rec.unranked] == [(burst.config_id,
+                                                                     "burst_only")]
+    assert "no sustained trial" in rec.unranked[0].reason
+    assert rec.notes[-1] == ("2 ranked by sustained_tg; not ranked for it: 1 without sustained "
+                             "trials")
+    doc = rec.to_json()
+    assert doc["schema_version"] == 3 and doc["objective"] == "sustained_tg"
+    assert [p["sustained_tg_tps"] for p in doc["picks"]] == [16.0, 12.0]
+    assert doc["unranked"][0]["reason_code"] == "burst_only"
+
+
+def test_speed_objectives_leave_sustained_workloads_to_their_own(tmp_path: Path) -> None:
+    hot, burst = cell(sustained_s=60.0), cell(quant="Q8_0")
+    frame = _frame(tmp_path, [*_sustained(hot, [10.0, 10.0]), *_reps(burst, 20.0, GIB)])
+    rec = recommend(frame, "SER1", reserve_bytes=0, available_bytes=None)
+    assert [p.config_id for p in rec.picks] == [burst.config_id]
+    assert [(u.config_id, u.reason_code) for u in rec.unranked] == [(hot.config_id,
+                                                                     "sustained_only")]
+    assert "--objective sustained_tg" in rec.unranked[0].reason
+    only = recommend(frame, "SER1", reserve_bytes=0, available_bytes=None,
+                     objective="sustained_tg", builds=["b1"])
+    assert [p.config_id for p in only.picks] == [hot.config_id]
+    assert only.suggestion is None
+
+
+def test_no_sustained_trial_ranks_nothing_and_says_so(tmp_path: Path) -> None:
+    rec = recommend(_frame(tmp_path, _reps(cell(), 20.0, GIB)), "SER1", reserve_bytes=0,
+                    available_bytes=None, objective="sustained_tg")
+    assert rec.picks == () and rec.suggestion is None and len(rec.unranked) == 1
+    assert "nothing ranked by sustained_tg" in rec.notes[-1]
+
+
+def test_energy_objective_ranks_lowest_valid_joules_and_lists_invalid_reasons(
+        tmp_path: Path) -> None:
+    frugal, hungry, charging, unmeasured = (cell(quant=q) for q in ("Q4_0", "Q8_0", "Q6_K",
+                                                                    "Q2_K"))
+    coarse = "decode window 0.4 s holds 2 power readings (need 5)"
+    usb = "charging: USB power contaminates the reading"
+    records = [
+        *_energy(frugal, [0.5, 0.6, None, 0.7], coarse),  # the invalid one does not count
+        *_energy(hungry, [0.9, 1.0, 1.1]),
+        *_energy(charging, [None, None], usb),
+        *_reps(unmeasured, 50.0, GIB),
+    ]
+    rec = recommend(_frame(tmp_path, records), "SER1", reserve_bytes=0, available_bytes=None,
+                    objective="energy")
+    assert [(p.config_id, p.tg_j_per_token) for p in rec.picks] == [
+        (frugal.config_id, 0.6), (hungry.config_id, 1.0)]
+    assert rec.picks[0].pp_j_per_token == pytest.approx(0.06)
+    assert rec.picks[0].explanation.startswith(
+        "energy 0.6 J per generated token measured (idle subtracted, median of 3 trials with "
+        "valid energy, power_supply)")
+    why = {u.config_id: (u.reason_code, u.reason) for u in rec.unranked}
+    assert why == {
+        charging.config_id: ("energy_invalid", f"energy invalid: {usb} (2 of 2 trials)"),
+        unmeasured.config_id: ("energy_not_measured", "energy not measured")}
+    doc = rec.to_json()
+    assert [u["reason"] for u in doc["unranked"]] == [u.reason for u in rec.unranked]
+    assert all(p["tg_j_per_token"] is not None for p in doc["picks"])
+
+
+def test_energy_figures_equal_the_energy_table(tmp_path: Path) -> None:
+    from harness.analysis.energy_table import energy_table
+
+    c = cell()
+    frame = _frame(tmp_path, _energy(c, [0.4, None, 0.5, 0.9], "too coarse"))
+    rec = recommend(frame, "SER1", reserve_bytes=0, available_bytes=None, objective="energy")
+    (row,) = energy_table(frame)
+    assert (row.device, row.config_id, row.valid, row.measured) == ("SER1", c.config_id, 3, 4)
+    assert rec.picks[0].tg_j_per_token == row.tg_j_per_token == 0.5
+    assert row.reason == "too coarse (1 of 4 trials)"
+
+
+def _cli(*args: str):  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from harness.cli import HarnessGroup
+    from harness.cli.analysis import recommend_command
+
+    group = HarnessGroup("harness")
+    group.add_command(recommend_command)
+    return CliRunner().invoke(group, ["recommend", *args])
+
+
+def test_recommend_command_takes_the_new_objectives(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    hot, frugal = cell(sustained_s=90.0), cell(quant="Q8_0")
+    write(tmp_path / "r", [*_sustained(hot, [9.0, 10.0, 11.0]),
+                           *_energy(frugal, [None, None], "charging: <b>USB</b>")])
+    base = ["--results", str(tmp_path / "r"), "--device", "SER1", "--memory", "8GiB"]
+    text = _cli(*base, "--objective", "sustained_tg")
+    assert text.exit_code == 0, text.output
+    assert "sustained t/s" in text.output and "10.0" in text.output
+    assert "not ranked by sustained_tg" in text.output
+    assert "1 configs fit, 0 rejected, 1 not ranked by sustained_tg" in text.output
+    energy = _cli(*base, "--objective", "energy", "--json")
+    assert energy.exit_code == 0, energy.output
+    doc = json.loads(energy.output)
+    assert doc["picks"] == [] and doc["suggestion"] is None
+    reasons = {u["reason_code"]: u["reason"] for u in doc["unranked"]}
+    assert reasons == {"energy_invalid": "energy invalid: charging: <b>USB</b> (2 of 2 trials)",
+                       "energy_not_measured": "energy not measured"}
+    shown = _cli(*base, "--objective", "energy")
+    assert "charging: <b>USB</b>" in shown.output  # printed as text, not taken as rich markup
+    assert "--objective sustained_tg" in _cli("--help").output
+    bad = _cli(*base, "--objective", "joules")
+    assert bad.exit_code == 2

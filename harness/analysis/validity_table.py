@@ -1,0 +1,71 @@
+"""Which ok trials failed a validity gate (impossible numbers), per device and candidate.
+
+The runner checks every ok trial's figures against physical bounds and stores ``valid`` (None:
+not checked) and, when a gate failed, ``invalid_reason`` (the failed gates with their figures,
+``; ``-joined). ``frames.usable`` leaves invalid trials out of every median; this module only
+counts them and their reasons, so the report can show what was left out and why.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import pandas as pd
+
+from harness.analysis.sustained import GROUP, candidate_label, column, narrow
+
+
+@dataclass(frozen=True)
+class ValidityRow:
+    """One device and candidate with invalid trials."""
+
+    device: str  # serial
+    config_id: str
+    build_id: str
+    engine: str
+    label: str
+    checked: int  # ok trials the gates checked
+    invalid: int
+    reasons: tuple[tuple[str, int], ...]  # each failed gate's text -> trials, most first
+
+
+@dataclass(frozen=True)
+class Validity:
+    checked: int  # ok trials whose validity was checked (``valid`` not null)
+    invalid: int
+    rows: tuple[ValidityRow, ...]  # candidates with invalid trials, most invalid first
+
+    @property
+    def present(self) -> bool:
+        return self.checked > 0
+
+
+def _reasons(texts: pd.Series) -> tuple[tuple[str, int], ...]:
+    found: Counter[str] = Counter()
+    for text in texts:
+        parts = [p.strip() for p in text.split("; ")] if isinstance(text, str) else []
+        found.update([p for p in parts if p] or ["no reason recorded"])
+    return tuple(sorted(found.items(), key=lambda p: (-p[1], p[0])))
+
+
+def validity(trials: pd.DataFrame) -> Validity:
+    """The ok trials the validity gates checked, and the candidates with invalid ones."""
+    state = column(trials, "valid")
+    checked = (trials["outcome"] == "ok").to_numpy() & state.notna().to_numpy()
+    if not checked.any():
+        return Validity(0, 0, ())
+    failed = checked & (state.astype(object) == False).to_numpy()  # noqa: E712 - nullable
+    rows = []
+    if failed.any():
+        scope = narrow(trials, pd.Series(checked, index=trials.index))
+        keys = pd.MultiIndex.from_frame(scope[list(GROUP)].astype(str))
+        wanted = keys[(scope["valid"].astype(object) == False).to_numpy()].unique()  # noqa: E712
+        for key, group in scope[keys.isin(wanted)].groupby(list(GROUP), sort=True,
+                                                            observed=True):
+            bad = group[(group["valid"].astype(object) == False).to_numpy()]  # noqa: E712
+            rows.append(ValidityRow(str(key[0]), str(key[1]), str(key[2]), str(key[3]),
+                                    candidate_label(group.iloc[0].to_dict()), len(group),
+                                    len(bad), _reasons(column(bad, "invalid_reason"))))
+    rows.sort(key=lambda r: (-r.invalid, r.device, r.label, r.build_id, r.engine))
+    return Validity(int(checked.sum()), int(failed.sum()), tuple(rows))

@@ -1,0 +1,165 @@
+"""Energy per token and sustained series: the pure parts (harness.run.energy, .sustained,
+.launchfacts), each rule with the figures it must give."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from harness.cell import Cell
+from harness.engines.base import Measurement
+from harness.run import energy, sustained
+from harness.run.launchfacts import Idle, Timing, headline, measured
+
+CELL = Cell(build="b", model="tiny", quant="Q8_0", n_ctx=512, type_k="f16", type_v="f16",
+            threads=1, affinity="all", flash_attn="auto", mmap=True, n_batch=256, n_ubatch=128,
+            n_prompt=64, n_gen=128)
+
+
+def readings(start: float, stop: float, step: float, current: float, volts_uv: float = 4.0e6,
+             status: str = "Discharging") -> list[energy.Reading]:
+    out, t = [], start
+    while t <= stop + 1e-9:
+        out.append(energy.Reading(round(t, 3), current, volts_uv, status))
+        t += step
+    return out
+
+
+def test_parse_skips_lines_with_a_field_it_could_not_read() -> None:
+    text = "10.00 -500000 4000000 Discharging\n10.05  4000000 Discharging\n10.10 x 1 y\n" \
+           "10.15 -510000 4000000 Discharging\n"
+    parsed = energy.parse_readings(text)
+    assert [r.uptime_s for r in parsed] == [10.0, 10.15]
+    assert parsed[0].status == "Discharging"
+
+
+@pytest.mark.parametrize(("current", "volts", "text", "expected_w"), [
+    (-500_000, 4.0e6, "current_now uA, negative while discharging; voltage_now uV", 2.0),
+    (500_000, 4.0e6, "current_now uA, positive while discharging; voltage_now uV", 2.0),
+    (500, 4.0e6, "current_now mA, positive while discharging; voltage_now uV", 2.0),
+    (-500, 4000, "current_now mA, negative while discharging; voltage_now mV", 2.0),
+])
+def test_units_and_sign_are_detected_from_the_readings(current: float, volts: float, text: str,
+                                                       expected_w: float) -> None:
+    sample = [energy.Reading(1.0, current, volts, "Discharging")]
+    units = energy.detect_units(sample)
+    assert units is not None and units.text == text
+    assert energy.watts(sample[0], units) == pytest.approx(expected_w)
+
+
+def test_readings_of_no_known_unit_give_none() -> None:
+    assert energy.detect_units([energy.Reading(1.0, 5, 12, "Discharging")]) is None
+
+
+def test_joules_per_token_subtract_the_idle_draw() -> None:
+    idle = readings(0.0, 1.0, 0.1, -250_000)  # 1 W
+    decode = readings(5.0, 7.0, 0.05, -750_000)  # 3 W: 2 W above idle for 2 s
+    windows = [energy.Window("decode", 5.0, 7.0, 100)]
+    result = energy.from_readings(idle, decode, windows)
+    assert result.valid and result.reason is None
+    assert result.idle_w == pytest.approx(1.0)
+    assert result.tg_power_w == pytest.approx(2.0)
+    assert result.tg_j_per_token == pytest.approx(2.0 * 2.0 / 100)
+    assert result.pp_j_per_token is None
+
+
+def test_a_charging_phone_gives_no_figure_but_the_reason() -> None:
+    idle = readings(0.0, 1.0, 0.1, 250_000, status="Charging")
+    decode = readings(5.0, 7.0, 0.05, 100_000, status="Charging")
+    result = energy.from_readings(idle, decode, [energy.Window("decode", 5.0, 7.0, 100)])
+    assert not result.valid and result.tg_j_per_token is None
+    assert result.reason is not None and "charging" in result.reason
+    plugged = energy.from_readings(readings(0, 1, 0.1, -250_000), readings(5, 7, 0.05, -750_000),
+                                   [energy.Window("decode", 5.0, 7.0, 100)],
+                                   charging_before=True)
+    assert not plugged.valid
+
+
+def test_a_window_too_short_for_the_gauge_is_invalid_with_its_figures() -> None:
+    result = energy.from_readings(readings(0, 1, 0.1, -250_000), readings(5, 5.2, 0.1, -750_000),
+                                  [energy.Window("decode", 5.0, 5.2, 16)])
+    assert not result.valid
+    assert result.reason == ("the decode window (0.20 s) holds 3 power reading(s) (need 5): too "
+                             "short for the gauge")
+
+
+def test_windows_are_counted_back_from_the_exit() -> None:
+    windows = energy.windows_from_timings(end_s=20.0, pp_s=1.0, tg_s=4.0, n_prompt=64,
+                                          n_gen=128, gap_s=0.5)
+    assert windows == [energy.Window("decode", 16.0, 20.0, 128),
+                       energy.Window("prefill", 14.5, 15.5, 64)]
+
+
+def test_a_charge_counter_that_barely_moved_is_too_coarse() -> None:
+    idle = (energy.CounterReading(0.0, 2_000_000, 4000, False),
+            energy.CounterReading(2.0, 2_000_000, 4000, False))
+    launch = (idle[-1], energy.CounterReading(4.0, 1_999_000, 4000, False))
+    result = energy.from_counter(idle, launch, [energy.Window("decode", 3.0, 4.0, 64)])
+    assert not result.valid and result.reason is not None and "too coarse" in result.reason
+
+
+def test_a_fine_charge_counter_gives_energy_above_idle() -> None:
+    # idle: 1 uAh/s at 4 V = 14.4 mW; launch: 101 uAh in 10 s
+    idle = (energy.CounterReading(0.0, 2_000_101, 4000, False),
+            energy.CounterReading(10.0, 2_000_091, 4000, False))
+    launch = (idle[-1], energy.CounterReading(20.0, 1_999_990, 4000, False))
+    result = energy.from_counter(idle, launch, [energy.Window("decode", 15.0, 20.0, 100)])
+    assert result.valid
+    per_s_w = 3.6e-3 * 4.0
+    assert result.idle_w == pytest.approx(1 * per_s_w)
+    assert result.tg_power_w == pytest.approx(10.1 * per_s_w - 1 * per_s_w)
+    assert result.tg_j_per_token == pytest.approx(result.tg_power_w * 5 / 100)
+
+
+def test_repetitions_fill_the_duration() -> None:
+    assert sustained.repetitions_for(60, 0.5) == 120
+    assert sustained.repetitions_for(1, 2.0) == sustained.MIN_REPS
+    assert sustained.repetitions_for(60, float("nan")) == sustained.MIN_REPS
+
+
+def test_series_points_end_where_their_repetitions_end() -> None:
+    points = sustained.series([10.0, 10.0, 5.0], [1.0, 1.0, 2.0], end_s=10.0)
+    assert [(p.t_s, p.tps) for p in points] == [(7.0, 10.0), (8.0, 10.0), (10.0, 5.0)]
+
+
+def test_time_to_throttle_needs_the_dip_to_hold_and_the_ratio_uses_the_last_fifth() -> None:
+    rates = [100.0] * 10 + [60.0] + [100.0] * 4 + [70.0] * 10
+    points = [sustained.Point(float(i + 1), r) for i, r in enumerate(rates)]
+    summary = sustained.summarise(points)
+    assert summary.time_to_throttle_s == 16.0  # the lone dip at 11 s is noise
+    assert summary.steady_state_ratio == pytest.approx(0.7)
+    assert summary.sustained_tps == pytest.approx(70.0)
+    steady = sustained.summarise([sustained.Point(float(i), 100.0) for i in range(20)])
+    assert steady.time_to_throttle_s is None and steady.steady_state_ratio == 1.0
+
+
+def test_a_sustained_launch_stores_its_series_and_a_burst_one_does_not() -> None:
+    cell = Cell(**{**CELL.__dict__, "n_prompt": 0, "sustained_s": 30.0})
+    reps = [Measurement(i, None, 100.0 if i < 10 else 50.0, None) for i in range(20)]
+    timing = Timing(t0=100.0, t1=130.0, readings=(), idle=Idle())
+    when = datetime(2026, 12, 2, tzinfo=UTC)
+    columns, rows = measured(cell, reps, timing, when, energy_enabled=False)
+    assert columns["sustained_reps"] == 20 and columns["launched_at"] == when
+    assert columns["steady_state_ratio"] == pytest.approx(0.5)
+    assert rows[-1] == {"t_ms": 30_000, "tg_tps": 50.0}
+    assert len(rows) == 20 and rows[0]["t_ms"] < rows[1]["t_ms"]
+    head = headline(reps, cell)
+    assert head is not None and head.gen_tps == pytest.approx(75.0)
+    burst, burst_rows = measured(CELL, reps[:1], timing, when, energy_enabled=False)
+    assert "sustained_reps" not in burst and burst_rows == []
+
+
+def test_energy_columns_and_power_samples_of_a_launch() -> None:
+    reps = [Measurement(0, 640.0, 64.0, 0.1)]  # prefill 0.1 s, decode 2 s
+    idle = Idle(readings=tuple(readings(90.0, 91.0, 0.1, -250_000)))
+    during = tuple(readings(100.0, 103.0, 0.05, -750_000))
+    timing = Timing(t0=100.0, t1=103.0, readings=during, idle=idle)
+    columns, rows = measured(CELL, reps, timing, datetime.now(UTC), energy_enabled=True)
+    assert columns["energy_valid"] is True and columns["energy_source"] == "power_supply"
+    assert columns["tg_start_ms"] == 1000 and columns["tg_end_ms"] == 3000
+    assert columns["tg_j_per_token"] == pytest.approx(2.0 * 2.0 / 128)
+    # the 0.1 s prefill window holds 2 readings: no honest figure for it, and the trial says so
+    assert columns["energy_invalid_reason"] is None or "prefill" in columns[
+        "energy_invalid_reason"]
+    assert any(r.get("power_w") == pytest.approx(1.0) and r["t_ms"] < 0 for r in rows)

@@ -1,0 +1,89 @@
+"""matrices/sustained.yaml on a virtual phone that heats fast and runs on battery.
+
+The phone's heat model really throttles (its processes are stopped for part of every period), so
+the hot configuration (two threads) must end slower than it started while the cool one (one
+thread, which the phone's model keeps below throttling) does not,
+and the time to throttle the harness reports must match the moment the phone's model crossed
+into throttling. Energy per token
+is checked against the phone's own record of the power it drew (its truth), on the same windows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_run_e2e import run_cli  # harness run --json, exit 0 asserted
+
+from harness import store
+from harness.artifacts.builds import Build
+from harness.testing import truth
+
+REPO = Path(__file__).resolve().parents[2]
+SUSTAINED = REPO / "matrices" / "sustained.yaml"
+HOT = REPO / "devices" / "virtual" / "hot-unplugged.yaml"
+THROTTLES_AT = truth.THROTTLING_STATUS
+# a throttle is seen at the end of the repetition it began in, confirmed over five points
+TOLERANCE_REPS = 6
+ENERGY_TOLERANCE = 0.10
+
+pytestmark = pytest.mark.slow
+
+
+def test_sustained_matrix_throttles_the_hot_config_and_measures_energy(
+    virtual_phones: object, tmp_path: Path, host_build: Build, bench_ladder: dict[str, Path]
+) -> None:
+    (phone,) = virtual_phones(profile=str(HOT))  # type: ignore[operator]
+    results = tmp_path / "results"
+    summary = run_cli(str(SUSTAINED), "--devices", phone.serial, "--results", str(results),
+                      "--builds", str(host_build.path.parent))
+    assert summary["trials_by_outcome"] == {"ok": 2}
+    trials = store.read_table(results, "trials").set_index("threads")
+    samples = store.read_table(results, "samples")
+    cool, hot = trials.loc[1], trials.loc[2]
+    for trial in (cool, hot):
+        series = samples[(samples["trial_id"] == trial["trial_id"]) & samples["tg_tps"].notna()]
+        assert len(series) == trial["sustained_reps"] >= 5
+        assert series["t_ms"].is_monotonic_increasing
+        assert trial["valid"]
+    # the hot one crossed the phone's throttling threshold and ended slower than it began
+    assert hot["max_thermal_status"] >= THROTTLES_AT
+    assert cool["max_thermal_status"] < THROTTLES_AT
+    assert hot["steady_state_ratio"] < cool["steady_state_ratio"]
+    assert hot["steady_state_ratio"] < 0.9
+    # ... at the moment the phone's model crossed it (uptime on the phone's own clock)
+    state = phone.sandbox / "state"
+    truth_s = truth.throttled_after_s(state, hot, within_s=600)
+    assert truth_s is not None, "the phone's model never throttled during the hot trial"
+    rep_s = hot["n_gen"] / hot["tg_tps"]
+    assert hot["time_to_throttle_s"] == pytest.approx(truth_s, abs=TOLERANCE_REPS * rep_s + 1.0)
+    # energy per token within 10% of the phone's truth, on a discharging phone
+    for trial in (cool, hot):
+        assert trial["energy_valid"] and trial["energy_source"] == "power_supply"
+        drawn = truth.decode_j_per_token(state, trial)
+        assert trial["tg_j_per_token"] == pytest.approx(drawn, rel=ENERGY_TOLERANCE)
+        assert trial["tg_power_w"] > 0  # the engine draws above the idle phone
+
+
+def test_energy_on_a_charging_phone_is_invalid_and_says_why(
+    virtual_phones: object, tmp_path: Path, host_build: Build, tiny_ladder: dict[str, Path]
+) -> None:
+    (phone,) = virtual_phones()  # type: ignore[operator]  # a farm phone: plugged into USB
+    matrix = tmp_path / "burst-energy.yaml"
+    text = (REPO / "matrices" / "smoke.yaml").read_text()
+    text = text.replace("quant: [Q8_0, Q4_K_M]", "quant: [Q8_0]").replace(
+        "n_ctx: [256, 512]", "n_ctx: [512]").replace("kv: [f16, q8_0]", "kv: [f16]")
+    text = text.replace("repetitions: 2", "repetitions: 1\nenergy: {idle_s: 1}")
+    text = text.replace("workload: {n_prompt: 32, n_gen: 16, n_depth: fill}",
+                        "workload: {n_prompt: 64, n_gen: 256, n_depth: 0}")
+    matrix.write_text(text)
+    results = tmp_path / "results"
+    summary = run_cli(str(matrix), "--devices", phone.serial, "--results", str(results),
+                      "--builds", str(host_build.path.parent))
+    assert summary["trials_by_outcome"] == {"ok": 1}
+    (trial,) = store.read_table(results, "trials").to_dict("records")
+    assert trial["energy_valid"] is not None and not trial["energy_valid"]
+    assert "charging" in trial["energy_invalid_reason"]
+    assert pd.isna(trial["tg_j_per_token"])  # no number where there is no honest one
+    assert trial["tg_tps"] > 0 and trial["valid"]  # the speed still counts; only energy does not
