@@ -56,7 +56,7 @@ def measure(lab: Lab, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
                 drawn = truth.decode_j_per_token(state, trial)
                 row["truth_j_per_token"] = drawn
                 row["energy_error"] = abs(trial["tg_j_per_token"] - drawn) / drawn
-            crossed = truth.throttled_after_s(state, trial, within_s=600) \
+            crossed = truth.throttled_after_s(state, trial, within_s=float(trial["wall_s"])) \
                 if trial["outcome"] == "ok" else None
             row["truth_throttle_s"] = crossed
             if crossed is not None and trial["time_to_throttle_s"] == trial["time_to_throttle_s"]:

@@ -140,10 +140,13 @@ def estimate_seconds(
     bandwidth = TG_BANDWIDTH * min(threads, TG_SATURATION_THREADS) / TG_SATURATION_THREADS
     gen_s = cell.n_gen * _weights(model, cell.quant) / bandwidth
     per_trial = PROCESS_START_S + prompt_s + gen_s
-    if trial_timeout_s is not None:
+    if cell.sustained_s:  # one calibration launch, then the duration (at least) per trial
+        per_trial = max(per_trial, cell.sustained_s) + PROCESS_START_S + prompt_s + gen_s
+    if trial_timeout_s is not None and not cell.sustained_s:
         per_trial = min(per_trial, trial_timeout_s)
     load_s = _weights(model, cell.quant) / LOAD_BANDWIDTH
-    return load_s + (cell.repetitions + WARMUP_RUNS) * per_trial
+    warmups = 0 if cell.sustained_s else WARMUP_RUNS  # a sustained launch is one long run
+    return load_s + (cell.repetitions + warmups) * per_trial
 
 
 def _verdict(

@@ -11,10 +11,20 @@ against the previous night (what changed since yesterday: the same configs, the 
 trials). Gates apply to both; history runs over every night except the baseline build's. A side
 is a build and its engine: each build of tonight is compared, engine by engine, with the
 baseline's trials of the same engine (an engine the baseline never ran is noted, not compared).
+
+The night's alert document (``alerts.build_alerts``: regressions, improvements, new change points,
+new failures, missing phones and cells) is built here from the same frames, and written, with the
+``--on-alert`` command run, by ``write_alerts`` and ``run_on_alert``: the recipe's only I/O
+besides the injected steps and the store.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import signal
+import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +33,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from harness.analysis.ab import BuildComparison, compare_builds
+from harness.analysis.alerts import AlertDocument, build_alerts
 from harness.analysis.frames import (
     DEFAULT_METRICS,
     Side,
@@ -60,6 +71,7 @@ class NightlyResult:
     history: tuple[Series, ...]
     report: Path | None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    alerts: AlertDocument | None = None
 
     @property
     def passed(self) -> bool:
@@ -169,12 +181,65 @@ def run_nightly(
                                              metrics, gates))
     elif current is not None:
         notes.append("no previous night in the store: nothing to compare tonight against")
-    history = [s for metric in metrics
-               for s in nightly_history(trials, metric, exclude_builds=[baseline])]
+    history = _history(trials, metrics, baseline)
+    alerts = build_alerts(
+        run_id=summary.run_id, night=night, trials=trials,
+        comparisons=[(c.title, c.result) for c in comparisons], history=history,
+        previous_history=_history(trials[trials["run_id"] != summary.run_id], metrics, baseline))
     written = None
     if report is not None:
         written = report(results, summary.run_id, reports_dir / f"nightly-{night}.html")
     else:
         notes.append("no `harness report` command installed: dated report skipped")
     return NightlyResult(summary.run_id, night, tuple(comparisons), tuple(history), written,
-                         tuple(notes))
+                         tuple(notes), alerts)
+
+
+def _history(trials: pd.DataFrame, metrics: Sequence[str], baseline: str) -> list[Series]:
+    if trials.empty:
+        return []
+    return [s for metric in metrics
+            for s in nightly_history(trials, metric, exclude_builds=[baseline])]
+
+
+def alerts_path(reports_dir: Path, night: str) -> Path:
+    """The default home of the alert document: beside the dated report."""
+    return reports_dir / f"nightly-{night}-alerts.json"
+
+
+def write_alerts(document: AlertDocument, path: Path) -> tuple[Path, Path]:
+    """Write the document as JSON at ``path`` and as Markdown beside it (``.md``)."""
+    if path.suffix != ".json":
+        raise ConfigError(f"--alerts {path}: name a .json file (the Markdown is written beside "
+                          "it, with .md)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    markdown = path.with_suffix(".md")
+    path.write_text(json.dumps(document.to_json(), indent=2) + "\n", encoding="utf-8")
+    markdown.write_text(document.to_markdown(), encoding="utf-8")
+    return path, markdown
+
+
+def on_alert_command(command: str, path: Path) -> str:
+    """``command`` with the document's path (shell-quoted) for each ``{}``, else appended."""
+    quoted = shlex.quote(str(path))
+    return command.replace("{}", quoted) if "{}" in command else f"{command} {quoted}"
+
+
+def run_on_alert(command: str, path: Path, timeout: float) -> str | None:
+    """Run the ``--on-alert`` shell command once; None when it succeeded, else one line saying
+    why not (its exit status or the timeout, and the last line of its stderr). Its stdout is
+    discarded; on a timeout its whole process group is killed."""
+    line = on_alert_command(command, path)
+    with subprocess.Popen(line, shell=True, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return f"--on-alert: {line!r} timed out after {timeout:g}s"
+    if proc.returncode == 0:
+        return None
+    tail = err.strip().splitlines()[-1:] if err else []
+    return f"--on-alert: {line!r} exited {proc.returncode}" + (f": {tail[0]}" if tail else "")

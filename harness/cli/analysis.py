@@ -20,8 +20,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.analysis.ab import BuildComparison, canonical_gates, compare_builds
+from harness.analysis.alerts import AlertDocument
 from harness.analysis.frames import load_trials, parse_metrics
-from harness.analysis.nightly import Reporter, Runner, run_nightly
+from harness.analysis.nightly import (
+    Reporter,
+    Runner,
+    alerts_path,
+    run_nightly,
+    run_on_alert,
+    write_alerts,
+)
 from harness.analysis.recommend import DEFAULT_RESERVE, OBJECTIVE_COLUMNS, Recommendation
 from harness.errors import ConfigError
 from harness.plan import parse_size
@@ -439,27 +447,51 @@ def report_step() -> Reporter | None:
 @click.option("--metric", "metric_text", default="tg_tps,pp_tps,peak_pss", show_default=True,
               help="Metrics to compare and follow.")
 @click.option("--reports", type=click.Path(path_type=Path), default=Path("reports"),
-              show_default=True, help="Folder of the dated report.")
+              show_default=True, help="Folder of the dated report and the alert document.")
+@click.option("--alerts", "alerts_file", type=click.Path(path_type=Path), default=None,
+              metavar="FILE.json",
+              help="The night's alert document (JSON; the Markdown is beside it, .md). "
+                   "[default: REPORTS/nightly-NIGHT-alerts.json]")
+@click.option("--on-alert", "on_alert", metavar="CMD", default=None,
+              help="Shell command run once after the alert document is written, only when it "
+                   "lists something; the JSON document's path replaces {} in CMD, or is "
+                   "appended as its last argument. Its failure is one line on stderr and does "
+                   "not change the exit code.")
+@click.option("--on-alert-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True, metavar="SECONDS", help="Time --on-alert CMD may take.")
 @JSON
 def nightly_command(matrix: Path, baseline: str, devices_spec: str, profile: str, results: Path,
                     gate_specs: tuple[str, ...], metric_text: str, reports: Path,
+                    alerts_file: Path | None, on_alert: str | None, on_alert_timeout: float,
                     as_json: bool) -> None:
-    """Run MATRIX, compare with the baseline and the previous night, report, exit by the gates.
+    """Run MATRIX, compare with the baseline and the previous night, report, write the alert
+    document, exit by the gates.
 
     \b
     Example:
       harness nightly matrices/nightly.yaml --baseline release --gate tg_tps:-3%
       harness nightly matrices/smoke.yaml --baseline host-release --devices sim:2
+      harness nightly matrices/nightly.yaml --baseline release --on-alert 'scripts/notify {}'
     """
     if not matrix.is_file():
         raise ConfigError(f"{matrix}: no such matrix file")
+    if alerts_file is not None and alerts_file.suffix != ".json":
+        raise ConfigError(f"--alerts {alerts_file}: name a .json file (the Markdown is written "
+                          "beside it, with .md)")
     gates = canonical_gates(gate_specs)
     result = run_nightly(matrix, baseline=baseline, results=results,
                          run=make_runner(devices_spec, profile), gates=gates,
                          metrics=parse_metrics(metric_text), report=report_step(),
                          reports_dir=reports)
+    alerts = result.alerts or AlertDocument(result.run_id, result.night)
+    doc_path, _ = write_alerts(alerts, alerts_file or alerts_path(reports, result.night))
+    if on_alert is not None and alerts.listed:
+        failure = run_on_alert(on_alert, doc_path, on_alert_timeout)
+        if failure is not None:
+            click.echo(f"warning: {failure}", err=True)
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        click.echo(json.dumps({**result.to_json(), "alerts": {
+            "path": str(doc_path), **alerts.counts(), "listed": alerts.listed}}, indent=2))
     else:
         console = _console()
         for comparison in result.comparisons:
@@ -473,6 +505,7 @@ def nightly_command(matrix: Path, baseline: str, devices_spec: str, profile: str
             click.echo(f"note: {note}")
         if result.report is not None:
             click.echo(f"report: {result.report}")
+        click.echo(f"alerts: {doc_path} ({alerts.listed} listed)")
         click.echo(f"night {result.night} (run {result.run_id}): "
                    f"{'gates passed' if result.passed else 'a gate failed'}")
     if not result.passed:

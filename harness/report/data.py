@@ -19,12 +19,14 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from harness.analysis.changes import what_changed
 from harness.analysis.frames import (
     Side,
     best_medians,
     engine_column,
     medians,
     thermal_summary,
+    usable,
     usable_mask,
 )
 from harness.analysis.sustained import sustained_mask
@@ -238,8 +240,10 @@ def heatmaps(df: pd.DataFrame, side: Side | None, top: int) -> tuple[Heatmap, ..
     if good.empty:
         return ()
     out: list[Heatmap] = []
+    by = ["device", "kv", "quant", "n_ctx"]
     for metric in ("tg_tps", "pp_tps"):
-        med = best_medians(scope, ["device", "kv", "quant", "n_ctx"], "threads", metric)
+        med = best_medians(scope, by, "threads", metric)
+        iqr = spread(scope, by, "threads", metric)
         for device in top_devices(good, top):
             for kv in sorted(str(k) for k in good["kv"].unique()):
                 try:
@@ -251,8 +255,32 @@ def heatmaps(df: pd.DataFrame, side: Side | None, top: int) -> tuple[Heatmap, ..
                 grid = grid.reindex(index=rows, columns=list(cols))
                 values = tuple(tuple(None if pd.isna(v) else float(v) for v in r)
                                for r in grid.to_numpy())
-                out.append(Heatmap(device, kv, metric, tuple(rows), cols, values))
+                ends = []
+                for end in ("low", "high"):
+                    part = iqr[end].loc[(device, kv)].unstack("n_ctx").reindex(
+                        index=rows, columns=list(cols))
+                    ends.append(tuple(tuple(None if pd.isna(v) else float(v) for v in r)
+                                      for r in part.to_numpy()))
+                out.append(Heatmap(device, kv, metric, tuple(rows), cols, values, *ends))
     return tuple(sorted(out, key=lambda h: (h.device, h.metric != "tg_tps", h.kv)))
+
+
+def spread(frame: pd.DataFrame, by: Sequence[str], over: str, column: str) -> pd.DataFrame:
+    """Per group of ``by``: the 25th (``low``) and 75th (``high``) percentile of ``column`` over
+    the usable trials of the value of ``over`` whose median is best (``best_medians``'s choice);
+    NaN where that value has fewer than two trials."""
+    kept = usable(frame)
+    grouped = kept.groupby([*by, over], observed=True, sort=True)[column]
+    per = pd.DataFrame({"median": grouped.median(), "low": grouped.quantile(0.25),
+                        "high": grouped.quantile(0.75), "n": grouped.count()})
+    per = per[per["median"].notna()]
+    if per.empty:
+        empty = pd.MultiIndex.from_arrays([[] for _ in by], names=list(by))
+        return pd.DataFrame({"low": [], "high": []}, index=empty)
+    best = per.groupby(level=list(range(len(by))), observed=True)["median"].idxmax()
+    chosen = per.loc[list(best)].droplevel(over)
+    few = chosen["n"] < 2
+    return chosen[["low", "high"]].mask(few)
 
 
 def memory_cells(df: pd.DataFrame, side: Side | None) -> tuple[MemoryCell, ...]:
@@ -435,7 +463,10 @@ def build_report_data(
     summary = _timed(timings, "summary", lambda: summarise(df))
     choice = trends.SideChoice(options.baseline, options.candidate, options.baseline_engine,
                                options.candidate_engine, options.recent)
-    comparison = _timed(timings, "compare", lambda: trends.comparison(trials, names, choice))
+    comparison, compared = _timed(timings, "compare",
+                                  lambda: trends.compared(trials, names, choice))
+    changed = _timed(timings, "changes", lambda: trends.changes(
+        what_changed(trials, compared), names, comparison, df["engine"].nunique() > 1))
     side = (Side(comparison.candidate, comparison.candidate_engine or "")
             if comparison.candidate else latest_side(df))
     maps = _timed(timings, "heatmaps", lambda: heatmaps(df, side, options.top))
@@ -464,4 +495,4 @@ def build_report_data(
         throttled_trials=_failure_rows(throttled), comparison=comparison, history=history,
         recommendations=recs, timings=timings, conditions=ran_as, quality=scored,
         heatmap_engine=side.engine if side else None, engines=engines, sustained=sustained,
-        energy=energy, validity=valid)
+        energy=energy, validity=valid, changes=changed)

@@ -100,6 +100,16 @@ class Heatmap:
     rows: tuple[str, ...]
     cols: tuple[int, ...]
     values: tuple[tuple[Number, ...], ...]
+    # the interquartile range of the trials each median is of (None: fewer than 2 trials)
+    low: tuple[tuple[Number, ...], ...] = ()
+    high: tuple[tuple[Number, ...], ...] = ()
+
+    def spread(self, row: int, col: int) -> tuple[float, float] | None:
+        """(25th, 75th percentile) of a cell, or None when not known."""
+        if not self.low or not self.high:
+            return None
+        lo, hi = self.low[row][col], self.high[row][col]
+        return None if lo is None or hi is None else (lo, hi)
 
 
 @dataclass(frozen=True)
@@ -397,6 +407,68 @@ class ValiditySection:
 
 
 @dataclass(frozen=True)
+class MetricChangeItem:
+    """A regressed or improved cell of the build comparison, labelled."""
+
+    config: str
+    metric: str
+    ratio: float
+    ci_low: float
+    ci_high: float
+    median_baseline: float
+    median_candidate: float
+
+
+@dataclass(frozen=True)
+class FailureItem:
+    """A cell whose newest trial failed after an earlier ok one."""
+
+    config: str
+    build: str
+    outcome: str
+    started_at: datetime
+    last_ok: datetime
+    error: str
+
+
+@dataclass(frozen=True)
+class MissingItem:
+    """A cell with trials on earlier nights and none on the latest."""
+
+    config: str
+    last_night: str
+    trials: int
+
+
+@dataclass(frozen=True)
+class PhoneChangeRow:
+    device: str
+    regressions: tuple[MetricChangeItem, ...] = ()
+    improvements: tuple[MetricChangeItem, ...] = ()
+    failures: tuple[FailureItem, ...] = ()
+    missing: tuple[MissingItem, ...] = ()
+    absent: bool = False  # no trial at all on the latest night
+
+
+@dataclass(frozen=True)
+class ChangesSection:
+    """What changed, per phone (``harness.analysis.changes.what_changed``), labelled; only the
+    phones with a change are in ``phones``, the others are named in ``unchanged``."""
+
+    latest_night: str | None = None
+    previous_night: str | None = None
+    compared: str = ""  # "candidate against baseline" of the build comparison, "" when none
+    note: str = ""  # why there was no comparison
+    phones: tuple[PhoneChangeRow, ...] = ()
+    unchanged: tuple[str, ...] = ()
+    shown: int = 8  # items per phone and kind
+
+    @property
+    def nothing_changed(self) -> bool:
+        return not self.phones
+
+
+@dataclass(frozen=True)
 class ReportData:
     title: str
     scope: str  # "run X", "since D" or "whole store"
@@ -421,4 +493,5 @@ class ReportData:
     sustained: SustainedSection = field(default_factory=SustainedSection)
     energy: EnergySection = field(default_factory=EnergySection)
     validity: ValiditySection = field(default_factory=ValiditySection)
+    changes: ChangesSection = field(default_factory=ChangesSection)
 

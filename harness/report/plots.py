@@ -186,27 +186,48 @@ def comparison_forest(rows: Sequence[ComparisonRow], baseline: str, candidate: s
         return to_svg(fig)
 
 
-def history_chart(series: HistorySeries) -> str:
-    """Nightly medians with fitted levels; change points as dashed lines labelled by build."""
+#: Up to this many nights a history plot puts one tick per night, labelled by its date, at evenly
+#: spaced positions; a date axis would invent hour ticks between two or three nights.
+FEW_NIGHTS = 7
+
+
+def history_figure(series: HistorySeries) -> Figure:
+    """Nightly medians with fitted levels; change points as dashed lines labelled by build.
+
+    With few nights (``FEW_NIGHTS``) the nights are categories: one tick per night, its date;
+    otherwise a date axis (gaps between nights show). A level spanning a single night is not
+    drawn (it would be a line of no length)."""
     from harness.analysis.changepoints import ChangePoint, segment_means
 
     with matplotlib.rc_context(RC):
         fig = _figure(5.8, 2.6, bottom=0.75, top=0.3)
         ax = fig.subplots()
-        x: Any = np.array(series.nights, dtype="datetime64[D]")
-        ax.plot(x, series.medians, ".", color=PALETTE[0], ms=4, label="nightly median")
+        few = len(series.nights) <= FEW_NIGHTS
+        x: Any = (np.arange(len(series.nights)) if few
+                  else np.array(series.nights, dtype="datetime64[D]"))
+        ax.plot(x, series.medians, ".", color=PALETTE[0], ms=4 if not few else 6,
+                label="nightly median")
         fake = [ChangePoint(i, 0.0, 0.0, 0.0, 0.0) for i in series.change_indices]
         for start, end, mean in segment_means(series.medians, fake):
-            ax.plot([x[start], x[end - 1]], [mean, mean], color="#333", lw=1)
+            if end - start >= 2:
+                ax.plot([x[start], x[end - 1]], [mean, mean], color="#333", lw=1)
         for index, mark in zip(series.change_indices, series.change_points, strict=True):
             ax.axvline(x[index], color="#d62728", ls="--", lw=1)
             ax.annotate(f"{mark.magnitude:+.1%} ({mark.build_before} → {mark.build_after})",
                         (x[index], max(series.medians)), fontsize=7, color="#d62728",
                         xytext=(3, -10), textcoords="offset points")
+        if few:
+            ax.set_xticks(x, [str(n) for n in series.nights])
+            ax.set_xlim(-0.5, len(series.nights) - 0.5)
         ax.set_title(f"{series.device} · {series.config}", fontsize=8)
         ax.set_ylabel(f"{series.metric} (tok/s)")
         fig.autofmt_xdate(bottom=0.75 / 2.6)
-        return to_svg(fig)
+        return fig
+
+
+def history_chart(series: HistorySeries) -> str:
+    """``history_figure`` as inline SVG."""
+    return to_svg(history_figure(series))
 
 
 def sustained_chart(device: str, lines: Sequence[SustainedLine]) -> str:

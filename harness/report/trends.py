@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.analysis.ab import BuildComparison, compare_builds
+from harness.analysis.changes import Changes, MetricChange
 from harness.analysis.engines import EngineTable, engine_table
 from harness.analysis.frames import DEFAULT_METRICS, Side, resolve_side, sides
 from harness.analysis.recommend import DEFAULT_RESERVE, cached_scores, recommend_device
@@ -23,13 +24,18 @@ from harness.analysis.trend import Series, by_largest_change, nightly_history
 from harness.plan import parse_size
 from harness.report.model import (
     ChangeMark,
+    ChangesSection,
     ComparisonRow,
     ComparisonSection,
     DeviceRecommendations,
     EngineRow,
     EngineSection,
+    FailureItem,
     HistorySection,
     HistorySeries,
+    MetricChangeItem,
+    MissingItem,
+    PhoneChangeRow,
     Recommendation,
 )
 
@@ -109,9 +115,15 @@ def _rows(result: BuildComparison, labels: Labels) -> tuple[ComparisonRow, ...]:
 
 def comparison(trials: pd.DataFrame, labels: Labels, choice: SideChoice) -> ComparisonSection:
     """``harness compare`` of the chosen sides, over every cell both measured."""
+    return compared(trials, labels, choice)[0]
+
+
+def compared(trials: pd.DataFrame, labels: Labels, choice: SideChoice,
+             ) -> tuple[ComparisonSection, BuildComparison | None]:
+    """The comparison section and the ``compare_builds`` result it labels (None: no sides)."""
     base, cand, note = pick_sides(trials, choice)
     if base is None or cand is None:
-        return ComparisonSection(None, None, note)
+        return ComparisonSection(None, None, note), None
     result = compare_builds(trials, base.build, cand.build, DEFAULT_METRICS,
                             baseline_engine=base.engine, candidate_engine=cand.engine,
                             recent=choice.recent)
@@ -122,7 +134,7 @@ def comparison(trials: pd.DataFrame, labels: Labels, choice: SideChoice) -> Comp
             f"{which} of each side per cell (throttled ones counted), Benjamini-Hochberg "
             "adjusted per metric")
     return ComparisonSection(base.build, cand.build, note, counts, _rows(result, labels),
-                             baseline_engine=base.engine, candidate_engine=cand.engine)
+                             baseline_engine=base.engine, candidate_engine=cand.engine), result
 
 
 def _history_series(s: Series, labels: Labels, several_engines: bool) -> HistorySeries:
@@ -189,3 +201,35 @@ def engines(trials: pd.DataFrame, labels: Labels, recent: int | None = None) -> 
         comparisons=tuple(f"{c.candidate_side} vs {c.baseline_side}" for c in table.comparisons),
         metrics=table.comparisons[0].metrics if table.comparisons else (),
         rows=_engine_rows(table, labels), notes=table.notes)
+
+
+def changes(result: Changes, labels: Labels, section: ComparisonSection,
+            several_engines: bool) -> ChangesSection:
+    """``changes.what_changed``'s answer with the report's labels; phones by label."""
+    def config(config_id: str, engine: str) -> str:
+        name = labels.config(config_id)
+        return f"{name} · {engine}" if several_engines else name
+
+    def moved(items: Sequence[MetricChange]) -> tuple[MetricChangeItem, ...]:
+        return tuple(MetricChangeItem(labels.config(m.config_id), m.metric, m.ratio, m.ci_low,
+                                      m.ci_high, m.median_baseline, m.median_candidate)
+                     for m in items)
+
+    rows, unchanged = [], []
+    for phone in result.phones:
+        device = labels.device(phone.device)
+        if not phone.changed:
+            unchanged.append(device)
+            continue
+        rows.append(PhoneChangeRow(
+            device, moved(phone.regressions), moved(phone.improvements),
+            tuple(FailureItem(config(f.config_id, f.engine), f.build, f.outcome, f.started_at,
+                              f.last_ok, f.error) for f in phone.new_failures),
+            tuple(MissingItem(config(m.config_id, m.engine), m.last_night, m.trials)
+                  for m in phone.missing),
+            phone.absent))
+    compared = (f"{section.candidate_side} against {section.baseline_side}"
+                if section.baseline else "")
+    return ChangesSection(result.latest_night, result.previous_night, compared,
+                          "" if compared else section.note,
+                          tuple(sorted(rows, key=lambda r: r.device)), tuple(sorted(unchanged)))

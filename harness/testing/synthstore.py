@@ -19,6 +19,8 @@ with its throughput series in the samples (fast phones throttle part-way and set
 tenth of the other trials have too few power readings, the rest are valid) and the samples'
 ``power_w``; ``validity`` marks ok trials valid, a fraction ``invalid_rate`` of them invalid
 with impossible speeds and ``invalid_reason``. These draw from their own generator.
+``absent_last_night`` drops the last N devices' trials of the last night after they are drawn
+(a phone that stopped reporting: missing data).
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ class SynthSpec:
     validity: bool = False
     invalid_rate: float = 0.03
     invalid_reason: str = "tg_tps 2,400 tok/s above the plausible 500 for this model"
+    absent_last_night: int = 0  # the last N devices run nothing on the last night (missing data)
 
     @property
     def configs(self) -> int:
@@ -420,6 +423,17 @@ def _energy(spec: SynthSpec, trials: pa.Table, samples: pa.Table,
     return trials, _set(samples, "power_w", draw, np.isnan(draw))
 
 
+def _without_devices(spec: SynthSpec, trials: pa.Table, samples: pa.Table
+                     ) -> tuple[pa.Table, pa.Table]:
+    """The night without the trials (and samples) of the last ``absent_last_night`` devices;
+    filtered after drawing, so every other number of the store is unchanged."""
+    gone = [f"SYN{i:04d}" for i in range(max(0, spec.devices - spec.absent_last_night),
+                                          spec.devices)]
+    keep = pc.invert(pc.is_in(trials.column("device_serial"), pa.array(gone)))
+    trials = trials.filter(keep)
+    return trials, samples.filter(pc.is_in(samples.column("trial_id"), trials.column("trial_id")))
+
+
 def _as_table(name: str, columns: dict[str, object], n: int) -> pa.Table:
     schema = SCHEMAS[name]
     arrays = []
@@ -495,6 +509,8 @@ def write_synthetic_store(root: Path, spec: SynthSpec | None = None) -> SynthSum
         else:
             builds = [night * len(spec.builds) // spec.nights]
         trials, samples = _night_table(spec, grid, night, builds, rng, force_failures=night == 0)
+        if spec.absent_last_night and night == spec.nights - 1:
+            trials, samples = _without_devices(spec, trials, samples)
         day = spec.start + timedelta(days=night)
         run_id = trials.column("run_id")[0].as_py()
         runs.append(run_id)

@@ -183,7 +183,7 @@ def test_nightly_compares_with_baseline_and_previous_night_and_exits_by_gates(
     monkeypatch.setattr(cli, "make_runner", lambda devices, profile: fake_run)
     monkeypatch.setattr(cli, "report_step", lambda: None)
     args = ["nightly", str(matrix), "--baseline", "release", "--results", str(results),
-            "--gate", "tg_tps:-3%", "--metric", "tg_tps"]
+            "--gate", "tg_tps:-3%", "--metric", "tg_tps", "--reports", str(tmp_path / "reports")]
     first = run(*args)
     assert first.exit_code == 0, first.output
     assert "note: no previous night in the store: nothing to compare tonight against" in (
