@@ -24,8 +24,10 @@ REPO = Path(__file__).resolve().parents[2]
 SUSTAINED = REPO / "matrices" / "sustained.yaml"
 HOT = REPO / "devices" / "virtual" / "hot-unplugged.yaml"
 THROTTLES_AT = truth.THROTTLING_STATUS
-# a throttle is seen at the end of the repetition it began in, confirmed over five points
-TOLERANCE_REPS = 6
+# a throttle is seen at the end of the repetition it began in, confirmed over five points; a host
+# whose load changes during the series moves it by a few more (bench figure 10 measured 0.5
+# repetitions idle and 7.1 with two other test runs on the cores)
+TOLERANCE_REPS = 10
 ENERGY_TOLERANCE = 0.10
 
 pytestmark = pytest.mark.slow
