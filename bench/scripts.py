@@ -93,11 +93,12 @@ def detector(quick: bool) -> tuple[list[Figure], dict[str, Any]]:
         if not keep:
             continue
         value = raw["value"]
-        is_rate = "nights" not in name or "within" in name
+        is_rate = not name.startswith(("history: delay", "repetitions"))
+        unit = "%" if is_rate else "reps" if name.startswith("repetitions") else "nights"
         spread = (f"CI95 {100 * raw['low']:.1f}-{100 * raw['high']:.1f}%"
                   if raw.get("low") is not None else "-")
         figures.append(Figure(f"6 detector: {name}", 100 * value if is_rate else value,
-                              "%" if is_rate else "nights", spread, raw["target"], raw["met"],
+                              unit, spread, raw["target"], raw["met"],
                               raw.get("note", "")))
     return figures, {"detector": {k: result[k] for k in ("mode", "params", "elapsed_s")
                                   if k in result},

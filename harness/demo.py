@@ -71,3 +71,12 @@ def prepare_artifacts(paths: DemoPaths, say: Callable[[str], None], ladder: str 
     say("engine: building llama-bench from the vendored llama.cpp (cached by content; "
         "about 5 minutes the first time)")
     ensure_host_build("host-release", paths.builds)
+
+
+def prepare_slow_build(paths: DemoPaths, say: Callable[[str], None]) -> None:
+    """``host-slow``: the same llama.cpp without AVX/AVX2/FMA/F16C/BMI2, the demo's candidate."""
+    from harness.artifacts.cmake_build import ensure_host_build
+
+    say("engine: building host-slow, the same llama.cpp without AVX2 (cached by content; about "
+        "5 minutes the first time)")
+    ensure_host_build("host-slow", paths.builds)

@@ -14,13 +14,21 @@ Monte Carlo on synthetic lognormal trials (issue 9, item 6):
   also how often the step is placed within one night once 30 nights after it are known, and how
   often the 30 quiet nights alone raise an alarm.
 
-Both verdict rules are measured on the same draws: the default (significant, interval on the bad
-side of 1, estimate beyond the band) and ``strict`` (the whole interval beyond the band). Each
-rate carries a 95% Clopper-Pearson interval of its Monte Carlo error. Also printed: the best any
-test can do (a z-test on log means with the variance known), which bounds what is reachable.
+Adaptive repetitions (issue 17): the sequential rule of ``harness.analysis.sequential`` is run pair
+by pair (interleaved A/B, at least 5 and at most 30 per build) on the same kind of draws: power on
+a 5% drop at 3% CV (target >= 95%), A/A false regressions (target <= 1%), power with 10% of trials
+throttled and *kept* as slow outliers, 20-40% slower (target >= 90%), the mean repetitions per
+build over the drop and A/A runs (target <= 16) and the cap (<= 30). The fixed-n rows stay beside
+them for comparison.
 
-    .venv/bin/python scripts/bench_detector.py            # quick, under a minute
-    .venv/bin/python scripts/bench_detector.py --full     # 10x the draws, a few minutes
+Both fixed-n verdict rules are measured on the same draws: the default (significant, interval on
+the bad side of 1, estimate beyond the band) and ``strict`` (the whole interval beyond the
+band). Each rate carries a 95% Clopper-Pearson interval of its Monte Carlo error. Also printed:
+the best any test can do (a z-test on log means with the variance known), which bounds what is
+reachable.
+
+    .venv/bin/python scripts/bench_detector.py            # quick (1000 draws), under a minute
+    .venv/bin/python scripts/bench_detector.py --full     # 10x the draws, several minutes
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from scipy import stats as sps
 
 from harness.analysis.changepoints import detect_change_points
 from harness.analysis.compare import Policy, decide, measure
+from harness.analysis.sequential import SequentialRule, next_step
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "results" / "detector.json"
@@ -46,6 +55,7 @@ CV = 0.03
 DROP = 0.05
 REPS = 10
 THROTTLE_P = 0.10
+SLOW = (0.60, 0.85)  # a throttled trial kept in the adaptive samples runs at this share of speed
 TOLERANCE = 3  # nights: a report "around night N" counts as found for the delay
 
 
@@ -92,6 +102,36 @@ def verdict_rates(
             verdict = decide(m, m.p_value, policy).verdict
             counts[name][verdict] = counts[name].get(verdict, 0) + 1
     return counts
+
+
+def adaptive_runs(
+    rng: np.random.Generator, trials: int, factor: float, throttle_p: float = 0.0
+) -> tuple[dict[str, int], list[int]]:
+    """Run the sequential rule pair by pair on ``trials`` simulated A/B comparisons.
+
+    Throttled trials are *kept* here, as slow outliers (20-40% slower), not excluded: the worse
+    case, where the throttle flag was missed. Returns the verdict counts and the repetitions per
+    build each comparison spent."""
+    rule = SequentialRule()
+    counts: dict[str, int] = {}
+    spent: list[int] = []
+    for _ in range(trials):
+        sides = [
+            lognormal(rng, rule.max_n, 100.0, CV),
+            lognormal(rng, rule.max_n, 100.0 * factor, CV),
+        ]
+        if throttle_p:
+            for side in sides:
+                hit = rng.random(rule.max_n) < throttle_p
+                side[hit] *= rng.uniform(*SLOW, size=int(hit.sum()))
+        base, cand = (side.tolist() for side in sides)
+        for n in range(1, rule.max_n + 1):
+            decision = next_step(base[:n], cand[:n], rule)
+            if decision.settled:
+                break
+        counts[decision.step] = counts.get(decision.step, 0) + 1
+        spent.append(n)
+    return counts, spent
 
 
 def optimal_power(reps: int, one_sided_alpha: float) -> float:
@@ -173,6 +213,48 @@ def run(trials: int, seeds: int, seed: int) -> tuple[list[Figure], dict[str, obj
         )
     )
 
+    rule = SequentialRule()
+    seq_rng = np.random.default_rng((seed, 17))  # its own stream: the fixed-n rows are unchanged
+    seq = {
+        "drop": adaptive_runs(seq_rng, trials, 1 - DROP),
+        "aa": adaptive_runs(seq_rng, trials, 1.0),
+        "throttled": adaptive_runs(seq_rng, trials, 1 - DROP, THROTTLE_P),
+        "aa_throttled": adaptive_runs(seq_rng, trials, 1.0, THROTTLE_P),
+    }
+    tag = f"[adaptive, n<={rule.max_n}]"
+    add(f"power, 5% drop {tag}", seq["drop"][0], {"regression"}, ">= 95%", ">=0.95")
+    add(f"A/A false regression {tag}", seq["aa"][0], {"regression"}, "<= 1%", "<=0.01")
+    add(f"A/A any false change {tag}", seq["aa"][0], {"regression", "improvement"}, "(info)", "")
+    add(f"power, 10% throttled kept {tag}", seq["throttled"][0], {"regression"}, ">= 90%",
+        ">=0.90")
+    add(f"A/A false regr., 10% throttled {tag}", seq["aa_throttled"][0], {"regression"},
+        "<= 1%", "<=0.01")
+    add(f"A/A called same {tag}", seq["aa"][0], {"same"}, "(info)", "")
+    add(f"5% drop unstable at cap {tag}", seq["drop"][0], {"unstable"}, "(info)", "")
+    mean_reps = float(np.mean(seq["drop"][1] + seq["aa"][1]))
+    figures.append(
+        Figure(
+            f"repetitions per build, mean {tag}",
+            mean_reps,
+            "<= 16",
+            mean_reps <= 16,
+            note="over the 5% drop and A/A runs",
+        )
+    )
+    for key, label in (("drop", "5% drop"), ("aa", "A/A"), ("throttled", "throttled")):
+        figures.append(
+            Figure(
+                f"repetitions per build, {label}, mean/p90",
+                float(np.mean(seq[key][1])),
+                "(info)",
+                None,
+                note=f"p90 {np.percentile(seq[key][1], 90):.0f}",
+            )
+        )
+    figures.append(
+        Figure(f"repetitions per build, cap {tag}", float(rule.max_n), "<= 30", rule.max_n <= 30)
+    )
+
     delays, early, exact = history_delays(rng, seeds)
     found = [d for d in delays if d is not None]
     detected, low, high = rate_ci(len(found), len(delays))
@@ -207,6 +289,11 @@ def run(trials: int, seeds: int, seed: int) -> tuple[list[Figure], dict[str, obj
             **{f"drop_n{n}": c for n, c in by_reps.items()},
         },
         "history_delays": delays,
+        "adaptive": {
+            "rule": rule.__dict__,
+            "verdicts": {key: counts for key, (counts, _) in seq.items()},
+            "repetitions": {key: spent for key, (_, spent) in seq.items()},
+        },
     }
     return figures, raw
 
@@ -218,11 +305,11 @@ def _alarm_at_power(reps: int, power: float) -> float:
 
 
 def fmt(f: Figure) -> str:
-    percent = not f.name.startswith("history: delay")
+    percent = not f.name.startswith(("history: delay", "repetitions"))
     value = f"{f.value:.1%}" if percent else f"{f.value:.1f}"
     interval = f"[{f.low:.1%}, {f.high:.1%}]" if f.low is not None and f.high is not None else ""
     met = {True: "yes", False: "NO", None: ""}[f.met]
-    return f"{f.name:<46} {value:>7} {interval:>17} {f.target:>8} {met:>4}  {f.note}"
+    return f"{f.name:<52} {value:>7} {interval:>17} {f.target:>8} {met:>4}  {f.note}"
 
 
 def main() -> int:
@@ -250,6 +337,7 @@ def main() -> int:
             "drop": DROP,
             "reps": REPS,
             "throttle_p": THROTTLE_P,
+            "adaptive_slow_throttled": list(SLOW),
             "trials": trials,
             "history_seeds": seeds,
             "night_noise": 0.02,
@@ -264,7 +352,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(doc, indent=2))
         return 0
-    print(f"{'figure':<46} {'value':>7} {'95% MC interval':>17} {'target':>8} {'met':>4}")
+    print(f"{'figure':<52} {'value':>7} {'95% MC interval':>17} {'target':>8} {'met':>4}")
     for f in figures:
         print(fmt(f))
     print(

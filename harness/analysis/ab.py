@@ -29,6 +29,13 @@ from harness.analysis.frames import (
     resolve_side,
 )
 from harness.analysis.gates import Gate, GateResult, evaluate_gates, parse_gates
+from harness.analysis.noise import (
+    POWERS,
+    NoiseFloor,
+    floor_index,
+    min_detectable_change,
+    noise_floors,
+)
 from harness.cell import DEFAULT_ENGINE
 
 SCHEMA_VERSION = 2  # 2: both sides name their engine (baseline_engine, candidate_engine)
@@ -129,7 +136,7 @@ class BuildComparison:
             "cells": [c.to_json() for c in self.cells],
             "gates": [
                 {"spec": g.gate.spec, "cell": None if g.key is None else str(g.key),
-                 "passed": g.passed, "message": g.message}
+                 "passed": g.passed, "message": g.message, "note": g.note}
                 for g in self.gates
             ],
             "passed": self.passed,
@@ -192,8 +199,47 @@ def compare_builds(
             ))
     cells.sort(key=lambda c: (c.key.device, c.label, c.key.config_id, names.index(c.metric)))
     gate_results = evaluate_gates(gates, by_metric) if gates else []
+    if gate_results:
+        gate_results = _noise_notes(trials, gate_results, (base.engine, cand.engine),
+                                    include_throttled)
     return BuildComparison(base.build, cand.build, names, tuple(cells), tuple(gate_results),
                            include_throttled, base.engine, cand.engine, recent)
+
+
+def _noise_notes(trials: pd.DataFrame, results: Sequence[GateResult], engines: tuple[str, str],
+                 include_throttled: bool) -> list[GateResult]:
+    """``results`` with a note on each cell whose gate limit lies below its noise floor: the
+    smallest change its repetitions can detect (80% power, ``noise.min_detectable_change``), from
+    the cell's robust CV over its recent nights in ``trials``. Verdicts and passes are kept."""
+    keys = {(g.key.device, g.key.config_id) for g in results if isinstance(g.key, CellKey)}
+    if not keys:
+        return list(results)
+    pairs = pd.MultiIndex.from_frame(trials[["device_serial", "config_id"]].astype(str))
+    rows = trials[pairs.isin(list(keys))]
+    metrics = sorted({g.gate.metric for g in results})
+    floors = floor_index(noise_floors(rows, metrics, include_throttled=include_throttled))
+    return [_with_note(g, floors, engines) for g in results]
+
+
+def _with_note(g: GateResult, floors: Mapping[tuple[str, str, str, str], NoiseFloor],
+               engines: tuple[str, str]) -> GateResult:
+    c = g.comparison
+    if not isinstance(g.key, CellKey) or c is None or min(c.n_baseline, c.n_candidate) < 1:
+        return g
+    found = [floors[k] for k in ((g.key.device, g.key.config_id, e, g.gate.metric)
+                                 for e in dict.fromkeys(engines)) if k in floors]
+    if not found:
+        return g
+    floor = max(found, key=lambda f: f.cv)
+    mdc = min_detectable_change(floor.cv, c.n_baseline, n_other=c.n_candidate,
+                                alpha=floor.alpha, power=POWERS[0])
+    if not mdc > g.gate.limit:
+        return g
+    note = (f"{g.gate.spec} is below the noise floor of {g.key}: robust CV {floor.cv:.1%} "
+            f"over {floor.nights} nights, so {c.n_baseline}/{c.n_candidate} repetitions "
+            f"detect changes of {mdc:.1%} or more ({POWERS[0]:.0%} power, "
+            f"alpha {floor.alpha:g}); the verdict is unchanged")
+    return dataclasses.replace(g, note=note)
 
 
 def _compare_metric(pairs: Mapping[CellKey, tuple[SampleGroup, SampleGroup]], metric: str,

@@ -3,7 +3,7 @@
 Pure: ``build_alerts`` reads what ``nightly.run_nightly`` already computed (tonight's
 comparisons, the nightly history with and without tonight's run, the trials frame) and returns an
 ``AlertDocument``; writing it and running ``--on-alert`` happen at the edge
-(``nightly.write_alerts``, ``nightly.run_on_alert``). Five lists:
+(``nightly.write_alerts``, ``nightly.run_on_alert``). Six lists:
 
 * **regressions** and **improvements**: every cell of tonight's comparisons (against the baseline
   and against the previous night) with that verdict, with its evidence as the comparison gives it;
@@ -16,7 +16,10 @@ comparisons, the nightly history with and without tonight's run, the trials fram
   ``skipped_infeasible`` or ``unsupported`` are not failures);
 * **missing data**: a phone that produced trials in other runs of the last ``lookback`` nights
   but nothing tonight, and, for the phones that did run, a configuration (and engine) they ran in
-  that window but not tonight. A missing phone is listed once, not once per configuration.
+  that window but not tonight. A missing phone is listed once, not once per configuration;
+* **noise grew** (schema 2): a phone, configuration, engine and metric whose robust CV tonight is
+  notably above that of its other runs of the last ``lookback`` nights (``noise.noise_grew``:
+  ratio above 1.5, an F test on the log values at 1%, tonight's CV at least 0.5%).
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.ab import BuildComparison, CellComparison
-from harness.analysis.frames import config_label, engine_column, nights
+from harness.analysis.frames import DEFAULT_METRICS, config_label, engine_column, nights
+from harness.analysis.noise import NoiseGrowth, noise_grew
 from harness.analysis.trend import Change, Series
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the list noise_grew (and its count)
 #: Outcomes that mean a trial ran (or tried to) and failed; the rest are plan decisions.
 FAILURE_OUTCOMES = ("oom_killed", "crashed", "timeout", "device_lost", "push_failed",
                     "precondition_failed")
@@ -128,12 +132,13 @@ class AlertDocument:
     missing_devices: tuple[MissingDevice, ...] = ()
     missing_cells: tuple[MissingCell, ...] = ()
     lookback_nights: int = DEFAULT_LOOKBACK_NIGHTS
+    noise_grew: tuple[NoiseGrowth, ...] = ()
 
     def counts(self) -> dict[str, int]:
         return {"regressions": len(self.regressions), "improvements": len(self.improvements),
                 "change_points": len(self.change_points), "failures": len(self.failures),
                 "missing_devices": len(self.missing_devices),
-                "missing_cells": len(self.missing_cells)}
+                "missing_cells": len(self.missing_cells), "noise_grew": len(self.noise_grew)}
 
     @property
     def listed(self) -> int:
@@ -142,7 +147,7 @@ class AlertDocument:
 
     def to_json(self) -> dict[str, Any]:
         lists = ("regressions", "improvements", "change_points", "failures", "missing_devices",
-                 "missing_cells")
+                 "missing_cells", "noise_grew")
         return {
             "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "night": self.night,
             "listed": self.listed, "counts": self.counts(),
@@ -183,6 +188,9 @@ class AlertDocument:
             ("Missing cells", ("device", "config", "engine", "last run", "last night"),
              [[m.device, m.label, m.engine, m.last_run, m.last_night]
               for m in self.missing_cells]),
+            ("Noise grew", ("device", "config", "engine", "metric", "CV tonight", "CV before",
+                            "F p", "trials tonight", "nights before"),
+             [_noise_row(g) for g in self.noise_grew]),
         ]
 
 
@@ -226,6 +234,12 @@ def _change_row(new: NewChange) -> list[str]:
     return [new.device, new.label, new.engine, new.metric, f"{c.magnitude * 100:+.1f}%",
             f"{c.night_before} -> {c.night_after}", f"{c.build_before} -> {c.build_after}",
             _g(_finite(c.p_value))]
+
+
+def _noise_row(g: NoiseGrowth) -> list[str]:
+    return [g.device, g.label, g.engine, g.metric, f"{g.cv_tonight * 100:.1f}%",
+            f"{g.cv_history * 100:.1f}%", _g(g.p_value), str(g.n_tonight),
+            str(g.history_nights)]
 
 
 def _failure_row(f: NewFailure) -> list[str]:
@@ -382,12 +396,14 @@ def build_alerts(
     history: Sequence[Series],
     previous_history: Sequence[Series],
     lookback_nights: int = DEFAULT_LOOKBACK_NIGHTS,
+    metrics: Sequence[str] = DEFAULT_METRICS,
 ) -> AlertDocument:
     """Tonight's alert document; see the module docstring for what each list holds.
 
     ``trials`` is the whole store (tonight's run is ``run_id``), ``comparisons`` tonight's
     (title, comparison) pairs, ``history`` the nightly history with tonight and
-    ``previous_history`` the same history computed without tonight's run.
+    ``previous_history`` the same history computed without tonight's run; ``metrics`` are the
+    ones whose noise is checked.
     """
     devices, cells = missing_data(trials, run_id, night, lookback_nights)
     return AlertDocument(
@@ -397,4 +413,5 @@ def build_alerts(
         change_points=new_change_points(history, previous_history),
         failures=new_failures(trials, run_id),
         missing_devices=devices, missing_cells=cells,
-        lookback_nights=lookback_nights)
+        lookback_nights=lookback_nights,
+        noise_grew=noise_grew(trials, run_id, metrics, nights_back=lookback_nights))

@@ -63,6 +63,8 @@ class GateResult:
     passed: bool
     message: str
     comparison: Comparison | None = None
+    # said, not decided: e.g. the limit lies below the cell's noise floor (``ab.compare_builds``)
+    note: str | None = None
 
 
 def parse_gate(spec: str) -> Gate:

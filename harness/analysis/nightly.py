@@ -13,9 +13,9 @@ is a build and its engine: each build of tonight is compared, engine by engine, 
 baseline's trials of the same engine (an engine the baseline never ran is noted, not compared).
 
 The night's alert document (``alerts.build_alerts``: regressions, improvements, new change points,
-new failures, missing phones and cells) is built here from the same frames, and written, with the
-``--on-alert`` command run, by ``write_alerts`` and ``run_on_alert``: the recipe's only I/O
-besides the injected steps and the store.
+new failures, missing phones and cells, cells whose noise grew) is built here from the same
+frames, and written, with the ``--on-alert`` command run, by ``write_alerts`` and
+``run_on_alert``: the recipe's only I/O besides the injected steps and the store.
 """
 
 from __future__ import annotations
@@ -185,7 +185,8 @@ def run_nightly(
     alerts = build_alerts(
         run_id=summary.run_id, night=night, trials=trials,
         comparisons=[(c.title, c.result) for c in comparisons], history=history,
-        previous_history=_history(trials[trials["run_id"] != summary.run_id], metrics, baseline))
+        previous_history=_history(trials[trials["run_id"] != summary.run_id], metrics, baseline),
+        metrics=metrics)
     written = None
     if report is not None:
         written = report(results, summary.run_id, reports_dir / f"nightly-{night}.html")

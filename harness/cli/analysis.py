@@ -1,4 +1,4 @@
-"""Analysis commands: compare, history, recommend, quality, export, import, nightly.
+"""Analysis commands: compare, history, recommend, quality, export, import, nightly, noise.
 
 Thin click layer: each command reads its inputs, calls ``harness.analysis`` and prints a rich
 table or, with ``--json``, a document for scripts. Exit codes: 0 done, 1 a gate failed
@@ -88,6 +88,7 @@ def comparison_table(result: BuildComparison, title: str | None = None) -> Table
 def _gate_lines(result: BuildComparison) -> list[str]:
     failed = [g for g in result.gates if not g.passed]
     lines = [f"FAIL {g.message}" for g in failed]
+    lines += [f"note: {g.note}" for g in result.gates if g.note]
     if result.gates:
         lines.append(f"gates: {len(failed)} failed of {len(result.gates)} checks")
     return lines
@@ -512,7 +513,61 @@ def nightly_command(matrix: Path, baseline: str, devices_spec: str, profile: str
         sys.exit(1)
 
 
+@click.command("noise")
+@RESULTS
+@click.option("--device", default=None, help="Only this serial (or device model).")
+@click.option("--metric", "metric_text", default="tg_tps,pp_tps,peak_pss", show_default=True,
+              help="Comma-separated metrics: tg_tps, pp_tps, ttft_ms, peak_pss, peak_rss.")
+@click.option("--reps", type=int, default=None, metavar="N",
+              help="Repetitions per side the detectable change assumes "
+                   "[default: each cell's usual trials per night].")
+@click.option("--nights", "nights_back", type=int, default=7, show_default=True, metavar="K",
+              help="The cell's K most recent nights the CV rests on.")
+@click.option("--include-throttled", is_flag=True,
+              help="Keep throttled trials (excluded by default).")
+@JSON
+def noise_command(results: Path, device: str | None, metric_text: str, reps: int | None,
+                  nights_back: int, include_throttled: bool, as_json: bool) -> None:
+    """Noise floor per phone and cell: robust CV and the smallest change a comparison can see.
+
+    The CV is 1.4826 x MAD / median per build and night, the median over the cell's recent
+    nights; the minimum detectable change is for a two-sided comparison with N repetitions per
+    side at alpha 0.05 and 80% (95%) power (docs/statistics.md, "Noise floor").
+
+    \b
+    Example:
+      harness noise
+      harness noise --device SYN0000 --reps 10 --metric tg_tps --json
+    """
+    from harness.analysis.noise import noise_floors
+
+    if reps is not None and reps < 1:
+        raise ConfigError(f"--reps {reps}: give at least 1 repetition per side, e.g. --reps 10")
+    if nights_back < 1:
+        raise ConfigError(f"--nights {nights_back}: give at least 1 night, e.g. --nights 7")
+    metrics = parse_metrics(metric_text)
+    floors = noise_floors(load_trials(results), metrics, nights_back=nights_back, reps=reps,
+                          device=device, include_throttled=include_throttled)
+    if as_json:
+        click.echo(json.dumps({"schema_version": 1, "metrics": list(metrics),
+                               "nights": nights_back, "reps": reps,
+                               "cells": [f.to_json() for f in floors]}, indent=2))
+        return
+    table = Table(title="noise floor per phone and cell")
+    for name in ("device", "config", "engine", "metric", "CV", "nights", "trials", "reps",
+                 "MDC 80%", "MDC 95%"):
+        table.add_column(name, justify="left" if name in ("device", "config", "engine",
+                                                          "metric") else "right")
+    for f in floors:
+        table.add_row(escape(f.device), escape(f.label), escape(f.engine), f.metric,
+                      f"{f.cv:.2%}", str(f.nights), str(f.trials), str(f.reps),
+                      f"{f.mdc_80:.1%}", f"{f.mdc_95:.1%}")
+    if floors:
+        _console().print(table)
+    click.echo(f"{len(floors)} cells with a noise floor (a night needs at least 3 usable trials)")
+
+
 COMMANDS: list[click.Command] = [
     compare_command, history_command, recommend_command, quality_command, export_command,
-    import_command, nightly_command,
+    import_command, nightly_command, noise_command,
 ]

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
-from harness.demo import DemoPaths, demo_environment, prepare_artifacts
+from harness.demo import DemoPaths, demo_environment, prepare_artifacts, prepare_slow_build
 
+BUILDS = Path("matrices/builds.yaml")
 SUSTAINED = Path("matrices/sustained.yaml")
 HOT_PHONE = Path("devices/virtual/hot-unplugged.yaml")
 
@@ -17,7 +18,8 @@ HOT_PHONE = Path("devices/virtual/hot-unplugged.yaml")
               help="Folder for builds/, results/demo and reports/demo.html.")
 @click.option("--phones", default=2, show_default=True, help="Virtual phones to start.")
 @click.option("--matrix", type=click.Path(path_type=Path), default=None,
-              help="Matrix to run [default: matrices/smoke.yaml then matrices/engines.yaml, or "
+              help="Matrix to run [default: matrices/smoke.yaml, builds.yaml, engines.yaml and "
+                   "sustained.yaml, or "
                    "matrices/real.yaml with --real].")
 @click.option("--real", is_flag=True,
               help="The real model instead: Gemma 3 270M's quant ladder (needs the models "
@@ -29,9 +31,11 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
 
     Starts a private adb server and virtual phones, builds llama-bench from the llama.cpp
     inside llama-cpp-python's source distribution, makes the synthetic model ladder, runs the
-    smoke matrix on the phones, then matrices/engines.yaml (llama-bench and llama-cpp-python
-    on the same cells), then matrices/sustained.yaml on one phone that heats fast and runs on
-    battery (sustained curves, energy per token), and writes reports/demo.html.
+    smoke matrix on the phones, then matrices/builds.yaml (the release build against one
+    compiled without AVX2, compared in the report), matrices/engines.yaml (llama-bench and
+    llama-cpp-python on the same cells), then matrices/sustained.yaml on one phone that heats
+    fast and runs on battery (sustained curves, energy per token), and writes
+    reports/demo.html with host-release and host-slow compared.
 
     \b
     Example:
@@ -45,13 +49,15 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
         matrices = [matrix]
     elif real:
         matrices = [Path("matrices/real.yaml")]
-    else:  # the pipeline, then two engines on the same cells for the report's Engines section
-        matrices = [Path("matrices/smoke.yaml"), Path("matrices/engines.yaml")]
+    else:  # the pipeline, two builds compared, two engines on the same cells
+        matrices = [Path("matrices/smoke.yaml"), BUILDS, Path("matrices/engines.yaml")]
     say = lambda text: click.echo(f"demo: {text}", err=True)  # noqa: E731
     prepare_artifacts(paths, say, "gemma3-270m" if real else "tiny")
     sustained = matrix is None and not real  # and the sustained section, on a phone that heats
     if sustained:
         prepare_artifacts(paths, say, "bench")
+    if BUILDS in matrices:
+        prepare_slow_build(paths, say)
     with demo_environment(paths):
         for each in matrices:
             say(f"running {each} on {phones} virtual phones")
@@ -67,7 +73,9 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
     report = main.get_command(ctx, "report")
     if report is not None:
         paths.report.parent.mkdir(parents=True, exist_ok=True)
-        ctx.invoke(report, results=paths.results, output=paths.report)
+        compared = {"baseline": "host-release", "candidate": "host-slow"} \
+            if BUILDS in matrices else {}
+        ctx.invoke(report, results=paths.results, output=paths.report, **compared)
         say(f"report: {paths.report}")
 
 

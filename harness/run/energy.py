@@ -10,7 +10,8 @@ read from ``/sys/class/power_supply/battery``. Units and sign conventions differ
 (Pixels) and positive on others; ``voltage_now`` is µV (a few report mV). ``detect_units``
 decides from the readings themselves (a phone draws between 20 mW and 30 W) and the result is
 recorded with the figures. The idle draw is the median of the idle readings; the energy of a
-phase is its mean draw above idle times its length, so the engine's own cost is what remains.
+phase is its mean draw above idle (each reading holding until the next, as a gauge updates in
+steps) times its length, so the engine's own cost is what remains.
 
 A figure is only given when it is honest: a phone that is charging (USB power mixes into the
 gauge) or a window with too few readings (a gauge that updates slower than the trial) gives an
@@ -173,11 +174,12 @@ def figures(source: str, units: str | None, idle_w: float,
             continue
         inside = [w for t, w in timed_w if window.start_s <= t <= window.end_s]
         counted += len(inside)
-        if len(inside) < MIN_WINDOW_READINGS:
+        mean = time_average(timed_w, window.start_s, window.end_s)
+        if len(inside) < MIN_WINDOW_READINGS or mean is None:
             short.append(f"the {window.name} window ({window.seconds:.2f} s) holds {len(inside)} "
                          f"power reading(s) (need {MIN_WINDOW_READINGS}): too short for the gauge")
             continue
-        above = statistics.fmean(inside) - idle_w
+        above = mean - idle_w
         found[window.name] = (above, above * window.seconds / window.tokens)
     reason = "; ".join(short) or None
     if not found:
@@ -189,6 +191,21 @@ def figures(source: str, units: str | None, idle_w: float,
                   pp_power_w=pp[0] if pp else None, tg_power_w=tg[0] if tg else None,
                   pp_j_per_token=pp[1] if pp else None, tg_j_per_token=tg[1] if tg else None,
                   readings=counted)
+
+
+def time_average(timed_w: Sequence[tuple[float, float]], start: float, end: float
+                 ) -> float | None:
+    """The mean of a gauge over [start, end], each reading holding until the next (a gauge
+    updates in steps, and readings come when the phone lets the reader run, not evenly)."""
+    points = sorted(timed_w)
+    before = [p for p in points if p[0] <= start]
+    steps = ([(start, before[-1][1])] if before else []) + \
+        [p for p in points if start < p[0] <= end]
+    if not steps or end <= steps[0][0]:
+        return None
+    ends = [t for t, _ in steps[1:]] + [end]
+    total = sum(w * (stop - t) for (t, w), stop in zip(steps, ends, strict=True))
+    return total / (end - steps[0][0])
 
 
 def windows_from_timings(end_s: float, pp_s: float, tg_s: float, n_prompt: int, n_gen: int,

@@ -174,6 +174,7 @@ class Phone:
     _booted_at: float = field(default_factory=time.monotonic)
     _log_trim_at: int = LOG_TRIM_BYTES
     _busy_cores: float = 0.0  # CPU seconds the phone burned in the last tick per second
+    _demand: list[float] = field(default_factory=list)  # runnable samples since the last tick
     _tick_dt: float = 0.0
     _interval_start: float = 0.0  # monotonic time the last tick's interval began
     _logged_status: int | None = None  # the thermal status thermal.log last recorded
@@ -295,11 +296,11 @@ class Phone:
         # a loaded host a thread waits for a CPU (still runnable) that a phone would give it,
         # so heat and power do not depend on what else the host runs. Stopped (throttled)
         # threads ask for nothing.
-        cores = sum(c.cores for c in self.config.clusters)
-        asked = [self._core_weight(mask) for s in self._members if not _is_service(s)
-                 for mask in procs.runnable_threads(s.pid)]
-        runnable = min(float(cores), sum(asked))
-        cpu_s = max(cpu_ticks / procs.CLOCK_TICKS, runnable * dt)
+        # The throttle task samples that demand every period (a share of it while it stops
+        # them), so one instant per tick does not decide a whole tick's heat and power.
+        samples, self._demand = self._demand, []
+        demand = sum(samples) / len(samples) if samples else self._runnable()
+        cpu_s = max(cpu_ticks / procs.CLOCK_TICKS, demand * dt)
         self.thermal = thermal.step(self.thermal, self.params, cpu_s, dt)
         self._busy_cores, self._tick_dt = (cpu_s / dt if dt > 0 else 0.0), max(0.0, dt)
         self._memory(dt, now)
@@ -525,10 +526,23 @@ class Phone:
                 os.killpg(sid, sig)
         self.signal_all(sig)
 
+    def _runnable(self) -> float:
+        """Big cores' worth of the phone's threads running or waiting for a CPU right now."""
+        cores = sum(c.cores for c in self.config.clusters)
+        asked = [self._core_weight(mask) for s in self._members if not _is_service(s)
+                 for mask in procs.runnable_threads(s.pid)]
+        return min(float(cores), sum(asked))
+
+    def _sample_demand(self, share: float) -> None:
+        with contextlib.suppress(OSError):
+            self._demand.append(self._runnable() * share)
+
     async def throttle_loop(self) -> None:
         while True:
             fraction = thermal.duty(self.status())
             if fraction <= 0 or not (self.sessions or self._members):
+                if self._members:
+                    self._sample_demand(1.0)
                 await asyncio.sleep(THROTTLE_PERIOD_S)
                 continue
             self.signal_sessions(signal.SIGSTOP)
@@ -536,6 +550,7 @@ class Phone:
                 await asyncio.sleep(THROTTLE_PERIOD_S * fraction)
             finally:
                 self.signal_sessions(signal.SIGCONT)
+            self._sample_demand(1 - fraction)  # they may run for this share of the period
             await asyncio.sleep(THROTTLE_PERIOD_S * (1 - fraction))
 
     # ----- generated files --------------------------------------------------------------------

@@ -289,3 +289,21 @@ def test_alerts_must_name_a_json_file(tmp_path: Path) -> None:
     result = _nightly(tmp_path, "--alerts", str(tmp_path / "a.md"))
     assert result.exit_code == 2
     assert "name a .json file" in result.output
+
+
+def test_a_cell_whose_noise_doubled_tonight_is_listed_under_noise_grew() -> None:
+    def spread(run_id: str, days: int, cv: float) -> list[TrialRecord]:
+        z = np.linspace(-1.6, 1.6, 10)  # the same spread every night, scaled by cv
+        return [trial(cell(), run_id=run_id, rep=i, tg_tps=20.0 * float(np.exp(cv * v)),
+                      started_at=START + days * DAY) for i, v in enumerate(z)]
+
+    history = [r for d in range(2) for r in spread(f"r{d}", d, 0.02)]
+    quiet = alerts(frame([*history, *spread("tonight", 2, 0.02)]))
+    assert quiet.noise_grew == () and quiet.to_json()["noise_grew"] == []
+    doc = alerts(frame([*history, *spread("tonight", 2, 0.04)]))
+    data = doc.to_json()
+    assert data["schema_version"] == 2 and data["counts"]["noise_grew"] == 1
+    (grown,) = data["noise_grew"]
+    assert (grown["device"], grown["metric"], grown["history_nights"]) == ("SER1", "tg_tps", 2)
+    assert grown["ratio"] == pytest.approx(2.0, rel=0.05)
+    assert "## Noise grew (1)" in doc.to_markdown()

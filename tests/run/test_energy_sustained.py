@@ -163,3 +163,11 @@ def test_energy_columns_and_power_samples_of_a_launch() -> None:
     assert columns["energy_invalid_reason"] is None or "prefill" in columns[
         "energy_invalid_reason"]
     assert any(r.get("power_w") == pytest.approx(1.0) and r["t_ms"] < 0 for r in rows)
+
+
+def test_a_stepwise_gauge_read_unevenly_is_averaged_over_time() -> None:
+    # 1 W until 1.0 s, then 3 W: read often in the first part, rarely in the second
+    timed = [(0.0, 1.0), (0.1, 1.0), (0.2, 1.0), (0.3, 1.0), (0.4, 1.0), (1.0, 3.0), (1.9, 3.0)]
+    assert energy.time_average(timed, 0.0, 2.0) == pytest.approx(2.0)  # a plain mean says 1.57
+    assert energy.time_average(timed, 0.5, 1.5) == pytest.approx(2.0)  # held from 0.4 s
+    assert energy.time_average(timed, -1.0, -0.5) is None

@@ -53,7 +53,6 @@ def test_sustained_matrix_throttles_the_hot_config_and_measures_energy(
     assert hot["max_thermal_status"] >= THROTTLES_AT
     assert cool["max_thermal_status"] < THROTTLES_AT
     assert hot["steady_state_ratio"] < cool["steady_state_ratio"]
-    assert hot["steady_state_ratio"] < 0.9
     # ... at the moment the phone's model crossed it (uptime on the phone's own clock)
     state = phone.sandbox / "state"
     truth_s = truth.throttled_after_s(state, hot, within_s=float(hot["wall_s"]))
