@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from analysis.factory import cell, trial, write
 from harness.cli import main
 from harness.run.bisect import cell_from_trials, matrix_document
 from harness.store import read_table
-from tests.analysis.factory import cell, trial, write
 
 
 def git(repo: Path, *args: str) -> str:
