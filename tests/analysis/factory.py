@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from click.testing import CliRunner, Result
 
 from harness.cell import Cell
+from harness.cli import HarnessGroup
 from harness.records import TrialRecord
 from harness.store import write_part
 
@@ -85,3 +87,13 @@ def ab_store(root: Path, *, drop: float, seed: int = 1, reps: int = 10,
                                          pp_tps=400 * rng.lognormal(0, 0.01),
                                          peak_pss_bytes=int((1 << 30) * rng.lognormal(0, 0.005))))
     write(root, records)
+
+
+def run_analysis(*args: str) -> Result:
+    """``harness ARGS`` with only the analysis commands registered (compare, nightly, noise ...)."""
+    from harness.cli import analysis
+
+    group = HarnessGroup("harness")
+    for command in analysis.COMMANDS:
+        group.add_command(command)
+    return CliRunner().invoke(group, list(args))

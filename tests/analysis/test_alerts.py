@@ -13,18 +13,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from harness.analysis.ab import BuildComparison, compare_builds
 from harness.analysis.alerts import AlertDocument, build_alerts, md, table
 from harness.analysis.nightly import on_alert_command, run_on_alert, write_alerts
 from harness.analysis.trend import Change, NightPoint, Series
-from harness.cli import HarnessGroup
 from harness.cli import analysis as cli
 from harness.records import TrialRecord
 from harness.store import write_part
 
-from .factory import START, cell, noisy, trial
+from .factory import START, cell, noisy, run_analysis, trial
 
 TONIGHT = "2026-03-03"
 DAY = timedelta(days=1)
@@ -210,13 +209,6 @@ class FakeSummary:
     run_id: str
 
 
-def _group() -> HarnessGroup:
-    group = HarnessGroup("harness")
-    for command in cli.COMMANDS:
-        group.add_command(command)
-    return group
-
-
 def _fake_nights(monkeypatch: pytest.MonkeyPatch) -> None:
     """Night 1: nightly-1 on SER1 and SER2, as fast as release; night 2: nightly-2 10% slower,
     and SER2 produced nothing."""
@@ -241,10 +233,10 @@ def _fake_nights(monkeypatch: pytest.MonkeyPatch) -> None:
 def _nightly(tmp_path: Path, *extra: str) -> Result:
     matrix = tmp_path / "m.yaml"
     matrix.write_text("name: fake\n")
-    return CliRunner().invoke(_group(), [
+    return run_analysis(
         "nightly", str(matrix), "--baseline", "release", "--results", str(tmp_path / "results"),
         "--reports", str(tmp_path / "reports"), "--metric", "tg_tps", "--gate", "tg_tps:-3%",
-        *extra])
+        *extra)
 
 
 def test_a_regressed_build_and_a_missing_phone_are_alerted_and_on_alert_runs_once(

@@ -8,27 +8,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-import click
 import numpy as np
 import pytest
-from click.testing import CliRunner, Result
 
-from harness.cli import HarnessGroup
 from harness.cli import analysis as cli
 from harness.store import write_part
 
-from .factory import START, ab_store, cell, noisy, trial, write
+from .factory import START, ab_store, cell, noisy, run_analysis, trial, write
 
-
-def _group() -> click.Group:
-    group = HarnessGroup("harness")
-    for command in cli.COMMANDS:
-        group.add_command(command)
-    return group
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(_group(), list(args))
+run = run_analysis
 
 
 def test_compare_calls_a_slower_build_a_regression_and_fails_its_gate(tmp_path: Path) -> None:

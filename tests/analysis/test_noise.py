@@ -10,11 +10,9 @@ from datetime import timedelta
 from pathlib import Path
 from statistics import NormalDist
 
-import click
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner, Result
 
 from harness.analysis.ab import canonical_gates, compare_builds
 from harness.analysis.noise import (
@@ -25,11 +23,9 @@ from harness.analysis.noise import (
     noise_grew,
     robust_cv,
 )
-from harness.cli import HarnessGroup
-from harness.cli import analysis as cli
 from harness.records import TrialRecord
 
-from .factory import START, cell, noisy, trial, write
+from .factory import START, cell, noisy, run_analysis, trial, write
 
 DAY = timedelta(days=1)
 
@@ -165,15 +161,7 @@ def test_a_gate_below_the_noise_floor_gets_a_note_and_keeps_its_verdict() -> Non
 
 # --- the CLI --------------------------------------------------------------------------------
 
-def _group() -> click.Group:
-    group = HarnessGroup("harness")
-    for command in cli.COMMANDS:
-        group.add_command(command)
-    return group
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(_group(), list(args))
+run = run_analysis
 
 
 def _store(root: Path) -> None:
