@@ -45,9 +45,12 @@ AXIS_DEFAULTS: dict[str, Any] = {
 WORKLOAD_KEYS = ("n_prompt", "n_gen", "n_depth", "sustained")
 SUSTAINED_KEYS = ("duration_s",)
 ENERGY_KEYS = ("idle_s",)
+ADAPTIVE_KEYS = ("baseline", "metric", "effect", "alpha", "beta", "min_repetitions",
+                 "max_repetitions")
+ADAPTIVE_METRICS = ("tg_tps", "pp_tps")
 TOP_KEYS = (
     "name", "description", "axes", "models", "workload", "repetitions", "cooldown", "timeout",
-    "require", "include", "exclude", "energy",
+    "require", "include", "exclude", "energy", "adaptive",
 )
 REQUIRED_TOP_KEYS = ("name", "axes", "models", "workload")
 # llama.cpp file-type names, largest first (that is how people read a quant ladder).
@@ -101,6 +104,22 @@ class EnergyPolicy:
 
 
 @dataclass(frozen=True)
+class AdaptivePolicy:
+    """``adaptive:``: A/B pairs of each configuration (the ``baseline`` build against each other
+    build) are added until the sequential rule (``harness.analysis.sequential``) settles or the
+    cap is reached; ``min_repetitions`` are run first, whatever ``repetitions`` says.
+    """
+
+    baseline: str
+    metric: str = "tg_tps"
+    effect: float = 0.05
+    alpha: float = 0.01
+    beta: float = 0.05
+    min_repetitions: int = 5
+    max_repetitions: int = 30
+
+
+@dataclass(frozen=True)
 class CooldownPolicy:
     """Wait before a trial until the phone is this cool and charged (or give up after a while)."""
 
@@ -150,6 +169,7 @@ class Matrix:
     exclude: tuple[Mapping[str, Any], ...] = ()
     source: str = "<matrix>"
     energy: EnergyPolicy = field(default_factory=EnergyPolicy)
+    adaptive: AdaptivePolicy | None = None
 
 
 # --- validation helpers -------------------------------------------------------------------------
@@ -417,6 +437,39 @@ def _parse_energy(check: _Checker, raw: Any) -> EnergyPolicy:
     return EnergyPolicy(enabled=True, idle_s=idle)
 
 
+def _fraction(check: _Checker, value: Any, where: str, upper: float) -> float:
+    number = check.number(value, where, 0)
+    if not 0 < number < upper:
+        raise check.fail(where, f"{number} is out of range (allowed: numbers in (0, {upper:g}))")
+    return number
+
+
+def _parse_adaptive(check: _Checker, raw: Any,
+                    axes: Mapping[str, tuple[Any, ...]]) -> AdaptivePolicy | None:
+    if raw is None:
+        return None
+    data = check.mapping(raw, "adaptive")
+    check.keys(data, "adaptive", ADAPTIVE_KEYS)
+    builds = axes.get("build", ())
+    if "baseline" not in data:
+        raise check.fail("adaptive", "missing key 'baseline' (the build the others are "
+                                     "compared with)")
+    baseline = data["baseline"]
+    if baseline not in builds or len(builds) < 2:
+        raise check.fail("adaptive.baseline", f"{_show(baseline)} must be one of at least two "
+                         f"builds in axes.build (builds: {', '.join(map(str, builds)) or 'none'})")
+    metric = _choice(check, data.get("metric", "tg_tps"), "adaptive.metric", ADAPTIVE_METRICS,
+                     "metric")
+    low = check.integer(data.get("min_repetitions", 5), "adaptive.min_repetitions", 3, 100)
+    high = check.integer(data.get("max_repetitions", 30), "adaptive.max_repetitions", low, 200)
+    return AdaptivePolicy(
+        baseline=str(baseline), metric=metric,
+        effect=_fraction(check, data.get("effect", 0.05), "adaptive.effect", 1.0),
+        alpha=_fraction(check, data.get("alpha", 0.01), "adaptive.alpha", 0.5),
+        beta=_fraction(check, data.get("beta", 0.05), "adaptive.beta", 0.5),
+        min_repetitions=low, max_repetitions=high)
+
+
 def _parse_cooldown(check: _Checker, raw: Any) -> CooldownPolicy:
     data = check.mapping(raw, "cooldown")
     check.keys(data, "cooldown", tuple(COOLDOWN_DEFAULTS))
@@ -528,6 +581,7 @@ def parse_matrix(data: Any, source: str) -> Matrix:
         exclude=_parse_rules(check, data.get("exclude", []), "exclude", axes, models),
         source=source,
         energy=_parse_energy(check, data.get("energy")),
+        adaptive=_parse_adaptive(check, data.get("adaptive"), axes),
     )
     if not expand(matrix):
         raise ConfigError(f"{source}: exclude removes every combination (nothing to run)")

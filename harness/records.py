@@ -289,3 +289,31 @@ class EnergyRecord:
     pp_j_per_token: float | None = None
     tg_j_per_token: float | None = None
     energy_samples: int | None = None
+
+
+@dataclass(frozen=True)
+class AdaptiveRecord:
+    """Why an adaptive A/B comparison stopped (``adaptive:`` matrices, harness.run.adaptive):
+    one row per run, phone, configuration and candidate build."""
+
+    run_id: str
+    serial: str
+    config_id: str
+    metric: str
+    baseline_build: str
+    candidate_build: str
+    baseline_cell_id: str
+    candidate_cell_id: str
+    step: str  # regression, improvement, same (no change of that size), unstable (the cap)
+    reason: str  # the rule's own sentence: where it stopped and on which bound
+    n_baseline: int  # usable values of each side
+    n_candidate: int
+    repetitions: int  # trials each side ran (failed ones included)
+    ratio: float | None  # candidate over baseline (trimmed log means)
+    llr_regression: float | None
+    llr_improvement: float | None
+    effect: float
+    alpha: float
+    beta: float
+    max_repetitions: int
+    decided_at: datetime

@@ -28,11 +28,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness.errors import StoreError
-from harness.records import EnergyRecord, SampleRecord, TrialRecord
+from harness.records import AdaptiveRecord, EnergyRecord, SampleRecord, TrialRecord
 
 SCHEMA_VERSION = 6
 TABLES: dict[str, type] = {"trials": TrialRecord, "samples": SampleRecord,
-                          "energy": EnergyRecord}
+                          "energy": EnergyRecord, "adaptive": AdaptiveRecord}
 log = logging.getLogger(__name__)
 
 _ARROW_TYPES: dict[Any, pa.DataType] = {

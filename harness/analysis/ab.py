@@ -13,11 +13,13 @@ import dataclasses
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
+from harness import store
 from harness.analysis.compare import Comparison, compare_many, higher_is_better
 from harness.analysis.frames import (
     DEFAULT_METRICS,
@@ -170,6 +172,7 @@ def compare_builds(
     baseline_engine: str | None = None,
     candidate_engine: str | None = None,
     recent: int | None = None,
+    sequential: pd.DataFrame | None = None,
 ) -> BuildComparison:
     """Every cell measured by both sides, per metric, with gate results.
 
@@ -178,6 +181,11 @@ def compare_builds(
     ConfigError naming the flag to pass. Metrics named by gates are compared too, so a gate never
     silently checks nothing. ``recent`` keeps each side's newest trials per cell, up to that
     many usable ones (``frames.recent_window``); None keeps them all.
+
+    ``sequential`` (the store's ``adaptive`` table, ``load_sequential``): where a cell's compared
+    trials all come from one adaptive run that settled this pair on this metric, that run's
+    sequential verdict replaces the fixed-n one (a fixed-n test after optional stopping would
+    not keep its error rates); the reason says so.
     """
     base = resolve_side(trials, baseline, baseline_engine)
     cand = resolve_side(trials, candidate, candidate_engine, build_flag="--candidate",
@@ -189,6 +197,8 @@ def compare_builds(
     by_metric: dict[str, Mapping[Hashable, Comparison]] = {}
     for metric in names:
         results, groups = _compare_metric(pairs, metric, noise)
+        if sequential is not None and not sequential.empty:
+            results = _sequential_verdicts(results, trials, sequential, metric, base, cand)
         by_metric[metric] = cast(Mapping[Hashable, Comparison], results)
         for key, comparison in results.items():
             base_group: SampleGroup = pairs[key][0]
@@ -204,6 +214,42 @@ def compare_builds(
                                     include_throttled)
     return BuildComparison(base.build, cand.build, names, tuple(cells), tuple(gate_results),
                            include_throttled, base.engine, cand.engine, recent)
+
+
+def load_sequential(root: Path) -> pd.DataFrame | None:
+    """The store's ``adaptive`` table (why each adaptive A/B pair stopped), None when absent."""
+    if not (root / "adaptive").is_dir():
+        return None
+    return store.read_table(root, "adaptive")
+
+
+def _sequential_verdicts(results: Mapping[CellKey, Comparison], trials: pd.DataFrame,
+                         decisions: pd.DataFrame, metric: str, base: Side, cand: Side,
+                         ) -> dict[CellKey, Comparison]:
+    chosen = decisions[(decisions["metric"] == metric)
+                       & (decisions["baseline_build"] == base.build)
+                       & (decisions["candidate_build"] == cand.build)]
+    out = dict(results)
+    if chosen.empty:
+        return out
+    latest = chosen.sort_values("decided_at").groupby(["serial", "config_id"]).tail(1)
+    found = {(str(r.serial), str(r.config_id)): r for r in latest.itertuples(index=False)}
+    sides = trials[trials["build_id"].isin([base.build, cand.build])]
+    for key, comparison in results.items():
+        record = found.get((key.device, key.config_id))
+        if record is None:
+            continue
+        runs = set(sides[(sides["device_serial"] == key.device)
+                         & (sides["config_id"] == key.config_id)]["run_id"])
+        if runs != {record.run_id}:
+            continue  # other runs' trials are in this comparison: the fixed-n test judges it
+        step = "same" if record.step == "same" else str(record.step)
+        causes = ("sequential",) + (("cap_reached",) if step == "unstable" else ())
+        out[key] = dataclasses.replace(
+            comparison, verdict=cast(Any, step), causes=causes,
+            reason=f"sequential rule (run {record.run_id}, {record.repetitions} repetitions "
+                   f"per side): {record.reason}")
+    return out
 
 
 def _noise_notes(trials: pd.DataFrame, results: Sequence[GateResult], engines: tuple[str, str],

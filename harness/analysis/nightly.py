@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from harness.analysis.ab import BuildComparison, compare_builds
+from harness.analysis.ab import BuildComparison, compare_builds, load_sequential
 from harness.analysis.alerts import AlertDocument, build_alerts
 from harness.analysis.frames import (
     DEFAULT_METRICS,
@@ -104,7 +104,8 @@ def _engine_note(engine: str) -> str:
 
 def _against_baseline(tonight: pd.DataFrame, base_rows: pd.DataFrame, baseline: str,
                       metrics: Sequence[str], gates: Sequence[Gate],
-                      notes: list[str]) -> list[NightlyComparison]:
+                      notes: list[str], sequential: pd.DataFrame | None = None,
+                      ) -> list[NightlyComparison]:
     """Every side of tonight but the baseline's, against the baseline run by the same engine."""
     base_engines = set(engine_column(base_rows))
     out = []
@@ -120,7 +121,8 @@ def _against_baseline(tonight: pd.DataFrame, base_rows: pd.DataFrame, baseline: 
         out.append(NightlyComparison(
             f"{side.build} vs baseline {baseline}{_engine_note(side.engine)}",
             compare_builds(frame, baseline, side.build, metrics, gates,
-                           baseline_engine=side.engine, candidate_engine=side.engine)))
+                           baseline_engine=side.engine, candidate_engine=side.engine,
+                           sequential=sequential)))
     return out
 
 
@@ -173,7 +175,8 @@ def run_nightly(
             raise ConfigError(f"--baseline {baseline!r}: no trials of that build, tonight or "
                               "before; add it to the matrix's build axis")
         notes.append(f"baseline {baseline} did not run tonight: compared with its stored trials")
-    comparisons = _against_baseline(tonight, base_rows, baseline, metrics, gates, notes)
+    comparisons = _against_baseline(tonight, base_rows, baseline, metrics, gates, notes,
+                                    load_sequential(results))
     previous = trials[(trials["run_id"] != summary.run_id) & (trials["build_id"] != baseline)]
     current = _main_build(tonight, baseline)
     if current is not None and not previous.empty:

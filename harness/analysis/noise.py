@@ -325,3 +325,42 @@ def noise_grew(frame: pd.DataFrame, run_id: str, metrics: Sequence[str] = DEFAUL
 def floor_index(floors: Iterable[NoiseFloor]) -> dict[Key, NoiseFloor]:
     """Floors by (device, config_id, engine, metric)."""
     return {(f.device, f.config_id, f.engine, f.metric): f for f in floors}
+
+
+#: Nights of history a cell needs before its noise floor is quoted (the report's rule): with
+#: fewer, a median over samples is one or two nights' accident.
+MIN_NIGHTS = 3
+
+
+def recent_trials(frame: pd.DataFrame, nights_back: int = DEFAULT_NIGHTS, *,
+                  include_throttled: bool = False) -> pd.DataFrame:
+    """The usable trials of each (device, config_id, engine)'s ``nights_back`` most recent
+    nights that hold a sample (a build with at least ``MIN_SAMPLE`` usable trials that night).
+
+    Vectorised, so ``noise_floors`` of a farm store's history costs a few thousand samples rather
+    than one per cell and night ever run; ``noise_floors`` of the result equals that of
+    ``frame`` whenever every usable trial carries the metric (a metric missing on a recent night
+    would otherwise reach further back).
+    """
+    if nights_back < 1:
+        raise ConfigError(f"--nights {nights_back}: give at least 1")
+    if frame.empty:
+        return frame
+    kept = frame[usable_mask(frame, include_throttled).to_numpy()]
+    if kept.empty:
+        return kept
+    keys = pd.DataFrame({
+        "device": kept["device_serial"].astype(str).to_numpy(),
+        "config": kept["config_id"].astype(str).to_numpy(),
+        "engine": engine_column(kept).astype(str).to_numpy(),
+        "night": nights(kept).to_numpy(),
+        "build": kept["build_id"].astype(str).to_numpy(),
+    })
+    cell_night = ["device", "config", "engine", "night"]
+    sizes = keys.groupby([*cell_night, "build"], sort=False).size()
+    full = sizes[sizes >= MIN_SAMPLE].reset_index()[cell_night].drop_duplicates()
+    full = full.sort_values("night", ascending=False, kind="stable")
+    chosen = full[full.groupby(cell_night[:3], sort=False).cumcount() < nights_back]
+    mask = pd.MultiIndex.from_frame(keys[cell_night]).isin(
+        pd.MultiIndex.from_frame(chosen[cell_night]))
+    return kept[mask]

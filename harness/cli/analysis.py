@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.analysis.ab import BuildComparison, canonical_gates, compare_builds
+from harness.analysis.ab import BuildComparison, canonical_gates, compare_builds, load_sequential
 from harness.analysis.alerts import AlertDocument
 from harness.analysis.frames import load_trials, parse_metrics
 from harness.analysis.nightly import (
@@ -137,7 +137,7 @@ def compare_command(baseline: str | None, candidate: str | None, baseline_engine
                             parse_metrics(metric_text), gates,
                             include_throttled=include_throttled,
                             baseline_engine=baseline_engine, candidate_engine=candidate_engine,
-                            recent=recent)
+                            recent=recent, sequential=load_sequential(results))
     if junit is not None:
         from harness.analysis.junit import write_junit
 

@@ -80,7 +80,8 @@ def report(results: Path, run_id: str | None, since: str | None, baseline: str |
             "baseline_engine": comparison.baseline_engine,
             "candidate_engine": comparison.candidate_engine,
             "verdicts": dict(comparison.counts), "engines": list(data.engines.engines),
-            "change_points": len(data.history.changes), "bytes": output.stat().st_size,
+            "change_points": len(data.history.changes), "noise_floor": data.noise.to_json(),
+            "bytes": output.stat().st_size,
             "seconds": round(seconds, 3), "timings": data.timings,
             "generated_at": datetime.isoformat(data.generated_at),
         }, indent=2))

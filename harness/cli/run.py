@@ -43,7 +43,14 @@ class _Progress:
                     f"push {details['name']} {details['done'] * 100 // max(details['total'], 1)}%"))
             elif kind == Kind.TRIAL:
                 runs_on = details.get("runs_on", details["build"])
-                self.progress.update(task, description=f"{runs_on} {details['label']}")
+                # adaptive rounds raise the total as they are added
+                self.progress.update(task, description=f"{runs_on} {details['label']}",
+                                     total=details.get("total") or None)
+            elif kind == Kind.ADAPTIVE:
+                self.progress.console.print(
+                    f"{serial}: {details['candidate']} vs {details['baseline']} "
+                    f"{details['label']}: {details['step']} after {details['repetitions']} "
+                    f"repetitions ({details['reason']})", markup=False, highlight=False)
             elif kind == Kind.DONE:
                 self.progress.advance(task)
             elif kind in ERRORS:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from harness.analysis.ab import load_sequential
 from harness.analysis.changes import what_changed
 from harness.analysis.frames import (
     Side,
@@ -33,7 +34,7 @@ from harness.analysis.sustained import sustained_mask
 from harness.errors import StoreError
 from harness.memory import quant_rank
 from harness.records import OUTCOMES
-from harness.report import trends, workloads
+from harness.report import floors, trends, workloads
 from harness.report.load import find_trial_ids, load_samples, load_trials
 from harness.report.model import (
     ConditionRow,
@@ -462,11 +463,17 @@ def build_report_data(
     names = labels(df)
     summary = _timed(timings, "summary", lambda: summarise(df))
     choice = trends.SideChoice(options.baseline, options.candidate, options.baseline_engine,
-                               options.candidate_engine, options.recent)
+                               options.candidate_engine, options.recent,
+                               load_sequential(options.results))
     comparison, compared = _timed(timings, "compare",
                                   lambda: trends.compared(trials, names, choice))
+    several_engines = df["engine"].nunique() > 1
+    found = _timed(timings, "noise", lambda: floors.floors(trials))
+    comparison = floors.with_floors(comparison, found)
+    noise = _timed(timings, "noise_table",
+                   lambda: floors.section(trials, names, found, several_engines))
     changed = _timed(timings, "changes", lambda: trends.changes(
-        what_changed(trials, compared), names, comparison, df["engine"].nunique() > 1))
+        what_changed(trials, compared), names, comparison, several_engines))
     side = (Side(comparison.candidate, comparison.candidate_engine or "")
             if comparison.candidate else latest_side(df))
     maps = _timed(timings, "heatmaps", lambda: heatmaps(df, side, options.top))
@@ -495,4 +502,4 @@ def build_report_data(
         throttled_trials=_failure_rows(throttled), comparison=comparison, history=history,
         recommendations=recs, timings=timings, conditions=ran_as, quality=scored,
         heatmap_engine=side.engine if side else None, engines=engines, sustained=sustained,
-        energy=energy, validity=valid, changes=changed)
+        energy=energy, validity=valid, changes=changed, noise=noise)

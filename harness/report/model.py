@@ -181,6 +181,52 @@ class ThermalRow:
 
 
 @dataclass(frozen=True)
+class CellFloor:
+    """A compared cell's noise floor at the repetitions the comparison had
+    (``analysis.noise``): the smallest change it finds with ``power`` at ``alpha``."""
+
+    cv: Number  # robust CV; None: fewer than ``min_nights`` nights of history
+    nights: int  # nights the CV rests on (0: none with enough usable trials)
+    mdc: Number  # minimum detectable change at n_baseline/n_candidate, a fraction
+    n_baseline: int
+    n_candidate: int
+    power: float
+    alpha: float
+    min_nights: int
+    band: float  # the verdict's noise band (``Policy.noise``)
+    verdict: str = ""
+
+    @property
+    def enough(self) -> bool:
+        return self.cv is not None and self.mdc is not None
+
+    @property
+    def blind(self) -> bool:
+        """No verdict was reached and the cell could not have seen a change of the band."""
+        return self.verdict == "unstable" and self.mdc is not None and self.mdc > self.band
+
+    @property
+    def reps(self) -> str:
+        if self.n_baseline == self.n_candidate:
+            return f"{self.n_baseline} repetitions"
+        return f"{self.n_baseline}/{self.n_candidate} repetitions"
+
+    @property
+    def text(self) -> str:
+        """One line for people, e.g. "this cell cannot see changes below 4.1% with 10
+        repetitions (80% power, alpha 0.05; robust CV 2.3% over 7 nights)"."""
+        if self.cv is None or self.mdc is None:
+            return (f"no noise floor yet: fewer than {self.min_nights} nights of history "
+                    f"({self.nights} so far)")
+        line = (f"this cell cannot see changes below {self.mdc:.1%} with {self.reps} "
+                f"({self.power:.0%} power, alpha {self.alpha:g}; robust CV {self.cv:.1%} over "
+                f"{self.nights} nights)")
+        if self.blind:
+            line += (f"; no verdict, and it could not have seen a ±{self.band:.0%} change")
+        return line
+
+
+@dataclass(frozen=True)
 class ComparisonRow:
     """One cell and metric of ``harness.analysis.ab.compare_builds``, labelled for people."""
 
@@ -198,6 +244,7 @@ class ComparisonRow:
     reason: str
     serial: str = ""  # the device serial and config_id the cell is keyed by in `compare --json`
     config_id: str = ""
+    floor: CellFloor | None = None  # None: the report computed no floor (an old caller)
 
 
 @dataclass(frozen=True)
@@ -417,6 +464,7 @@ class MetricChangeItem:
     ci_high: float
     median_baseline: float
     median_candidate: float
+    floor: CellFloor | None = None
 
 
 @dataclass(frozen=True)
@@ -462,10 +510,67 @@ class ChangesSection:
     phones: tuple[PhoneChangeRow, ...] = ()
     unchanged: tuple[str, ...] = ()
     shown: int = 8  # items per phone and kind
+    blind: int = 0  # compared cells with no verdict whose noise floor is above the band
+    band: float = 0.03
 
     @property
     def nothing_changed(self) -> bool:
         return not self.phones
+
+
+@dataclass(frozen=True)
+class FloorRow:
+    """One cell and metric's noise floor (``analysis.noise.noise_floors``), labelled."""
+
+    config: str  # the config's label (with the engine when the scope holds several)
+    metric: str
+    cv: Number  # robust CV; None: fewer than the section's ``min_nights`` nights of history
+    nights: int  # nights the CV rests on (0: no night with enough usable trials)
+    trials: int  # usable trials in those nights
+    reps: int  # repetitions per night the cell ran (the median size of its samples)
+    mdc: Number  # minimum detectable change at ``reps`` per side, the section's power
+    mdc_95: Number
+    serial: str = ""
+    config_id: str = ""
+    engine: str = ""
+
+    @property
+    def enough(self) -> bool:
+        return self.cv is not None
+
+
+@dataclass(frozen=True)
+class FloorPhone:
+    device: str
+    rows: tuple[FloorRow, ...]  # by config, then metric
+    serial: str = ""
+
+
+@dataclass(frozen=True)
+class NoiseFloorSection:
+    """Per phone, each cell's noise floor over its recent nights (``harness noise``'s figures,
+    at the repetitions each cell ran)."""
+
+    phones: tuple[FloorPhone, ...] = ()
+    nights_back: int = 7
+    min_nights: int = 3
+    power: float = 0.80
+    alpha: float = 0.05
+    shown: int = 40  # rows per phone
+
+    @property
+    def present(self) -> bool:
+        return bool(self.phones)
+
+    def to_json(self) -> list[dict[str, object]]:
+        """The ``noise_floor`` list of ``harness report --json``: one entry per cell and metric
+        (``cv``/``mdc_80``/``mdc_95`` null where the cell lacks history)."""
+        return [{"device": p.serial, "device_label": p.device, "config_id": r.config_id,
+                 "config": r.config, "engine": r.engine, "metric": r.metric, "cv": r.cv,
+                 "nights": r.nights, "trials": r.trials, "reps": r.reps, "mdc_80": r.mdc,
+                 "mdc_95": r.mdc_95, "enough_history": r.enough,
+                 "min_nights": self.min_nights, "alpha": self.alpha}
+                for p in self.phones for r in p.rows]
 
 
 @dataclass(frozen=True)
@@ -494,4 +599,5 @@ class ReportData:
     energy: EnergySection = field(default_factory=EnergySection)
     validity: ValiditySection = field(default_factory=ValiditySection)
     changes: ChangesSection = field(default_factory=ChangesSection)
+    noise: NoiseFloorSection = field(default_factory=NoiseFloorSection)
 

@@ -65,6 +65,7 @@ class SideChoice:
     baseline_engine: str | None = None
     candidate_engine: str | None = None
     recent: int | None = None  # as `harness compare --recent`
+    sequential: pd.DataFrame | None = None  # the store's adaptive table (ab.load_sequential)
 
 
 def _by_first_trial(trials: pd.DataFrame, choices: Sequence[Side]) -> list[Side]:
@@ -126,7 +127,7 @@ def compared(trials: pd.DataFrame, labels: Labels, choice: SideChoice,
         return ComparisonSection(None, None, note), None
     result = compare_builds(trials, base.build, cand.build, DEFAULT_METRICS,
                             baseline_engine=base.engine, candidate_engine=cand.engine,
-                            recent=choice.recent)
+                            recent=choice.recent, sequential=choice.sequential)
     counts = tuple(result.counts_by_metric().items())
     which = (f"the {choice.recent} newest ok, applied, non-throttled trials" if choice.recent
              else "every ok, applied, non-throttled trial")
@@ -210,9 +211,13 @@ def changes(result: Changes, labels: Labels, section: ComparisonSection,
         name = labels.config(config_id)
         return f"{name} · {engine}" if several_engines else name
 
+    # each compared cell's noise floor (``floors.with_floors``), shown beside its verdict
+    floors = {(r.serial, r.config_id, r.metric): r.floor for r in section.rows}
+
     def moved(items: Sequence[MetricChange]) -> tuple[MetricChangeItem, ...]:
         return tuple(MetricChangeItem(labels.config(m.config_id), m.metric, m.ratio, m.ci_low,
-                                      m.ci_high, m.median_baseline, m.median_candidate)
+                                      m.ci_high, m.median_baseline, m.median_candidate,
+                                      floors.get((m.device, m.config_id, m.metric)))
                      for m in items)
 
     rows, unchanged = [], []
@@ -230,6 +235,9 @@ def changes(result: Changes, labels: Labels, section: ComparisonSection,
             phone.absent))
     compared = (f"{section.candidate_side} against {section.baseline_side}"
                 if section.baseline else "")
+    blind = sum(1 for f in floors.values() if f is not None and f.blind)
     return ChangesSection(result.latest_night, result.previous_night, compared,
                           "" if compared else section.note,
-                          tuple(sorted(rows, key=lambda r: r.device)), tuple(sorted(unchanged)))
+                          tuple(sorted(rows, key=lambda r: r.device)), tuple(sorted(unchanged)),
+                          blind=blind,
+                          band=next((f.band for f in floors.values() if f is not None), 0.03))

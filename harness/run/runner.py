@@ -8,6 +8,7 @@ loses at most the trial in flight, and ``resume`` re-runs only trials with no st
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import threading
@@ -20,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from harness import store
 from harness.artifacts.builds import Build, builds_root, open_build
 from harness.artifacts.gguf_info import ModelInfo, file_sha256
 from harness.budget import available_memory
@@ -31,8 +33,15 @@ from harness.errors import ConfigError, DeviceError, DeviceLostError, HarnessErr
 from harness.matrix import Matrix, expand, load_matrix
 from harness.memory import repacked_types
 from harness.plan import DEFAULT_RESERVE_BYTES, PlannedCell, plan_cells, resolve_models
-from harness.records import BuildMeta, DeviceMeta, ModelMeta, SampleRecord, TrialRecord
-from harness.run import bandwidth, store_io
+from harness.records import (
+    AdaptiveRecord,
+    BuildMeta,
+    DeviceMeta,
+    ModelMeta,
+    SampleRecord,
+    TrialRecord,
+)
+from harness.run import adaptive, bandwidth, store_io
 from harness.run.deploy import Artifact, PushReport, ensure_artifacts, model_remote_path
 from harness.run.events import Event, Kind
 from harness.run.order import TrialSpec, interleave
@@ -69,6 +78,7 @@ class DeviceSummary:
     bytes_pushed: int = 0
     not_run: int = 0
     error: str | None = None
+    adaptive: list[AdaptiveRecord] = field(default_factory=list)  # why each A/B pair stopped
 
 
 @dataclass(frozen=True)
@@ -92,10 +102,18 @@ class RunSummary:
             "trials_by_outcome": dict(sorted(self.outcomes().items())),
             "devices": [
                 {"serial": d.serial, "trials_by_outcome": dict(sorted(d.outcomes.items())),
-                 "bytes_pushed": d.bytes_pushed, "not_run": d.not_run, "error": d.error}
+                 "bytes_pushed": d.bytes_pushed, "not_run": d.not_run, "error": d.error,
+                 **({"adaptive": [adaptive_json(r) for r in d.adaptive]} if d.adaptive else {})}
                 for d in self.devices
             ],
         }
+
+
+def adaptive_json(record: AdaptiveRecord) -> dict[str, Any]:
+    return {"config_id": record.config_id, "baseline": record.baseline_build,
+            "candidate": record.candidate_build, "metric": record.metric, "step": record.step,
+            "reason": record.reason, "repetitions": record.repetitions,
+            "ratio": record.ratio}
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -227,6 +245,14 @@ class DeviceWorker:
         self.on_event = on_event
         self.sink: Sink = sink or (
             lambda trial, samples: store_io.append(options.results, run_id, trial, samples))
+        # the local backend writes the store itself; a farm worker's caller ships its records
+        self._local_store = options.results if sink is None else None
+        self.decision_sink: Callable[[AdaptiveRecord], object] = (
+            (lambda found: store.write_part(options.results, "adaptive", [found], run_id))
+            if sink is None else (lambda found: None))
+        self.adaptive_policy = prepared.matrix.adaptive
+        self._values: dict[str, list[float]] = {}  # metric values per cell, run order
+        self._throttled: dict[str, list[bool]] = {}  # and whether each trial was throttled
         self.summary = DeviceSummary(device.serial)
         self.busy: DeviceBusyError | None = None
         self._ready: _Ready | None = None
@@ -278,7 +304,8 @@ class DeviceWorker:
         facts = self.device.facts()
         self._model = facts.model
         planned = self.plan(facts)
-        trials = interleave(self.prepared.cells, self.run_id, self.device.serial)
+        trials = interleave(adaptive.planned_cells(self.prepared.cells, self.adaptive_policy),
+                            self.run_id, self.device.serial)
         todo = [t for t in trials if t.trial_id not in self.done]
         self._refused = self._refusals(facts, todo)
         for key in sorted({_setup(t) for t in todo} & set(self._refused)):
@@ -297,6 +324,7 @@ class DeviceWorker:
         ))
         self._ready = _Ready(planned, frozenset(t.trial_id for t in runnable), contexts, runner,
                              len(todo))
+        self._prefill_values()
         return jobs_of(todo)
 
     def _refusals(self, facts: DeviceFacts,
@@ -328,6 +356,57 @@ class DeviceWorker:
         """
         if self._ready is None:
             raise RuntimeError("run_job before prepare_jobs")
+        self._run_trials(job, first_index)
+        runnable = {s.cell.cell_id for s in job if s.trial_id in self._ready.runnable_ids}
+        pair = adaptive.pairing(job, self.prepared.cells, self.adaptive_policy, runnable)
+        if pair is not None and self._ready.contexts is not None:
+            self._adapt(job, pair, first_index + len(job))
+
+    def _adapt(self, job: Sequence[TrialSpec], pair: adaptive.Pairing, index: int) -> None:
+        """Rounds of the baseline and each open candidate until the rule settles each one."""
+        policy = self.adaptive_policy
+        assert policy is not None and self._ready is not None
+        rep = adaptive.first_free_rep(job, self.done)
+        open_ids = [c.cell_id for c in pair.candidates]
+        while True:
+            decisions = adaptive.judge(pair, self._values, policy, self._throttled)
+            for cell in pair.candidates:
+                decision = decisions[cell.cell_id]
+                if cell.cell_id in open_ids and decision.settled:
+                    open_ids.remove(cell.cell_id)
+                    spent = len(self._values.get(cell.cell_id, ()))
+                    found = adaptive.record(pair, cell, decision, policy, self.run_id,
+                                            self.device.serial, spent)
+                    self.summary.adaptive.append(found)
+                    self.decision_sink(found)
+                    self._emit(Kind.ADAPTIVE, candidate=cell.build, baseline=pair.baseline.build,
+                               label=cell.label(), step=decision.step, reason=decision.reason,
+                               repetitions=spent)
+            if not open_ids:
+                return
+            added = adaptive.next_round(pair, open_ids, self.run_id, self.device.serial, rep)
+            self._ready = dataclasses.replace(
+                self._ready, todo_count=self._ready.todo_count + len(added),
+                runnable_ids=self._ready.runnable_ids | {t.trial_id for t in added})
+            self._run_trials(added, index)
+            index += len(added)
+            rep += 1
+
+    def _prefill_values(self) -> None:
+        """A resumed local adaptive run: the values its earlier sessions stored count too."""
+        policy = self.adaptive_policy
+        if policy is None or not self.done or self._local_store is None:
+            return
+        frame = store.read_table(self._local_store, "trials")
+        if frame.empty:
+            return
+        mine = frame[(frame["run_id"] == self.run_id)
+                     & (frame["device_serial"] == self.device.serial)]
+        self._values = adaptive.values_from_frame(mine, policy.metric)
+        self._throttled = adaptive.throttled_from_frame(mine)
+
+    def _run_trials(self, job: Sequence[TrialSpec], first_index: int) -> None:
+        assert self._ready is not None
         serial = self.device.serial
         planned, runnable_ids, contexts, runner = (
             self._ready.planned, self._ready.runnable_ids, self._ready.contexts,
@@ -406,6 +485,10 @@ class DeviceWorker:
     def _store(self, trial: TrialRecord, samples: Sequence[Any]) -> None:
         trial = self.validated(trial)
         self.sink(trial, samples)
+        if self.adaptive_policy is not None:
+            self._values.setdefault(trial.cell_id, []).append(
+                adaptive.value_of(trial, self.adaptive_policy.metric))
+            self._throttled.setdefault(trial.cell_id, []).append(trial.throttled)
         self.summary.outcomes[trial.outcome] += 1
         if trial.outcome == "precondition_failed":  # the phone and the requirement it failed
             self._emit(Kind.PRECONDITION_FAILED, error=trial.error)
