@@ -5,12 +5,26 @@ scaling means N phones finish in the time one does: efficiency(N) = makespan(1) 
 The cells use one engine thread each, so the engine needs N cores for N phones: the ceiling is
 min(1, cores / (N × threads)). Phones are warmed first (the artefacts pushed), so no run pays a
 first push; the counts are run in a rotating order when there are several rounds.
+
+The same matrix then runs on the Dask backend (a scheduler and one agent on this host, one worker
+per phone, its artifact cache under the work folder): there each job reports its set-up (artifact
+fetch into the host's cache, the device lease, preparing the phone: facts, plan, push) apart from
+its trials, so farm efficiency is given both ways, by makespan and by engine time only. The first
+dask run is the cold one (everything fetched and pushed) and is reported on its own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
 import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from bench.common import MATRICES, Figure, Lab, Timeline
@@ -35,6 +49,140 @@ def efficiency(makespans: dict[int, list[float]]) -> dict[int, float]:
     """Median makespan on 1 phone over the median on N (pure, tested)."""
     one = statistics.median(makespans[1])
     return {n: one / statistics.median(spans) for n, spans in makespans.items()}
+
+
+def job_split(jobs: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """A dask run's time per phone split into set-up and trials (pure, tested).
+
+    ``jobs`` are a FarmSummary's job rows (``setup_s``, ``trials_s``, ``serial``). The engine
+    span is the busiest phone's trial time: what the makespan would be with free set-up.
+    """
+    per_phone: dict[str, float] = {}
+    for job in jobs:
+        per_phone[job["serial"]] = per_phone.get(job["serial"], 0.0) + job["trials_s"]
+    setup = [job["setup_s"] for job in jobs]
+    total = sum(setup) + sum(per_phone.values())
+    return {"engine_span_s": max(per_phone.values(), default=0.0),
+            "setup_median_s": statistics.median(setup) if setup else 0.0,
+            "setup_total_s": sum(setup), "setup_share": sum(setup) / total if total else 0.0}
+
+
+@contextlib.contextmanager
+def dask_farm(work: Path) -> Iterator[str]:
+    """A scheduler and one agent on 127.0.0.1 for the lab's adb server; stopped by pid."""
+    harness = str(Path(sys.executable).parent / "harness")
+    work.mkdir(parents=True, exist_ok=True)
+    address_file = work / "scheduler.json"
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(argv: list[str], log: str) -> subprocess.Popen[bytes]:
+        with open(work / log, "ab") as out:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT)
+        procs.append(proc)
+        return proc
+
+    try:
+        start([harness, "farm", "scheduler", "--host", "127.0.0.1", "--port", "0",
+               "--scheduler-file", str(address_file)], "scheduler.log")
+        deadline = time.monotonic() + 60
+        while not address_file.is_file():
+            if time.monotonic() > deadline:
+                raise RuntimeError((work / "scheduler.log").read_text())
+            time.sleep(0.1)
+        time.sleep(0.1)
+        address = json.loads(address_file.read_text())["address"]
+        start([harness, "farm", "agent", "--scheduler", address, "--name", "lab",
+               "--listen-host", "127.0.0.1", "--poll", "0.3", "--no-soc-tag",
+               "--cache", str(work / "cache"), "--log-dir", str(work / "logs")], "agent.log")
+        yield address
+    finally:
+        for proc in reversed(procs):  # the agent first: it stops its workers by pid
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=20)
+
+
+def _wait_for_workers(address: str, serials: set[str], timeout: float = 120) -> None:
+    from distributed import Client
+
+    from harness.farm.naming import farm_phones
+
+    with Client(address, timeout="20s", set_as_default=False) as client:
+        deadline = time.monotonic() + timeout
+        while not serials <= set(farm_phones(client.scheduler_info()["workers"])):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no farm worker for some of {sorted(serials)}")
+            time.sleep(0.3)
+
+
+def measure_dask(lab: Lab, counts: Sequence[int], rounds: int) -> dict[str, Any]:
+    """The matrix on the Dask backend: cold run first, then ``rounds`` rotating rounds."""
+    from harness.farm.driver import execute_farm
+    from harness.run.runner import RunOptions
+
+    serials = [p.serial for p in lab.phones[:max(counts)]]
+    results = lab.work / "farm-dask-results"
+    runs: list[dict[str, Any]] = []
+    with dask_farm(lab.work / "dask") as address:
+        _wait_for_workers(address, set(serials))
+
+        def one(phones: int, kind: str, index: int) -> None:
+            summary = execute_farm(MATRIX, address, RunOptions(results, lab.builds),
+                                   serials[:phones])
+            data = summary.to_json()
+            runs.append({"round": index, "kind": kind, "phones": phones,
+                         "makespan_s": summary.run.wall_s,
+                         "outcomes": dict(summary.run.outcomes()),
+                         "bytes_served": summary.bytes_served, "jobs": data["jobs"],
+                         **job_split(data["jobs"])})
+
+        one(max(counts), "cold", -1)
+        for index in range(rounds):
+            shift = index % len(counts)
+            for phones in list(counts[shift:]) + list(counts[:shift]):
+                one(phones, "warm", index)
+    return {"runs": runs}
+
+
+def dask_figures(runs: Sequence[dict[str, Any]], counts: Sequence[int],
+                 cores: int) -> list[Figure]:
+    warm = [r for r in runs if r["kind"] == "warm"]
+    cold = next((r for r in runs if r["kind"] == "cold"), None)
+
+    def median_of(key: str, n: int) -> float:
+        return statistics.median([r[key] for r in warm if r["phones"] == n])
+
+    figures = []
+    for n in counts[1:]:
+        ceiling = cpu_ceiling(n, cores)
+        fits = ceiling >= 1.0
+        target = ">= 0.85" if fits else f"n/a: ceiling {ceiling:.2f}"
+        make = median_of("makespan_s", 1) / median_of("makespan_s", n)
+        engine = median_of("engine_span_s", 1) / median_of("engine_span_s", n)
+        figures.append(Figure(
+            f"3 farm (dask): efficiency, {n} phones", make, "ratio",
+            f"makespan {median_of('makespan_s', 1):.1f} s -> {median_of('makespan_s', n):.1f} s",
+            target, make >= 0.85 if fits else None,
+            f"set-up {100 * median_of('setup_share', n):.0f}% of job time "
+            f"(median per job {median_of('setup_median_s', n):.2f} s: lease, facts, push check)"))
+        figures.append(Figure(
+            f"3 farm (dask): engine-only efficiency, {n} phones", engine, "ratio",
+            f"busiest phone's trials {median_of('engine_span_s', 1):.1f} s -> "
+            f"{median_of('engine_span_s', n):.1f} s", target, engine >= 0.85 if fits else None,
+            "set-up left out: what the farm would reach with free set-up"))
+    if cold is not None:
+        fetched = sum(j["bytes_fetched"] for j in cold["jobs"])
+        figures.append(Figure(
+            "3 farm (dask): cold run set-up per job", cold["setup_median_s"], "s",
+            f"{cold['phones']} phones, {fetched / 2**20:.1f} MiB fetched once into the host's "
+            "cache", "-", None,
+            f"warm runs fetched {sum(r['bytes_served'] for r in warm)} B in all"))
+    return figures
 
 
 def measure(lab: Lab, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
@@ -74,7 +222,11 @@ def measure(lab: Lab, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
             eff[n] >= 0.85 if fits else None,
             f"tg {tg[1]:.0f} -> {tg[n]:.0f} tok/s per phone; {n} engine threads on "
             f"{cores} cores" + ("" if fits else " (CPU-bound engine: cores limit it)")))
+    dask_counts = COUNTS[:2] if quick else COUNTS
+    dask = measure_dask(lab, dask_counts, rounds)
+    figures += dask_figures(dask["runs"], dask_counts, cores)
     return figures, {"rounds": rounds, "cores": cores, "runs": runs,
                      "warm_bytes_pushed": sum(d.bytes_pushed for d in warm.devices),
                      "efficiency": {str(k): v for k, v in eff.items()},
-                     "median_tg_tps": {str(k): v for k, v in tg.items()}}
+                     "median_tg_tps": {str(k): v for k, v in tg.items()},
+                     "dask": {"counts": list(dask_counts), **dask}}

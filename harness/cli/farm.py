@@ -16,6 +16,7 @@ import click
 from harness.errors import ConfigError
 from harness.farm import require_distributed
 from harness.farm.agent import Agent, AgentConfig, default_log_dir
+from harness.farm.artifacts import check_cache_dir, default_cache_dir
 from harness.farm.scheduler import SchedulerConfig, exec_scheduler, scheduler_command
 
 
@@ -57,27 +58,33 @@ def _parse_tags(tags: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
               help="Seconds between looks at the adb server's device list.")
 @click.option("--log-dir", type=click.Path(path_type=Path), default=None,
               help="Worker logs [$HARNESS_HOME/farm/<name>].")
+@click.option("--cache", "cache_dir", type=click.Path(path_type=Path), default=None,
+              help="This host's cache of builds and models, by sha256 "
+                   "[$HARNESS_CACHE/farm/artifacts].")
 @click.option("--json", "as_json", is_flag=True, help="Print events as JSON lines.")
 def agent_command(scheduler: str, host: str | None, listen_host: str | None,
                   tags: tuple[str, ...], no_soc_tag: bool, max_restarts: int, poll_s: float,
-                  log_dir: Path | None, as_json: bool) -> None:
+                  log_dir: Path | None, cache_dir: Path | None, as_json: bool) -> None:
     """Start one Dask worker per phone on this host's adb server, until stopped.
 
     Each worker has one thread, the name <serial>@<host> and the resources
     device:<serial>=1 (serial with every character but letters and digits as _),
     host:<name>=1 and soc:<soc>=1. A phone that goes away has its worker stopped;
-    a phone plugged in (here or moved from another host) gets one. Stop with
+    a phone plugged in (here or moved from another host) gets one. Builds and
+    models come from the driver by sha256 into --cache, once per host. Stop with
     Ctrl-C or SIGTERM: the workers are stopped first.
 
     \b
     Example:
       harness farm agent --scheduler tcp://lab1:8786 --name usb-host-2 --tag rack:a3
+      harness farm agent --scheduler tcp://lab1:8786 --cache /data/harness-cache
     """
     require_distributed()
     name = host or socket.gethostname()
     config = AgentConfig(scheduler=scheduler, host=name, listen_host=listen_host,
                          tags=_parse_tags(tags), soc_tag=not no_soc_tag,
-                         max_restarts=max_restarts, log_dir=log_dir or default_log_dir(name))
+                         max_restarts=max_restarts, log_dir=log_dir or default_log_dir(name),
+                         cache_dir=check_cache_dir(cache_dir or default_cache_dir()))
 
     def show(kind: str, details: dict[str, Any]) -> None:
         if as_json:
@@ -88,7 +95,7 @@ def agent_command(scheduler: str, host: str | None, listen_host: str | None,
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    show("agent", {"host": name, "scheduler": scheduler})
+    show("agent", {"host": name, "scheduler": scheduler, "cache": str(config.cache_dir)})
     Agent(config, on_event=show).run(stop, poll_s)
 
 

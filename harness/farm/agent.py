@@ -7,7 +7,8 @@ the nanny) named ``<serial>@<host>`` with the resources ``device:<serial>=1``, `
 and, when the phone reports one, ``soc:<soc>=1``. It stops that worker when the phone goes away,
 and restarts a worker that died while its phone stayed, up to ``max_restarts`` times per
 plug-in (a job that keeps killing its worker must not loop forever). Workers are stopped by their
-pid, never by name.
+pid, never by name. The workers are given the agent's artifact cache folder (``--cache``) in
+``$HARNESS_FARM_CACHE``: the phones of one host share one cache.
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.farm.artifacts import CACHE_ENV, default_cache_dir
 from harness.farm.naming import HOST, SOC, device_resource, tag_resource, worker_name
 
 AgentEvent = Callable[[str, dict[str, Any]], None]  # (kind, details)
-Launcher = Callable[[Sequence[str], Path], "subprocess.Popen[bytes]"]
+Launcher = Callable[[Sequence[str], Path, Mapping[str, str]], "subprocess.Popen[bytes]"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,13 @@ class AgentConfig:
     max_restarts: int = 3  # per phone plug-in
     death_timeout_s: float = 60.0  # a worker whose scheduler is gone this long exits
     log_dir: Path = field(default_factory=lambda: Path("farm-logs"))
+    cache_dir: Path = field(default_factory=default_cache_dir)  # builds and models, by sha256
     python: str = sys.executable
+
+
+def worker_env(config: AgentConfig) -> dict[str, str]:
+    """What a worker's environment adds to the agent's: where its host's artifact cache is."""
+    return {CACHE_ENV: str(config.cache_dir)}
 
 
 def worker_argv(config: AgentConfig, serial: str, soc: str | None = None) -> list[str]:
@@ -78,13 +86,14 @@ def adb_soc(serial: str) -> str | None:
     return None
 
 
-def launch(argv: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+def launch(argv: Sequence[str], log: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """Start a worker in its own session (a Ctrl-C at the agent's terminal reaches the agent,
-    which then stops its workers in order)."""
+    which then stops its workers in order), with ``env`` added to the agent's environment."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **env})
 
 
 def stop_process(process: subprocess.Popen[bytes], timeout: float = 10) -> None:
@@ -131,7 +140,7 @@ class Agent:
         soc = self.soc(serial) if self.config.soc_tag else None
         argv = worker_argv(self.config, serial, soc)
         log = self.config.log_dir / f"{device_resource(serial).replace(':', '-')}.log"
-        process = self.launcher(argv, log)
+        process = self.launcher(argv, log, worker_env(self.config))
         self.on_event("started", {"serial": serial, "pid": process.pid,
                                   "name": worker_name(serial, self.config.host), "soc": soc,
                                   "log": str(log)})

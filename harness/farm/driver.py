@@ -18,7 +18,14 @@ Failures:
   is recorded ``device_lost``, its later trials are not run, and the phone goes on to its next job.
 - The phone itself lost (adb gone beyond the reconnect wait): as in the local backend, the trial in
   flight is ``device_lost`` and the phone's remaining trials are not run.
+- The phone leased by another run (a local ``harness run``, another farm): the job touches
+  nothing and reports the holder; the phone's trials are not run, and the run ends with that
+  ``DeviceBusyError`` (exit code 2) after the other phones finished, as the local backend does.
 The other phones keep going in every case.
+
+Builds and models are not read at the driver's paths on the workers: the driver serves the run's
+files by sha256 from an artifact service (``harness.farm.artifacts``) and each job names them by
+hash; a worker fetches what its host's cache lacks.
 """
 
 from __future__ import annotations
@@ -32,14 +39,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from harness import store
 from harness.artifacts.builds import builds_root
-from harness.artifacts.gguf_info import ModelInfo
+from harness.device.lease import DeviceBusyError
 from harness.errors import ConfigError
 from harness.farm import FarmError, require_distributed
+from harness.farm.artifacts import ArtifactService, FileRef, service_address, strip_paths
 from harness.farm.job import JobReport, JobRequest, run_job
 from harness.farm.naming import farm_phones, resource_map
 from harness.records import TrialRecord
-from harness.run import store_io
+from harness.run import adaptive, store_io
 from harness.run.events import FORWARDED, Event, Kind
 from harness.run.order import TrialSpec, interleave
 from harness.run.runner import (
@@ -69,6 +78,19 @@ class JobRecord:
     finished: float
     trials: int
     written: int  # trials newly stored (a trial already stored is not written again)
+    setup_s: float = 0.0  # artifact fetch + lease + preparing the phone (facts, plan, push)
+    trials_s: float = 0.0  # the trials themselves
+    bytes_fetched: int = 0  # from the artifact service into the host's cache
+    busy: str | None = None  # the phone's lease holder, when the job could not take it
+    corrupt_replaced: tuple[str, ...] = ()  # cached files found corrupt and fetched again
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "serial": self.serial, "worker": self.worker, "pid": self.pid,
+                "trials": self.trials, "written": self.written,
+                "seconds": round(self.finished - self.started, 2),
+                "setup_s": round(self.setup_s, 3), "trials_s": round(self.trials_s, 3),
+                "bytes_fetched": self.bytes_fetched, "busy": self.busy,
+                "corrupt_replaced": list(self.corrupt_replaced)}
 
 
 @dataclass(frozen=True)
@@ -76,13 +98,21 @@ class FarmSummary:
     run: RunSummary
     jobs: tuple[JobRecord, ...]
     duplicates_skipped: int
+    bytes_served: int = 0  # by the driver's artifact service over the whole run
 
     def to_json(self) -> dict[str, Any]:
         return {**self.run.to_json(), "backend": "dask",
                 "duplicates_skipped": self.duplicates_skipped,
-                "jobs": [{"key": j.key, "serial": j.serial, "worker": j.worker, "pid": j.pid,
-                          "trials": j.trials, "written": j.written,
-                          "seconds": round(j.finished - j.started, 2)} for j in self.jobs]}
+                "artifact_bytes_served": self.bytes_served,
+                "jobs": [j.to_json() for j in self.jobs]}
+
+
+class FarmBusyError(DeviceBusyError):
+    """A phone of the run was leased by someone else; the others finished (``summary``)."""
+
+    def __init__(self, message: str, summary: FarmSummary) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 @dataclass
@@ -93,22 +123,35 @@ class _Job:
     key: str
 
 
-def _absolute(prepared: Prepared) -> Prepared:
-    """Model paths made absolute: the workers resolve them, from another working directory."""
-    models = {key: replace(m, path=str(Path(m.path).resolve())) if isinstance(m, ModelInfo)
-              else m for key, m in prepared.models.items()}
-    return Prepared(prepared.matrix, prepared.cells, models, prepared.builds)
+@dataclass(frozen=True)
+class _Shipped:
+    """What the jobs carry instead of the driver's paths, and what the service serves."""
+
+    prepared: Prepared  # models and builds with names, not paths
+    model_refs: tuple[tuple[tuple[str, str], FileRef], ...]
+    files: dict[str, Path]  # sha256 -> file on the driver
+
+
+def ship(prepared: Prepared) -> _Shipped:
+    models, builds, refs, files = strip_paths(prepared.models, prepared.builds)
+    return _Shipped(Prepared(prepared.matrix, prepared.cells, models, builds),
+                    tuple(sorted(refs.items())), files)
 
 
 def execute_farm(matrix_path: Path, scheduler: str, options: RunOptions,
                  serials: Sequence[str] | None = None, run_id: str | None = None,
                  on_event: Event | None = None, grace_s: float = DEFAULT_GRACE_S,
-                 poll_s: float = 0.5) -> FarmSummary:
-    """Run a matrix on the farm's phones (``serials``, or every phone with a worker)."""
+                 poll_s: float = 0.5, artifact_address: str | None = None) -> FarmSummary:
+    """Run a matrix on the farm's phones (``serials``, or every phone with a worker).
+
+    ``artifact_address`` (``HOST[:PORT]``, else ``$HARNESS_ARTIFACT_ADDRESS``, else this
+    machine's address towards the scheduler) is where the run's files are served to the workers.
+    """
     distributed = require_distributed()
     options = replace(options, builds=builds_root(options.builds).resolve())
-    session = RunSession.open(matrix_path, options, run_id,
-                              prepare=lambda path, opts: _absolute(prepare(path, opts)))
+    host, port = service_address(scheduler, artifact_address)
+    session = RunSession.open(matrix_path, options, run_id, prepare=prepare)
+    shipped = ship(session.prepared)
     try:
         client = distributed.Client(scheduler, timeout="10s", set_as_default=False)
     except (OSError, TimeoutError) as error:
@@ -124,23 +167,32 @@ def execute_farm(matrix_path: Path, scheduler: str, options: RunOptions,
             raise ConfigError(f"none of {', '.join(chosen)} has a worker on the scheduler at "
                               f"{scheduler} (known: {', '.join(sorted(present)) or 'none'})")
         session.write_meta(chosen, backend="dask", scheduler=scheduler)
-        run = _FarmRun(distributed, client, session.prepared, session.run_id, options,
-                       session.done, chosen,
-                       on_event or (lambda kind, serial, details: None), grace_s, poll_s)
-        run.run()
+        with ArtifactService(shipped.files, host, port) as service:
+            run = _FarmRun(distributed, client, shipped, service.url, session.run_id, options,
+                           session.done, chosen,
+                           on_event or (lambda kind, serial, details: None), grace_s, poll_s)
+            run.run()
+            served = service.bytes_served
     summary = session.summary([run.summaries[s] for s in chosen])
-    return FarmSummary(summary, tuple(run.jobs), run.duplicates)
+    farm = FarmSummary(summary, tuple(run.jobs), run.duplicates, served)
+    if run.busy:  # as the local backend: the others finished; say so, and fail (exit 2)
+        first = next(iter(run.busy.values()))
+        raise FarmBusyError(f"{first}; the other devices finished, --resume {session.run_id} "
+                            "runs this one's trials later", farm)
+    return farm
 
 
 class _FarmRun:
     """The driver's loop: one job in flight per phone, results written as they arrive."""
 
-    def __init__(self, distributed: Any, client: Any, prepared: Prepared, run_id: str,
-                 options: RunOptions, done: set[str], serials: Sequence[str], events: Event,
-                 grace_s: float, poll_s: float) -> None:
+    def __init__(self, distributed: Any, client: Any, shipped: _Shipped, artifacts_url: str,
+                 run_id: str, options: RunOptions, done: set[str], serials: Sequence[str],
+                 events: Event, grace_s: float, poll_s: float) -> None:
         self.distributed = distributed
         self.client = client
-        self.prepared = prepared
+        self.shipped = shipped
+        self.artifacts_url = artifacts_url
+        prepared = shipped.prepared
         self.run_id = run_id
         self.options = options
         self.done = frozenset(done)
@@ -157,10 +209,12 @@ class _FarmRun:
         self.absent_since: dict[str, float] = {}
         self.jobs: list[JobRecord] = []
         self.duplicates = 0
+        self.busy: dict[str, str] = {}  # serial -> the refusal naming the lease holder
         self.lock = threading.Lock()
         self.completed: Any = None  # distributed.as_completed, made in run()
         for serial in serials:
-            todo = [t for t in interleave(prepared.cells, run_id, serial)
+            cells = adaptive.planned_cells(prepared.cells, prepared.matrix.adaptive)
+            todo = [t for t in interleave(cells, run_id, serial)
                     if t.trial_id not in self.done]
             queue: deque[_Job] = deque()
             index = 0
@@ -216,8 +270,9 @@ class _FarmRun:
                 continue
             job = queue.popleft()
             request = JobRequest(self.run_id, serial, job.specs[0].job_id, tuple(job.specs),
-                                 job.first_index, self.prepared, self.options, self.done,
-                                 self.topic)
+                                 job.first_index, self.shipped.prepared, self.options,
+                                 self.done, self.topic, self.artifacts_url,
+                                 self.shipped.model_refs)
             future = self.client.submit(run_job, request, key=job.key,
                                         resources={self.resources[serial]: 1}, retries=1)
             self.inflight[future] = job
@@ -287,13 +342,22 @@ class _FarmRun:
         written = sum(self._write(job.serial, trial, samples) for trial, samples in report.trials)
         summary = self.summaries[job.serial]
         summary.bytes_pushed += report.bytes_pushed
+        if report.adaptive:  # why the job's A/B pairs stopped (adaptive: matrices)
+            store.write_part(self.options.results, "adaptive", list(report.adaptive),
+                             self.run_id)
+            summary.adaptive.extend(report.adaptive)
         if report.note and not summary.error:
             summary.error = report.note
         self.jobs.append(JobRecord(job.key, job.serial, report.worker, report.pid,
-                                   report.started, report.finished, len(report.trials), written))
+                                   report.started, report.finished, len(report.trials), written,
+                                   report.setup_s, report.trials_s, report.bytes_fetched,
+                                   report.busy, report.corrupt_replaced))
         returned = {trial.trial_id for trial, _ in report.trials}
         summary.not_run += sum(1 for s in job.specs if s.trial_id not in returned)
-        if report.lost or report.failed:
+        if report.busy:
+            self.busy[job.serial] = report.busy
+            self._stop_phone(job.serial, report.busy, "failed")
+        elif report.lost or report.failed:
             self._stop_phone(job.serial, str(report.lost or report.failed),
                              "lost" if report.lost else "failed")
 

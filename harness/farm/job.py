@@ -1,27 +1,37 @@
 """The job function a farm worker runs: one job (one configuration's trials) on its own phone.
 
 It runs in the worker process on the USB host that holds the phone: the device comes from that
-host's adb server, and the build and model files are read from the paths the driver planned with,
-so those paths must be readable on the worker's host (one machine, or a shared mount).
+host's adb server. The request names builds and models by sha256 only; the first job of a run on
+this worker gets what this host's artifact cache lacks from the driver's artifact service
+(``harness.farm.artifacts``) and runs them from the cache.
+
+Every job takes the phone's lease (``harness.device.lease``, the same one a local ``harness run``
+takes) for as long as it runs, renewed in the background; a phone leased by someone else is not
+touched and the report names the holder.
 
 The device is prepared (facts, plan, artefacts pushed) by the first job of a run that reaches this
 worker process and kept for the next ones; a restarted worker prepares again, which pushes nothing
-when the files are still on the phone.
+when the files are still on the phone. The report splits a job's time into set-up (artifact fetch,
+lease, preparing the phone) and the trials.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.device import get_device
+from harness.device.base import Device
+from harness.device.lease import DeviceBusyError, DeviceLease
 from harness.errors import DeviceLostError, HarnessError
-from harness.records import SampleRecord, TrialRecord
+from harness.farm.artifacts import ArtifactCache, Fetched, FileRef, default_cache_dir, localize
+from harness.records import AdaptiveRecord, SampleRecord, TrialRecord
 from harness.run.events import Kind
 from harness.run.order import TrialSpec
 from harness.run.runner import DeviceWorker, Prepared, RunOptions
@@ -44,6 +54,8 @@ class JobRequest:
     options: RunOptions
     done: frozenset[str]  # trials stored before the run started (resume)
     topic: str  # Dask event topic for progress
+    artifacts_url: str = ""  # the driver's artifact service, http://host:port
+    model_refs: tuple[tuple[tuple[str, str], FileRef], ...] = ()  # (model, quant) -> its file
 
     @property
     def key(self) -> str:
@@ -66,6 +78,20 @@ class JobReport:
     lost: str | None = None  # the phone went away for good: later trials did not run
     failed: str | None = None  # the phone could not be prepared: nothing ran
     note: str | None = None  # a non-fatal device error, e.g. a failed push
+    busy: str | None = None  # the phone is leased by another run (named): nothing ran
+    # set-up (seconds): artifacts fetched into the host's cache, the lease, the phone prepared
+    # (facts, plan, push); the first job of a run on a worker pays the fetch and the push
+    fetch_s: float = 0.0
+    lease_s: float = 0.0
+    prepare_s: float = 0.0
+    trials_s: float = 0.0  # running the job's trials (gates, engine, sampling)
+    bytes_fetched: int = 0  # downloaded from the driver's artifact service by this job
+    corrupt_replaced: tuple[str, ...] = ()  # cached files whose sha256 no longer matched
+    adaptive: tuple[AdaptiveRecord, ...] = ()  # why this job's A/B pairs stopped
+
+    @property
+    def setup_s(self) -> float:
+        return self.fetch_s + self.lease_s + self.prepare_s
 
 
 class _Emitter:
@@ -109,22 +135,49 @@ class _Collector:
 _devices: OrderedDict[tuple[str, str], tuple[DeviceWorker, _Collector]] = OrderedDict()
 
 
-def _prepared_device(request: JobRequest, emit: _Emitter) -> tuple[DeviceWorker, _Collector, int]:
-    """The device of this run on this worker, prepared once; bytes pushed by this call."""
+@dataclass
+class _Timing:
+    fetch_s: float = 0.0
+    lease_s: float = 0.0
+    prepare_s: float = 0.0
+    trials_s: float = 0.0
+    fetched: Fetched = field(default_factory=Fetched)
+    pushed: int = 0
+    adaptive: tuple[AdaptiveRecord, ...] = ()
+
+
+def _prepared_device(request: JobRequest, device: Device, emit: _Emitter,
+                     timing: _Timing) -> tuple[DeviceWorker, _Collector]:
+    """The device of this run on this worker, prepared once (artifacts fetched, then pushed)."""
     key = (request.run_id, request.serial)
     if key in _devices:
         _devices.move_to_end(key)
         device_worker, collector = _devices[key]
         device_worker.on_event = emit
-        return device_worker, collector, 0
+        return device_worker, collector
+    clock = time.monotonic()
+    prepared = request.prepared
+    models, builds, timing.fetched = localize(
+        prepared.models, prepared.builds, dict(request.model_refs), request.artifacts_url,
+        ArtifactCache(default_cache_dir()))
+    timing.fetch_s = time.monotonic() - clock
+    clock = time.monotonic()
     collector = _Collector()
-    device_worker = DeviceWorker(get_device(request.serial), request.prepared, request.run_id,
-                                 request.options, set(request.done), emit, sink=collector)
+    device_worker = DeviceWorker(device, Prepared(prepared.matrix, prepared.cells, models, builds),
+                                 request.run_id, request.options, set(request.done), emit,
+                                 sink=collector)
     device_worker.prepare_jobs()
+    timing.prepare_s = time.monotonic() - clock
+    timing.pushed = device_worker.summary.bytes_pushed
     _devices[key] = (device_worker, collector)
     while len(_devices) > _KEEP_DEVICES:
         _devices.popitem(last=False)
-    return device_worker, collector, device_worker.summary.bytes_pushed
+    return device_worker, collector
+
+
+def _device(request: JobRequest) -> Device:
+    cached = _devices.get((request.run_id, request.serial))
+    return cached[0].device if cached else get_device(request.serial)
 
 
 def run_job(request: JobRequest) -> JobReport:
@@ -136,25 +189,40 @@ def run_job(request: JobRequest) -> JobReport:
     emit = _Emitter(worker, request)
     emit(Kind.JOB, request.serial, {"key": request.key, "trials": len(request.specs)})
     collector = _Collector()
-    pushed = 0
-    lost = failed = note = None
+    timing = _Timing()
+    lost = failed = note = busy = None
     try:
-        device_worker, collector, pushed = _prepared_device(request, emit)
-        collector.trials.clear()
-        note = device_worker.summary.error
-        device_worker.run_job(request.specs, request.first_index)
+        with contextlib.ExitStack() as stack:
+            clock = time.monotonic()
+            device = _device(request)
+            stack.enter_context(DeviceLease(device, request.run_id, request.options.lease_ttl_s))
+            timing.lease_s = time.monotonic() - clock
+            device_worker, collector = _prepared_device(request, device, emit, timing)
+            collector.trials.clear()
+            note = device_worker.summary.error
+            clock = time.monotonic()
+            decided = len(device_worker.summary.adaptive)
+            try:
+                device_worker.run_job(request.specs, request.first_index)
+            finally:
+                timing.trials_s = time.monotonic() - clock
+                timing.adaptive = tuple(device_worker.summary.adaptive[decided:])
+    except DeviceBusyError as error:  # a local run (or another farm) holds the phone: touch nothing
+        busy = str(error)
     except DeviceLostError as error:
         lost = str(error)
         _devices.pop((request.run_id, request.serial), None)
     except HarnessError as error:
         failed = str(error)
         _devices.pop((request.run_id, request.serial), None)
-    except OSError as error:  # a build or model path this host cannot read
-        failed = f"{error} (on the worker's host {socket.gethostname()}; builds and models " \
-                 "must be readable there at the driver's paths)"
+    except OSError as error:  # the host's artifact cache cannot be written, ...
+        failed = f"{error} (on the worker's host {socket.gethostname()})"
         _devices.pop((request.run_id, request.serial), None)
     return JobReport(
         job_id=request.job_id, serial=request.serial, worker=str(worker.name), pid=os.getpid(),
         started=started, finished=time.time(), trials=tuple(collector.trials),
-        bytes_pushed=pushed, lost=lost, failed=failed, note=note,
+        bytes_pushed=timing.pushed, lost=lost, failed=failed, note=note, busy=busy,
+        fetch_s=timing.fetch_s, lease_s=timing.lease_s, prepare_s=timing.prepare_s,
+        trials_s=timing.trials_s, bytes_fetched=timing.fetched.bytes,
+        corrupt_replaced=timing.fetched.corrupt, adaptive=timing.adaptive,
     )

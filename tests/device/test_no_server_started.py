@@ -36,7 +36,8 @@ def no_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return ran
 
 
-def test_library_calls_raise_server_down_and_start_nothing(no_server: Path) -> None:
+def test_library_calls_raise_server_down_and_start_nothing(no_server: Path,
+                                                           tmp_path: Path) -> None:
     with pytest.raises(AdbServerDownError, match=r"no adb server listens on 127\.0\.0\.1:"):
         list_devices()
     with pytest.raises(AdbServerDownError):
@@ -47,6 +48,10 @@ def test_library_calls_raise_server_down_and_start_nothing(no_server: Path) -> N
     plain = adbutils.AdbClient(host="127.0.0.1", port=free_port())
     with pytest.raises(AdbServerDownError):
         AdbDevice("127.0.0.1:5555", plain).shell("true", timeout=5)
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(b"x")
+    with pytest.raises(AdbServerDownError, match="start-server"):  # a push's own connection
+        AdbDevice("127.0.0.1:5555").push(blob, "/data/local/tmp/blob.bin")
     assert not no_server.exists()
 
 

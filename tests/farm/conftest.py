@@ -1,8 +1,11 @@
 """Fixtures of the farm tests: two "hosts" (each its own adb server), three virtual phones (two
-on alpha, one on beta), a scheduler and one agent per host, shared by the tests of a module."""
+on alpha, one on beta), a scheduler and one agent per host, shared by the tests of a module.
+bench/ (figure 3 splits the farm's set-up from its engine time) is made importable, as in
+tests/benchsuite."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +15,10 @@ from farmkit import Farm, local_farm
 
 from harness.testing.adbserver import AdbServer, private_adb_server
 from harness.virtual.control import connect, disconnect, start_phones, stop_phones
+
+ROOT = str(Path(__file__).resolve().parents[2])
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 
 MATRIX = """
 name: {name}

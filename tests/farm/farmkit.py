@@ -52,13 +52,18 @@ class Farm:
     agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     seen_workers: dict[int, int] = field(default_factory=dict)  # worker pid -> agent pid
 
+    def cache(self, host: str) -> Path:
+        """The host's artifact cache (each agent has its own, as on separate machines)."""
+        return self.root / f"cache-{host}"
+
     def start_agent(self, host: str, max_restarts: int = 3) -> subprocess.Popen[bytes]:
         env = {**os.environ, **self.adb[host].env, "PYTHONUNBUFFERED": "1"}
         log = open(self.root / f"agent-{host}.jsonl", "ab")  # noqa: SIM115 - for the child
         process = subprocess.Popen(
             [HARNESS, "farm", "agent", "--scheduler", self.scheduler, "--name", host,
              "--listen-host", "127.0.0.1", "--poll", "0.3", "--max-restarts", str(max_restarts),
-             "--log-dir", str(self.root / f"logs-{host}"), "--json"],
+             "--log-dir", str(self.root / f"logs-{host}"), "--cache", str(self.cache(host)),
+             "--json"],
             env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.agents[host] = process

@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,8 @@ class Phones:
 def agent(tmp_path: Path) -> Iterator[tuple[Agent, Phones, list[tuple[str, dict[str, Any]]]]]:
     started: list[subprocess.Popen[bytes]] = []
 
-    def launcher(argv: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+    def launcher(argv: Sequence[str], log: Path,
+                 env: Mapping[str, str]) -> subprocess.Popen[bytes]:
         process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
         started.append(process)
         return process

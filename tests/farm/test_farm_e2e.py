@@ -7,7 +7,10 @@ share one farm (starting it is most of their cost) and do not depend on each oth
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
 import threading
 from collections import Counter
 from pathlib import Path
@@ -22,7 +25,8 @@ from harness import store
 from harness.artifacts.builds import Build
 from harness.cli import main
 from harness.device.adb import AdbDevice
-from harness.farm.driver import execute_farm
+from harness.device.lease import DeviceLease
+from harness.farm.driver import FarmBusyError, execute_farm
 from harness.run.runner import RunOptions, execute
 
 pytestmark = pytest.mark.slow
@@ -147,3 +151,89 @@ def test_killed_workers_rerun_the_job_or_lose_only_the_trial_in_flight(
     trials = store.read_table(results, "trials")
     assert len(trials) == 18 and trials["trial_id"].is_unique
     assert Counter(trials["outcome"]) == Counter(ok=17, device_lost=1)
+
+
+def test_builds_and_models_come_from_the_driver_by_hash_once_per_host(
+    two_hosts: FarmSetup, tmp_path: Path, host_build: Build, tiny_ladder: dict[str, Path],
+) -> None:
+    farm, phones = two_hosts.farm, two_hosts.phones
+    farm.wait_for_phones(set(phones))
+    # the model exists only in a folder of the driver's; the jobs name it by sha256
+    driver_only = tmp_path / "driver-only"
+    driver_only.mkdir()
+    model = driver_only / "tiny-Q8_0.gguf"
+    shutil.copyfile(tiny_ladder["Q8_0"], model)
+    matrix = write_matrix(tmp_path, "fetch", ["Q8_0"], reps=1)
+    matrix.write_text(matrix.read_text().replace(
+        "tiny: {ladder: tiny}", f"tiny: {{path: '{driver_only}/tiny-{{quant}}.gguf'}}"))
+    options = RunOptions(tmp_path / "farm", host_build.path.parent)
+    for host in two_hosts.hosts:  # empty caches: another test of this farm may have filled them
+        shutil.rmtree(farm.cache(host), ignore_errors=True)
+    per_host = model.stat().st_size + sum(f.size for f in host_build.manifest.files)
+    sha = hashlib.sha256(model.read_bytes()).hexdigest()
+
+    first = execute_farm(matrix, farm.scheduler, options, grace_s=30)
+    assert first.run.outcomes() == Counter(ok=3), json.dumps(first.to_json())
+    # each host fetched the files once (its two phones share its cache), into its own folder
+    assert first.bytes_served == 2 * per_host
+    assert sum(j.bytes_fetched for j in first.jobs) == 2 * per_host
+    for host in two_hosts.hosts:
+        blob = farm.cache(host) / "sha256" / sha[:2] / sha
+        assert hashlib.sha256(blob.read_bytes()).hexdigest() == sha
+    assert all(j.setup_s > 0 and j.trials_s > 0 for j in first.jobs)
+
+    second = execute_farm(matrix, farm.scheduler, options, grace_s=30)
+    assert second.run.outcomes() == Counter(ok=3)
+    assert second.bytes_served == 0  # the second nightly moves nothing
+    assert [j.bytes_fetched for j in second.jobs] == [0, 0, 0]
+
+    # a cached copy on alpha goes bad (same size, other bytes): detected, fetched again
+    blob = farm.cache("alpha") / "sha256" / sha[:2] / sha
+    blob.chmod(0o644)
+    with open(blob, "r+b") as handle:
+        handle.seek(4096)
+        handle.write(b"\0" * 64)
+    third = execute_farm(matrix, farm.scheduler, options, grace_s=30)
+    assert third.run.outcomes() == Counter(ok=3)
+    assert third.bytes_served == model.stat().st_size
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == sha
+    fetched = {(j.serial, j.bytes_fetched, j.corrupt_replaced) for j in third.jobs}
+    alpha = [s for s in phones if two_hosts.host_of[s] == "alpha"]
+    replaced = {s for s, got, names in fetched if names == ("tiny-Q8_0.gguf",)}
+    assert len(replaced) == 1 and replaced <= set(alpha)  # one of alpha's workers fetched it
+    assert sum(got for _, got, _ in fetched) == model.stat().st_size
+
+
+def test_a_phone_leased_by_a_local_run_is_skipped_and_its_holder_named(
+    two_hosts: FarmSetup, tmp_path: Path, host_build: Build, tiny_ladder: dict[str, Path],
+) -> None:
+    farm, phones = two_hosts.farm, two_hosts.phones
+    farm.wait_for_phones(set(phones))
+    matrix = write_matrix(tmp_path, "leased", ["Q8_0"], reps=1)
+    results = tmp_path / "farm"
+    leased = phones[2]  # on beta, leased as a local `harness run` would
+    device = AdbDevice(leased, adbutils.AdbClient("127.0.0.1", two_hosts.hosts["beta"].port))
+    with DeviceLease(device, run="local-nightly"), \
+            pytest.raises(FarmBusyError) as caught:
+        execute_farm(matrix, farm.scheduler, RunOptions(results, host_build.path.parent),
+                     grace_s=30)
+    message = str(caught.value)
+    assert f"pid {os.getpid()}, run local-nightly" in message and leased in message
+    assert "--resume" in message
+    summary = caught.value.summary
+    devices = {d.serial: d for d in summary.run.devices}
+    assert devices[leased].not_run == 1 and not devices[leased].outcomes
+    assert "local-nightly" in str(devices[leased].error)
+    assert all(devices[s].outcomes == Counter(ok=1) for s in phones[:2])
+    refused = [j for j in summary.jobs if j.serial == leased]
+    assert len(refused) == 1 and "local-nightly" in str(refused[0].busy)
+    assert refused[0].trials == 0
+    trials = store.read_table(results, "trials")
+    assert leased not in set(trials["device_serial"])
+    # the lease released, the phone is free for the farm again
+    result = CliRunner().invoke(main, [
+        "run", "--resume", summary.run.run_id, "--backend", "dask", "--scheduler",
+        farm.scheduler, "--results", str(results), "--builds", str(host_build.path.parent),
+        "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["trials_by_outcome"] == {"ok": 1}

@@ -1,0 +1,33 @@
+"""Bench figure 3's split of a dask run into per-job set-up and engine time (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.farm import dask_figures, job_split
+
+
+def test_the_engine_span_is_the_busiest_phones_trial_time_and_setup_is_apart() -> None:
+    jobs = [{"serial": "a", "setup_s": 3.0, "trials_s": 10.0},
+            {"serial": "a", "setup_s": 1.0, "trials_s": 10.0},
+            {"serial": "b", "setup_s": 2.0, "trials_s": 15.0}]
+    split = job_split(jobs)
+    assert split["engine_span_s"] == 20.0
+    assert split["setup_median_s"] == 2.0 and split["setup_total_s"] == 6.0
+    assert split["setup_share"] == pytest.approx(6.0 / 41.0)
+    assert job_split([])["engine_span_s"] == 0.0
+
+
+def test_farm_efficiency_is_reported_by_makespan_and_by_engine_time() -> None:
+    def run(phones: int, make: float, engine: float) -> dict[str, object]:
+        return {"kind": "warm", "phones": phones, "makespan_s": make, "engine_span_s": engine,
+                "setup_share": 0.1, "setup_median_s": 0.5, "bytes_served": 0, "jobs": []}
+
+    cold = {"kind": "cold", "phones": 2, "setup_median_s": 4.0, "bytes_served": 2**20,
+            "jobs": [{"bytes_fetched": 2**20}]}
+    figures = {f.figure: f for f in dask_figures(
+        [cold, run(1, 10.0, 8.0), run(2, 12.5, 8.0)], (1, 2), cores=2)}
+    assert figures["3 farm (dask): efficiency, 2 phones"].value == pytest.approx(0.8)
+    assert figures["3 farm (dask): efficiency, 2 phones"].met is False
+    assert figures["3 farm (dask): engine-only efficiency, 2 phones"].value == 1.0
+    assert figures["3 farm (dask): cold run set-up per job"].value == 4.0
