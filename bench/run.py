@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.run --quick        # under 5 minutes on a 2-core host
     .venv/bin/python -m bench.run                # more pairs and rounds (about 15 minutes)
     .venv/bin/python -m bench.run --only push,memory
+    .venv/bin/python -m bench.run --only sampler --quick --busy 2   # on a loaded machine
     nox -s bench -- --quick
 
 Figures that drive virtual phones run first, one at a time, then the CPU-only ones (report,
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -129,12 +131,20 @@ def _group_loads(meta: dict[str, Any]) -> dict[str, str]:
     return loads
 
 
+def busy(count: int) -> list[subprocess.Popen[bytes]]:
+    """``count`` processes that each spin a core until killed: a loaded machine, on purpose."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer pairs; under 5 minutes")
     parser.add_argument("--only", default="", help=f"comma-separated subset of {','.join(NAMES)}")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument("--busy", type=int, default=0, metavar="N",
+                        help="load the machine with N busy processes for the whole run "
+                             "(each spins a core; the load is stated with every figure)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(NAMES)
     unknown = sorted(set(names) - set(NAMES))
@@ -143,9 +153,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = [n for n in NAMES if n in names]  # always the suite's order
     work = Path(tempfile.mkdtemp(prefix="harness-bench-"))
     start = time.monotonic()
+    spinners = busy(args.busy)
     try:
         figures, meta = run_suite(names, args.quick, work)
+        meta["busy_processes"] = args.busy
     finally:
+        for spinner in spinners:  # ours, by pid
+            spinner.kill()
+            spinner.wait()
         if args.keep:
             print(f"[bench] kept {work}")
         else:

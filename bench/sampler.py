@@ -123,6 +123,9 @@ def _join_store(rows: list[dict[str, Any]], results: Path) -> None:
             stored = trials.loc[row["run_id"]]
             row["trial_wall_s"] = float(stored["wall_s"])
             row["engine_s"] = engine_seconds(stored["engine_record"])
+            for key in ("sampler_cpu_s", "engine_cpu_s"):
+                value = stored[key]
+                row[key] = None if value is None or value != value else float(value)
 
 
 def _by_round(rows: list[dict[str, Any]], arm: str, key: str) -> dict[int, float]:
@@ -134,6 +137,13 @@ def ratios(rows: list[dict[str, Any]], arm: str, base: str = "none") -> list[flo
     """tg tok/s of ``arm`` over ``base`` within each round that has both (pure, tested)."""
     a, b = _by_round(rows, arm, "tg_tps"), _by_round(rows, base, "tg_tps")
     return [a[i] / b[i] for i in sorted(a) if i in b and b[i] > 0]
+
+
+def cpu_shares(rows: list[dict[str, Any]]) -> list[float]:
+    """The sampler's CPU time over the engine's, per default trial that has both (pure)."""
+    return [r["sampler_cpu_s"] / r["engine_cpu_s"] for r in rows
+            if r["arm"] == "default" and r.get("sampler_cpu_s") is not None
+            and r.get("engine_cpu_s")]
 
 
 def overheads(rows: list[dict[str, Any]]) -> list[float]:
@@ -156,6 +166,13 @@ def _figures(rows: list[dict[str, Any]], first_pushed: int, default_s: float,
             ">= 0.99" if target else "(info)",
             None if target is None or median is None else median >= target,
             (f"median CI95 {low:.3f}-{high:.3f}; " if low is not None else "") + context))
+    cost = cpu_shares(rows)
+    share = summarize(cost).get("median")
+    figs.append(Figure(
+        "1 sampler CPU / engine CPU (on the phone)", share, "ratio",
+        iqr_text(cost, "{:.4f}"), "<= 0.01", None if share is None else share <= 0.01,
+        "the sampler's own /proc stat CPU time (its children's included) over the engine's, "
+        f"per default trial ({len(cost)} trials)"))
     repeat = [int(r["bytes_pushed"]) for r in rows if "bytes_pushed" in r]
     figs.append(Figure("2 push: bytes pushed, repeat runs", float(max(repeat, default=0)), "B",
                        f"max of {len(repeat)} runs", "0", max(repeat, default=0) == 0,

@@ -153,6 +153,9 @@ class TrialRecord:
     pp_end_ms: int | None = None
     tg_start_ms: int | None = None
     tg_end_ms: int | None = None
+    # added in schema 7 (older parts read them as null): the on-device sampler's cost
+    sampler_cpu_s: float | None = None  # its CPU time on the phone, its children's included
+    engine_cpu_s: float | None = None  # the engine's, at the sampler's last reading of it
 
 
 class TrialIdentity(Protocol):

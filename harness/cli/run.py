@@ -86,7 +86,13 @@ def _summary_table(summary: RunSummary) -> Table:
               help="Memory to leave free on the device when deciding what fits.")
 @click.option("--no-skip", is_flag=True, help="Run cells predicted not to fit, too.")
 @click.option("--sample-interval", default=0.5, show_default=True, type=float,
-              help="Seconds between memory samples.")
+              help="Seconds between memory samples (taken on the phone; 0: no sampling).")
+@click.option("--status-interval", default=0.0, show_default=True, type=float,
+              help="Seconds between thermal status reads during a trial (dumpsys "
+                   "thermalservice forks on the phone; 0: before and after each trial only).")
+@click.option("--dumpsys-interval", default=0.0, show_default=True, type=float,
+              help="Seconds between `dumpsys meminfo <pid>` cross-checks during a trial "
+                   "(system_server walks the engine's mappings; 0: never).")
 @click.option("--profile", default="midrange-8gb", show_default=True,
               help="Profile of phones started by --devices sim:N.")
 @click.option("--ram-mb", type=int, default=None, help="RAM limit of phones started by sim:N.")
@@ -98,8 +104,8 @@ def _summary_table(summary: RunSummary) -> Table:
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 def run_command(matrix: Path | None, devices_spec: str, results: Path, builds: Path | None,
                 resume: str | None, reserve: str, no_skip: bool, sample_interval: float,
-                profile: str, ram_mb: int | None, backend: str, scheduler: str | None,
-                as_json: bool) -> None:
+                status_interval: float, dumpsys_interval: float, profile: str,
+                ram_mb: int | None, backend: str, scheduler: str | None, as_json: bool) -> None:
     """Run MATRIX on devices, sampling memory and heat, and store every trial in Parquet.
 
     \b
@@ -117,7 +123,8 @@ def run_command(matrix: Path | None, devices_spec: str, results: Path, builds: P
         raise ConfigError(f"{matrix}: no such matrix file")
     options = RunOptions(results=results, builds=builds,
                          reserve_bytes=parse_size(reserve, "--reserve"), no_skip=no_skip,
-                         sample_interval_s=sample_interval)
+                         sample_interval_s=sample_interval, status_interval_s=status_interval,
+                         dumpsys_interval_s=dumpsys_interval)
     console = Console(stderr=True)
     if backend == "dask":
         farm_summary = _run_on_farm(matrix, devices_spec, scheduler, options, resume, console)

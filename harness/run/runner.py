@@ -67,6 +67,8 @@ class RunOptions:
     reserve_bytes: int = DEFAULT_RESERVE_BYTES
     no_skip: bool = False
     sample_interval_s: float = 0.5  # <= 0 disables the sampler (bench/sampler.py)
+    status_interval_s: float = 0.0  # dumpsys thermalservice during a trial (0: before/after)
+    dumpsys_interval_s: float = 0.0  # dumpsys meminfo <pid> during a trial (0: never)
     reconnect_s: float = 60.0  # how long a lost device is waited for before its jobs stop
     lease_ttl_s: float = DEFAULT_TTL_S  # a device lease not renewed for this long expires
 
@@ -318,6 +320,8 @@ class DeviceWorker:
             cooldown=self.prepared.matrix.cooldown,
             timeout_s=self.prepared.matrix.timeout.trial_s,
             sample_interval_s=self.options.sample_interval_s,
+            status_interval_s=self.options.status_interval_s,
+            dumpsys_interval_s=self.options.dumpsys_interval_s,
             throttle_status=self.prepared.matrix.cooldown.max_thermal_status,
             require=self.prepared.matrix.require,
             energy=self.prepared.matrix.energy,

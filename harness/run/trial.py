@@ -41,11 +41,12 @@ from harness.records import (
     new_trial,
 )
 from harness.run import energy as power
-from harness.run import sustained
+from harness.run import ondevice, sustained
 from harness.run.affinity import AffinityCheck, check_applied, parse_readback
 from harness.run.cooldown import CooldownPolicy, GateResult, wait_until_ready
 from harness.run.deploy import DEVICE_ROOT
 from harness.run.launchfacts import ALWAYS, Idle, Timing, headline, measured, rep_seconds
+from harness.run.ondevice import Tick
 from harness.run.order import TrialSpec
 from harness.run.outcome import Observation, Verdict, classify
 from harness.run.preflight import (
@@ -59,30 +60,26 @@ from harness.run.preflight import (
     rebooted,
     unmet_requirement,
 )
-from harness.run.probe import memory_from_output, split_sections, state_command, state_from_output
-from harness.run.sampler import Sampler, Tick
+from harness.run.probe import split_sections, state_command, state_from_output
 from harness.run.state import (
     DeviceState,
-    ProcessMemory,
     hottest,
     peak,
     throttled_during,
     worst_status,
 )
 from harness.run.watch import (
-    dumpsys_command,
     dumpsys_memory,
     dumpsys_unreadable,
     launch_command,
-    memory_read_command,
     watcher_memory,
     watcher_threads,
 )
 from harness.units import KIB
 
 __all__ = [  # the launch line and its readers live in harness.run.watch; kept importable here
-    "TrialContext", "TrialPolicy", "TrialRunner", "dumpsys_command", "dumpsys_memory",
-    "launch_command", "memory_read_command", "watcher_memory",
+    "TrialContext", "TrialPolicy", "TrialRunner", "dumpsys_memory", "launch_command",
+    "watcher_memory",
 ]
 
 CALIBRATION_REPS = 2  # a sustained cell's calibration launch: the last repetition counts
@@ -116,6 +113,10 @@ class TrialPolicy:
     sample_interval_s: float = 0.5  # <= 0: no sampling at all (to measure its cost)
     fast_start_s: float = 2.0  # sample quickly at first: short trials still get samples
     state_interval_s: float = 2.0
+    # the framework's thermal status (dumpsys thermalservice, a fork on the phone) during the
+    # trial; 0: only before and after it (throttling still shows as capped clocks meanwhile)
+    status_interval_s: float = 0.0
+    dumpsys_interval_s: float = 0.0  # dumpsys meminfo <pid> during the trial; 0: never
     throttle_status: int = 1  # a status above this during the trial marks it throttled
     require: Requirements = field(default_factory=Requirements)
     energy: EnergyPolicy = field(default_factory=EnergyPolicy)
@@ -278,25 +279,7 @@ class TrialRunner:
         timeout_s = self.policy.timeout_s + SUSTAINED_OVERRUN * spec.cell.sustained_s
         idle = self._idle_power() if self.policy.energy.enabled else Idle()
 
-        def read_memory() -> ProcessMemory | None:
-            result = self.device.shell(memory_read_command(workdir), timeout=30)
-            return memory_from_output(result.stdout, result.stderr)
-
-        extra_reasons: dict[str, None] = {}
-
-        def read_extra() -> ProcessMemory | None:
-            text = self.device.shell(dumpsys_command(workdir), timeout=30).stdout
-            extra_reasons.update(dict.fromkeys(dumpsys_unreadable(text)))
-            return dumpsys_memory(text)
-
-        sampler = Sampler(
-            read_memory=read_memory,
-            read_state=lambda: self.read_state(ctx.big_cpu),
-            interval_s=self.policy.sample_interval_s,
-            state_interval_s=self.policy.state_interval_s,
-            fast_start_s=self.policy.fast_start_s,
-            read_extra=read_extra,
-        )
+        rates = self._rates(ctx, power=self.policy.energy.enabled and bool(idle.readings))
         timed_out = threading.Event()
 
         def watchdog() -> None:
@@ -308,17 +291,13 @@ class TrialRunner:
         timer = threading.Timer(timeout_s, watchdog)
         launched_at = datetime.now(UTC)
         start = self.clock()
-        if self.policy.sample_interval_s > 0:
-            sampler.start()
         timer.start()
         lost = False
         exit_code: int | None = None
         stdout = stderr = ""
-        try:
-            watch = 0.05 if self.policy.sample_interval_s > 0 else None
+        try:  # nothing goes over adb while the engine runs: the sampler is on the phone
             result = self.device.shell(
-                launch_command(workdir, argv, ctx.lib_dir, watch, ctx.env,
-                               power=self.policy.energy.enabled and bool(idle.readings)),
+                launch_command(workdir, argv, ctx.lib_dir, rates, ctx.env),
                 timeout=timeout_s + 60)
             exit_code, stdout, stderr = result.exit_code, result.stdout, result.stderr
         except DeviceError as error:
@@ -328,25 +307,34 @@ class TrialRunner:
             stderr = str(error)
         finally:
             timer.cancel()
-            ticks = sampler.stop()
         wall = self.clock() - start
-        if not lost:  # the state the trial left the phone in: heat shows after the work
-            with contextlib.suppress(HarnessError):
-                ticks.append(Tick(int(wall * 1000), None, self.read_state(ctx.big_cpu)))
+        ticks: list[Tick] = []
         pid: int | None = None
         after: dict[str, str] = {}
         after_errors = ""
+        extra_reasons: dict[str, None] = {}
+        sampled = ondevice.Sampled()
         if not lost:
             try:
                 done = self.device.shell(_after_command(workdir), timeout=60)
                 after, after_errors = split_sections(done.stdout), done.stderr
                 pid_text = after.get("pid", "").strip()
                 pid = int(pid_text) if pid_text.isdigit() else None
+                sampled = ondevice.parse(after.get("smp", ""), _first_number(after.get("t0", "")),
+                                         after.get("err", ""), after.get("dm", ""))
+                ticks.extend(sampled.ticks)
+                for t_ms, text in sampled.dumpsys:
+                    extra_reasons.update(dict.fromkeys(dumpsys_unreadable(text)))
+                    if (found := dumpsys_memory(text)) is not None:
+                        ticks.append(Tick(t_ms, found, None))
                 watched = watcher_memory(after.get("mem", ""))
                 if watched is not None:
                     ticks.append(Tick(int(wall * 1000), watched, None))
             except DeviceError:  # the engine's end was seen; only the evidence is missing
                 pass
+            # the state the trial left the phone in: heat shows after the work
+            with contextlib.suppress(HarnessError):
+                ticks.append(Tick(int(wall * 1000), None, self.read_state(ctx.big_cpu)))
         try:
             records = ctx.engine.parse(stdout)
         except EngineError as error:
@@ -381,16 +369,28 @@ class TrialRunner:
         unreadable = _reasons([
             conditions.state.unreadable, parse_read_errors(after_errors), extra_reasons,
             *(t.state.unreadable for t in ticks if t.state),
-            *(t.memory.unreadable for t in ticks if t.memory)])
+            *(t.memory.unreadable for t in ticks if t.memory), sampled.unreadable])
         trial = self._record(spec, ctx, started_at, verdict, ticks, wall,
                              headline(measurements, spec.cell),
                              json.dumps([r.as_dict() for r in records]) if records else None,
                              Findings(conditions, gate, applied, unreadable, engine_log,
-                                      extra if verdict.outcome == Outcome.OK else
-                                      {k: v for k, v in extra.items() if k in ALWAYS}))
+                                      {**(extra if verdict.outcome == Outcome.OK else
+                                          {k: v for k, v in extra.items() if k in ALWAYS}),
+                                       "sampler_cpu_s": sampled.sampler_cpu_s,
+                                       "engine_cpu_s": sampled.engine_cpu_s}))
         samples = self._samples(spec, ticks)
         samples += [_sample(spec, **row) for row in extra_samples]
         return trial, sorted(samples, key=lambda r: r.t_ms)
+
+    def _rates(self, ctx: TrialContext, power: bool) -> ondevice.Rates | None:
+        """The on-device sampler's rates from the policy; None: no sampling at all."""
+        policy = self.policy
+        if policy.sample_interval_s <= 0:
+            return None
+        return ondevice.Rates(memory_s=policy.sample_interval_s, state_s=policy.state_interval_s,
+                              status_s=policy.status_interval_s,
+                              dumpsys_s=policy.dumpsys_interval_s, fast_s=policy.fast_start_s,
+                              big_cpu=ctx.big_cpu, power=power)
 
     def _sustained_reps(self, spec: TrialSpec, ctx: TrialContext, workdir: str) -> int:
         """How many repetitions fill the cell's duration: one calibration launch per cell."""
@@ -585,9 +585,19 @@ def _after_command(workdir: str) -> str:
             f"echo @@harness:pwr; cat {folder}/pwr 2>/dev/null; "
             f"echo @@harness:mem; cat {folder}/mem 2>/dev/null; "
             f"echo @@harness:aff; cat {folder}/aff 2>/dev/null; "
+            f"echo @@harness:smp; cat {folder}/smp 2>/dev/null; "
+            f"echo @@harness:err; cat {folder}/err 2>/dev/null; "
+            f"echo @@harness:dm; cat {folder}/dm.txt 2>/dev/null; "
             f"echo @@harness:lmkd; {LMKD_LINES}; "
             "echo @@harness:pressure; cat /proc/pressure/memory; "
             f"rm -rf {folder}")
+
+
+def _first_number(text: str) -> float | None:
+    try:
+        return float(text.split()[0])
+    except (IndexError, ValueError):
+        return None
 
 
 def _sample(spec: TrialSpec, **values: Any) -> SampleRecord:

@@ -1,8 +1,9 @@
 """RunOptions/TrialPolicy sample_interval_s <= 0 turns the sampler off (bench/sampler.py needs it).
 
-A hand-written device records every shell command; the engine "runs" for 0.3 s inside the
-launch command, long enough for the sampler's fast start (a read every 50 ms) to read memory
-several times when it is on.
+A hand-written device records every shell command and when it came; the engine "runs" for 0.3 s
+inside the launch command. With sampling on, the on-device sampler starts with the engine and
+its file comes back in the one read after the engine's exit: no command reaches the device
+while the engine runs, and the samples are the file's.
 """
 
 from __future__ import annotations
@@ -38,15 +39,22 @@ class RecordingDevice:
 
     def __init__(self) -> None:
         self.commands: list[str] = []
+        self.during: list[str] = []  # commands sent while the engine ran
+        self.running = False
 
     def shell(self, cmd: str, timeout: float | None = None) -> Result:
         self.commands.append(cmd)
+        if self.running:
+            self.during.append(cmd)
         if "exec " in cmd and "echo $$ > pid" in cmd:  # the engine launch
+            self.running = True
             time.sleep(0.3)
+            self.running = False
             return Result()
-        if "@@harness:rollup" in cmd:  # a memory read
-            return Result(stdout="@@harness:rollup\nRss:  1024 kB\nPss:  1000 kB\n")
-        if "dumpsys thermalservice" in cmd or "@@harness:pid" in cmd:
+        if "@@harness:pid" in cmd:  # the read after the exit: what the sampler left
+            sampled = "\n".join(f"m 10.{i:02d} 1024 1100 1000 - - - - 4 3 1" for i in range(5))
+            return Result(stdout=f"@@harness:t0\n10.00\n@@harness:smp\n{sampled}\n")
+        if "dumpsys thermalservice" in cmd:
             return Result()
         raise AssertionError(f"unexpected command: {cmd}")
 
@@ -83,13 +91,15 @@ def _run(interval: float) -> tuple[RecordingDevice, int]:
 
 
 @pytest.mark.parametrize("interval", [0.0, -1.0])
-def test_an_interval_of_zero_or_less_sends_no_memory_read(interval: float) -> None:
-    device, memory_samples = _run(interval)
-    assert memory_samples == 0
-    assert not [c for c in device.commands if "@@harness:rollup" in c]
+def test_an_interval_of_zero_or_less_starts_no_sampler(interval: float) -> None:
+    device, _ = _run(interval)
+    (launch,) = [c for c in device.commands if "exec " in c and "echo $$ > pid" in c]
+    assert "smaps_rollup" not in launch and "sh -c" not in launch
 
 
-def test_the_default_interval_does_read_memory_during_the_same_trial() -> None:
+def test_the_default_interval_samples_on_the_phone_and_nothing_crosses_adb_meanwhile() -> None:
     device, memory_samples = _run(0.5)
-    assert memory_samples >= 2
-    assert len([c for c in device.commands if "@@harness:rollup" in c]) >= 2
+    (launch,) = [c for c in device.commands if "exec " in c and "echo $$ > pid" in c]
+    assert "smaps_rollup" in launch and "sh -c" in launch
+    assert memory_samples == 5  # the sampler's lines, read once after the exit
+    assert device.during == []

@@ -9,6 +9,7 @@ the shell or an applet (a bashism, a GNU-only flag, a tool a phone lacks).
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,9 +20,10 @@ from harness.artifacts.builds import Build
 from harness.device.adb import AdbDevice
 from harness.device.base import ShellResult, shell_command
 from harness.device.lease import DeviceLease
-from harness.run.probe import memory_from_output
+from harness.run.ondevice import Rates, parse, script
+from harness.run.probe import split_sections
 from harness.run.runner import RunOptions, execute
-from harness.run.watch import dumpsys_command, dumpsys_memory, memory_read_command
+from harness.run.watch import dumpsys_memory
 
 pytestmark = pytest.mark.slow
 
@@ -66,17 +68,29 @@ def test_every_device_command_runs_under_mksh_and_toybox(
                            "2>/data/local/tmp/e.txt </dev/null & echo $!")
     pid = int(started.stdout.split()[-1])
     assert device.shell(f"test -d /proc/{pid}").ok
-    # the slower samplers, which a short trial does not reach: dumpsys meminfo of the engine
+    # the sampler with every read a short trial does not reach (thermal status, dumpsys
+    # meminfo, power), in the foreground so that anything it trips over shows on its stderr
     workdir = "/data/local/tmp/harness/trials/audit"
-    device.shell(f"mkdir -p {workdir} && echo {pid} > {workdir}/pid")
-    assert dumpsys_memory(device.shell(dumpsys_command(workdir)).stdout) is not None
-    assert memory_from_output(device.shell(memory_read_command(workdir)).stdout) is not None
-    assert device.shell(f"kill -9 {pid}").ok
+    rates = Rates(memory_s=0.1, state_s=0.2, status_s=0.2, dumpsys_s=0.2, fast_s=0.2,
+                  power=True)
+    watcher = device.shell(f"mkdir -p {workdir} && cd {workdir} || exit 1; "
+                           f"(sleep 1.5; kill -9 {pid}) > /dev/null 2>&1 < /dev/null & "
+                           f"sh -c {shlex.quote(script(rates))} sample {pid}", timeout=60)
+    assert watcher.ok and watcher.stderr == "", watcher.stderr
+    files = split_sections(device.shell(
+        f"cd {workdir} && for f in smp err dm.txt pwr; do echo @@harness:$f; cat $f; done; "
+        f"rm -rf {workdir}").stdout)
+    sampled = parse(files["smp"], None, files["err"], files["dm.txt"])
+    assert any(t.memory and t.memory.pss_kb for t in sampled.ticks)
+    assert any(t.state and t.state.thermal_status is not None for t in sampled.ticks)
+    assert sampled.dumpsys and dumpsys_memory(sampled.dumpsys[0][1]) is not None
+    assert files["pwr"].strip() and sampled.sampler_cpu_s is not None
     assert device.shell("cat < /data/local/tmp/o.txt").stdout == ""
 
     kinds = {
         "launch": "exec ", "watcher": "sh -c ", "gate": "dumpsys thermalservice",
         "memory": "smaps_rollup", "dumpsys": "dumpsys meminfo", "logcat": "logcat -d",
+        "sampler files": "/smp",
         "checksum": "sha256sum", "move": "mv -f", "lease": "set -C", "cpu facts": "==> $f <==",
         "storage": "df -k", "kill": "kill -",
         # issue 13: what a stock phone lets the shell read, instead of root-only evidence

@@ -216,6 +216,6 @@ def test_a_phone_with_unreadable_thermal_zones_still_runs_and_says_what_it_could
         assert len(reasons) == len(set(reasons))  # once per trial, not once per sample
     samples = store.read_table(results, "samples")
     memory = samples[samples["rss_bytes"].notna()]
-    assert len(memory) and set(memory["source"]) <= {"status", "device-watch", "dumpsys"}
+    assert len(memory) and set(memory["source"]) <= {"device-sampler", "device-watch"}
     assert memory["pss_bytes"].isna().all()  # absent, not zero
     assert trials["vm_hwm_bytes"].notna().all()

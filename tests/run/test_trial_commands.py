@@ -7,13 +7,17 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harness.run.affinity import parse_readback
+from harness.run.ondevice import Rates
 from harness.run.trial import launch_command, watcher_memory
 from harness.run.watch import watcher_threads
+
+FAST = Rates(memory_s=0.02, tick_s=0.02)  # the sampler at its quickest
 
 
 def test_every_engine_word_is_quoted() -> None:
@@ -39,7 +43,7 @@ def test_watcher_file_reads_as_peak_and_largest_rss() -> None:
 def test_watcher_records_the_peak_of_a_short_process(tmp_path: Path) -> None:
     """Run the real launch line in sh on this host: a 0.3 s process that touches 40 MB."""
     program = "b = bytearray(40 * 1024 * 1024); import time; time.sleep(0.3)"
-    line = launch_command(str(tmp_path / "w"), [sys.executable, "-c", program], None, 0.02)
+    line = launch_command(str(tmp_path / "w"), [sys.executable, "-c", program], None, FAST)
     done = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     time.sleep(0.1)  # the watcher's last write lands as the process is reaped
@@ -78,15 +82,16 @@ threads = [threading.Thread(target=work) for _ in range(3)]
 
 @pytest.mark.parametrize("shell", ["mksh", "dash"])
 def test_watcher_reads_back_each_threads_cpus_and_the_thread_count(
-        tmp_path: Path, shell: str) -> None:
+        tmp_path: Path, shell: str, shell_env: Callable[[str], dict[str, str]]) -> None:
     """The real launch line in Android's shell (and dash) on this host: 4 threads pinned to one
     CPU; the watcher's files say which CPUs they were allowed and how many ran."""
     if shutil.which(shell) is None:
         pytest.skip(f"{shell} is not installed")
     cpu = max(os.sched_getaffinity(0))
     program = PINNED.replace("CPU", str(cpu))
-    line = launch_command(str(tmp_path / "w"), [sys.executable, "-c", program], None, 0.02)
-    done = subprocess.run([shell, "-c", line], capture_output=True, text=True, timeout=60)
+    line = launch_command(str(tmp_path / "w"), [sys.executable, "-c", program], None, FAST)
+    done = subprocess.run([shell, "-c", line], capture_output=True, text=True, timeout=60,
+                          env=shell_env(shell))
     assert done.returncode == 0, done.stderr
     time.sleep(0.2)
     mem = (tmp_path / "w" / "mem").read_text()
@@ -96,10 +101,11 @@ def test_watcher_reads_back_each_threads_cpus_and_the_thread_count(
 
 
 def test_dumpsys_of_a_live_engine_that_lists_no_native_pid_gives_a_reason() -> None:
-    from harness.run.watch import ALIVE, DUMPSYS_NOT_FOUND, dumpsys_command, dumpsys_unreadable
+    from harness.run.ondevice import script
+    from harness.run.watch import ALIVE, DUMPSYS_NOT_FOUND, dumpsys_unreadable
 
     assert dumpsys_unreadable(f"No process found for: 4242\n{ALIVE}\n") == (DUMPSYS_NOT_FOUND,)
     # the engine had exited by then: a race, not a phone that hides native pids
     assert dumpsys_unreadable("No process found for: 4242\n") == ()
     assert dumpsys_unreadable(f"** MEMINFO in pid 4242 [llama-bench] **\n{ALIVE}\n") == ()
-    assert ALIVE in dumpsys_command("/data/local/tmp/t")
+    assert ALIVE in script(Rates(dumpsys_s=5))

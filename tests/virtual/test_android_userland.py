@@ -18,10 +18,13 @@ from fixtures_phones import PhoneFactory, VirtualPhone
 
 from harness.device.adb import AdbDevice
 from harness.errors import DeviceError
+from harness.run.ondevice import Rates
 from harness.run.trial import launch_command
 from harness.testing.adbserver import AdbServer
 from harness.virtual.userland import SUBSTITUTES
 from virtual.procwait import alive, wait_for
+
+FAST = Rates(memory_s=0.02, tick_s=0.02)  # the sampler at its quickest
 
 
 def _sh(server: AdbServer, phone: VirtualPhone, command: str,
@@ -72,7 +75,7 @@ def test_launch_line_and_watcher_finish_under_mksh_and_dash(
     phone = virtual_phones(shell=shell)[0]
     workdir = "/data/local/tmp/harness/trials/t1"
     started = time.monotonic()
-    result = _sh(adb_server, phone, launch_command(workdir, ["sleep", "1"], None, 0.05),
+    result = _sh(adb_server, phone, launch_command(workdir, ["sleep", "1"], None, FAST),
                  timeout=20)
     took = time.monotonic() - started
     assert result.returncode == 0, result.stderr
@@ -127,7 +130,7 @@ def test_lost_connection_leaves_the_engine_to_sighup(
 
     def launch() -> None:
         try:
-            device.shell(launch_command(workdir, ["sleep", "60"], None, 0.05), timeout=60)
+            device.shell(launch_command(workdir, ["sleep", "60"], None, FAST), timeout=60)
         except DeviceError as error:
             errors.append(error)
 

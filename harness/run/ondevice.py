@@ -1,0 +1,291 @@
+"""The on-device sampler: one shell loop per trial, started with the engine, that writes samples
+to a file in the trial's folder; the host reads that file once, after the engine exits.
+
+Why on the phone: a sample taken over adb is a round trip that forks a shell on the phone, and
+``dumpsys meminfo <pid>`` makes system_server walk the engine's whole mapping; on a phone both
+compete with the engine for the same cores. The loop here is written with mksh builtins and
+toybox only, and forks nothing while it runs: it sleeps with ``read -t`` on a FIFO no one writes
+(a shell without a timed read, such as dash, falls back to ``sleep``), reads /proc and /sys with
+``read``, and appends lines with ``echo`` to an open descriptor. What it reads, each on a tick
+of ``tick_s`` (50 ms, which is also how soon it notices the engine's exit; 10 ms in the first
+second):
+
+- the engine's status (VmHWM, VmRSS, VmSwap, Threads) every tick of the first second, into
+  ``mem`` (the peak of a sub-second trial is there); every 50 ms for the first ``fast_s``
+  seconds, then every ``memory_s``, that and its smaps_rollup (Pss, Pss_Anon, Pss_File,
+  SwapPss) and /proc stat CPU time: an ``m`` line;
+- at the first tick and every ``state_s``: the big cluster's clocks, the battery's level and
+  temperature (sysfs power_supply) and every readable thermal zone: an ``s`` line (a throttled
+  phone shows there as a capped scaling_max_freq and hot zones); every ``status_s`` (0, the
+  default: never during the trial; the host reads it before and after) also the framework's
+  thermal status from ``dumpsys thermalservice``, the only read that forks (the status exists
+  nowhere in sysfs);
+- every ``dumpsys_s`` (0, the default: never) a ``dumpsys meminfo <pid>`` into its own file;
+- every 5th tick at first, then on every state tick, each thread's Cpus_allowed_list (the
+  affinity the kernel applied), kept in ``aff`` when it changed;
+- with energy on, one battery reading per tick (the ``pwr`` file of ``harness.run.energy``).
+
+At the end it appends its own CPU time (utime, stime and its children's, from its /proc stat,
+in clock ticks of 100 Hz: Android's USER_HZ) and writes the phone's uptime to ``t1``. The files it
+could not read are probed once at the start, their errors kept in ``err``, and skipped after.
+``parse`` turns the file into samples (pure).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from harness.android.readerrors import parse_read_errors
+from harness.android.thermal import ThermalZone, read_thermal_zones
+from harness.run.energy import BATTERY
+from harness.run.state import DeviceState, ProcessMemory
+
+CLOCK_TICKS = 100  # USER_HZ: the unit of /proc/<pid>/stat times on Android (and Linux) kernels
+TICK_S = 0.05
+SOURCE = "device-sampler"
+
+
+@dataclass(frozen=True)
+class Rates:
+    """How often the sampler reads what (seconds); ``every`` turns them into ticks."""
+
+    memory_s: float = 0.5
+    state_s: float = 2.0
+    status_s: float = 0.0  # dumpsys thermalservice (forks): 0 = only before and after
+    dumpsys_s: float = 0.0  # dumpsys meminfo <pid>: 0 = never during the trial
+    fast_s: float = 2.0  # memory every tick at first
+    tick_s: float = TICK_S
+    big_cpu: int = 0
+    power: bool = False
+
+    def every(self, seconds: float) -> int:
+        """Ticks between two reads of something read every ``seconds`` (0: never)."""
+        if seconds <= 0:
+            return 0
+        return max(1, round(seconds / self.tick_s))
+
+
+# The loop, as mksh (and dash) runs it. $1 is the engine's pid (the launching shell's $$, which
+# becomes the engine by exec). Placeholders in braces are integers or paths filled by `script`.
+_SCRIPT = r"""p=$1; h=0; m=0; th=0; t=0; pa=; eu=; es=; nm=0; ns=0; np=0; nt={status}; nd={dumpsys}
+nl='
+'; ws=" 	$nl"
+exec 4>>smp
+r=; if mkfifo nap 2>/dev/null && exec 3<>nap; then rm -f nap
+read -t 0.001 -u3 _x 2>/dev/null; [ $? -gt 128 ] && r=1; fi
+num() { v=${1% kB}; v=${v##*[!0-9]}; }
+if read -r -N 1 _x 2>/dev/null < /proc/self/stat; then
+g() { x=; read -r -N 65536 x 2>/dev/null < $1; set -f; IFS=$nl; set -- $x; IFS=$ws; set +f
+for l in "$@"; do case $l in VmHWM:*) num "$l"; h=$v;; VmRSS:*) num "$l"; rs=$v;;
+VmSwap:*) num "$l"; sw=$v;; Threads:*) num "$l"; th=$v; break;; Pss:*) num "$l"; q1=$v;;
+Pss_Anon:*) num "$l"; q2=$v;; Pss_File:*) num "$l"; q3=$v;; SwapPss:*) num "$l"; q4=$v; break;;
+esac; done; }
+ga() { ca=; x=; read -r -N 65536 x 2>/dev/null < $1; set -f; IFS=$nl; set -- $x; IFS=$ws; set +f
+for l in "$@"; do case $l in Cpus_allowed_list:*) ca=${l##*[	 ]}; break;; esac; done; }
+else
+g() { while read -r kk v _u; do case $kk in VmHWM:) h=$v;; VmRSS:) rs=$v;; VmSwap:) sw=$v;;
+Threads:) th=$v; break;; Pss:) q1=$v;; Pss_Anon:) q2=$v;; Pss_File:) q3=$v;;
+SwapPss:) q4=$v; break;; esac; done 2>/dev/null < $1; }
+ga() { ca=; while read -r kk v; do case $kk in Cpus_allowed_list:) ca=$v; break;; esac
+done 2>/dev/null < $1; }
+fi
+R=/proc/$p/smaps_rollup; read -r _x 2>>err < $R || R=
+C=/sys/devices/system/cpu/cpu{cpu}/cpufreq; read -r hw 2>>err < $C/cpuinfo_max_freq || hw=-
+read -r _x 2>>err < $C/scaling_cur_freq || C=
+B={battery}; read -r _x 2>>err < $B/capacity || B=
+Z=; for z in /sys/class/thermal/thermal_zone*; do [ -d "$z" ] || continue; y=
+read -r y 2>>err < $z/type && read -r _x 2>>err < $z/temp &&
+{ Z="$Z ${z##*/}"; echo "z ${z##*/} $y" >&4; }
+done
+read -r u _ < /proc/uptime; s0=${u%.*}; f0=${u#*.}; e=0
+while [ -d /proc/$p ]; do
+if [ $e -lt 100 ] || [ $e -ge $nm ]; then rs=; sw=; g /proc/$p/status
+[ "${rs:-0}" -gt "$m" ] && m=$rs; [ "$th" -gt "$t" ] && t=$th; echo "$h $m $t" > mem; fi
+if [ $e -ge $nm ]; then q1=; q2=; q3=; q4=; [ -n "$R" ] && g $R
+read -r _ _ _ _ _ _ _ _ _ _ _ _ _ eu es _ 2>/dev/null < /proc/$p/stat
+echo "m $u ${rs:--} $h ${q1:--} ${q2:--} ${q3:--} ${q4:--} ${sw:--} $t ${eu:--} ${es:--}" >&4
+if [ $e -lt {fast} ]; then nm=$((e + 5)); else nm=$((e + {mem})); fi; fi
+st=; if [ $e -ge $ns ]; then st=1; ns=$((e + {state})); c1=; c2=; bl=; bt=; ts=
+if [ -n "$C" ]; then read -r c1 < $C/scaling_cur_freq; read -r c2 < $C/scaling_max_freq
+fi 2>/dev/null
+if [ -n "$B" ]; then read -r bl < $B/capacity; read -r bt < $B/temp; fi 2>/dev/null
+if [ {status} -gt 0 ] && [ $e -ge $nt ]; then nt=$((e + {status}))
+dumpsys thermalservice > ts.txt 2>/dev/null; while read -r a b v _u; do
+case "$a $b" in "Thermal Status:") ts=$v; break;; esac; done 2>/dev/null < ts.txt; fi
+zs=; for z in $Z; do v=; read -r v 2>/dev/null < /sys/class/thermal/$z/temp; zs="$zs ${v:--}"
+done; echo "s $u ${c1:--} ${c2:--} $hw ${bl:--} ${bt:--} ${ts:--}$zs" >&4
+fi
+if [ {dumpsys} -gt 0 ] && [ $e -ge $nd ]; then nd=$((e + {dumpsys}))
+{ echo "==dm $u"; dumpsys meminfo $p 2>&1; [ -d /proc/$p ] && echo "==alive"; } >> dm.txt; fi
+if [ -n "$st" ] || { [ $e -lt {fast} ] && [ $((e % 20)) -lt 2 ]; }; then a=; c=0
+for s in /proc/$p/task/*/status; do c=$((c+1)); ga $s
+[ -n "$ca" ] && case " $a " in *" $ca "*) ;; *) a="$a $ca";; esac; done
+[ "$c$a" = "$pa" ] || { pa="$c$a"; echo "$pa" >> aff; }; fi
+{power}if [ $e -lt 100 ]; then d=0.01; else d={tick}; fi
+if [ -n "$r" ]; then read -t $d -u3 _x; else sleep $d; fi
+read -r u _ < /proc/uptime; e=$(( (${u%.*} - s0) * 100 + 1${u#*.} - 1$f0 ))
+done
+read -r _ _ _ _ _ _ _ _ _ _ _ _ _ su ss cu cs _ < /proc/$$/stat
+echo "c $su $ss $cu $cs" >&4
+echo "$u" > t1
+"""
+
+# A battery reading every 5 centiseconds: "<uptime> <current_now> <voltage_now> <status>"
+# (harness.run.energy reads the file ``pwr``).
+_POWER = (
+    "if [ $e -ge $np ]; then np=$((e + 5)); c=; v=; s=; read -r c < {battery}/current_now; "
+    "read -r v < {battery}/voltage_now; read -r s < {battery}/status; "
+    "echo \"$u $c $v $s\" >> pwr; fi 2>/dev/null\n"
+)
+
+
+def _cs(seconds: float) -> int:
+    """Seconds as the centiseconds of /proc/uptime, the sampler's clock (0 stays 0)."""
+    return max(0, round(seconds * 100))
+
+
+def script(rates: Rates) -> str:
+    """The sampler's shell text for ``rates`` (only integers and fixed paths are put in)."""
+    power = _POWER.replace("{battery}", BATTERY) if rates.power else ""
+    values = {
+        "{cpu}": str(int(rates.big_cpu)), "{battery}": BATTERY,
+        "{fast}": str(_cs(rates.fast_s)), "{mem}": str(max(1, _cs(rates.memory_s))),
+        "{state}": str(_cs(rates.state_s) or 1_000_000_000),
+        "{status}": str(_cs(rates.status_s)), "{dumpsys}": str(_cs(rates.dumpsys_s)),
+        "{tick}": f"{float(rates.tick_s):g}",
+    }
+    text = _SCRIPT.replace("{power}", power)
+    for key, value in values.items():
+        text = text.replace(key, value)
+    return text
+
+
+def start_command(rates: Rates) -> str:
+    """The brace group that starts the sampler from the launching shell, before its exec.
+
+    Its own ``sh -c`` with every stream on /dev/null: mksh keeps copies of the shell's
+    stdout/stderr (fds 10/11) in a backgrounded list; a sampler holding them would keep adbd's
+    stream open after the engine exits, and the engine would stay an unreaped zombie.
+    """
+    return f"{{ sh -c {shlex.quote(script(rates))} sample $$ > /dev/null 2>&1 < /dev/null & }}"
+
+
+# The files the host reads after the trial (the trial's folder is removed after that).
+FILES = ("smp", "err", "dm.txt")
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One sample: its time since the launch (ms, the phone's clock) and what was read."""
+
+    t_ms: int
+    memory: ProcessMemory | None
+    state: DeviceState | None
+
+
+@dataclass(frozen=True)
+class Sampled:
+    ticks: tuple[Tick, ...] = ()
+    sampler_cpu_s: float | None = None  # the sampler's own CPU time, its children's included
+    engine_cpu_s: float | None = None  # the engine's, at the sampler's last reading of it
+    unreadable: tuple[str, ...] = ()
+    dumpsys: tuple[tuple[int, str], ...] = ()  # (t_ms, one `dumpsys meminfo` output)
+    lines: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def _int(word: str) -> int | None:
+    return int(word) if word.lstrip("-").isdigit() else None
+
+
+def _ms(uptime: str, t0: float) -> int | None:
+    try:
+        return max(0, round((float(uptime) - t0) * 1000))
+    except ValueError:
+        return None
+
+
+def _memory(words: list[str]) -> ProcessMemory | None:
+    rss, hwm, pss, anon, file_, swap_pss, swap = (_int(w) for w in words[:7])
+    if rss is None and pss is None:  # the engine had no mapping left (a zombie): nothing read
+        return None
+    return ProcessMemory(pss_kb=pss, rss_kb=rss, swap_kb=swap_pss if swap_pss is not None
+                         else swap, pss_anon_kb=anon, pss_file_kb=file_,
+                         vm_hwm_kb=hwm or None, source=SOURCE)
+
+
+def _state(words: list[str], zones: list[tuple[str, str]]) -> DeviceState:
+    cur, cap, hw, level, batt, status = (_int(w) for w in words[:6])
+    temps = words[6:]
+    found = read_thermal_zones({zone: (kind, temps[i] if i < len(temps) and temps[i] != "-"
+                                       else None) for i, (zone, kind) in enumerate(zones)})
+    return DeviceState(
+        thermal_status=status, max_temp_c=_hottest(found),
+        battery_level=level, battery_temp_c=batt / 10 if batt is not None else None,
+        big_cur_khz=cur, big_max_khz=cap, big_hw_max_khz=hw)
+
+
+def _hottest(zones: tuple[ThermalZone, ...]) -> float | None:
+    """The hottest real zone (the HAL's sensors are not read on the phone during a trial)."""
+    return max((z.celsius for z in zones if z.celsius is not None), default=None)
+
+
+def parse(text: str, t0: float | None, errors: str = "", dumpsys_text: str = "") -> Sampled:
+    """The sampler's file (``smp``), the launch's uptime ``t0``, its ``err`` file and
+    ``dm.txt``. Lines that do not parse (a line cut by the engine's kill) are skipped."""
+    ticks: list[Tick] = []
+    zones: list[tuple[str, str]] = []
+    first: float | None = t0
+    engine_cpu: float | None = None
+    sampler_cpu: float | None = None
+    lines = 0
+    for line in text.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        kind, rest = words[0], words[1:]
+        if kind == "z" and len(rest) >= 2:
+            zones.append((rest[0], " ".join(rest[1:])))
+            continue
+        if kind == "c" and len(rest) == 4 and all(w.isdigit() for w in rest):
+            sampler_cpu = sum(int(w) for w in rest) / CLOCK_TICKS
+            continue
+        if kind not in ("m", "s") or not rest:
+            continue
+        if first is None:
+            try:
+                first = float(rest[0])
+            except ValueError:
+                continue
+        t_ms = _ms(rest[0], first)
+        if t_ms is None:
+            continue
+        lines += 1
+        if kind == "m" and len(rest) == 11:
+            memory = _memory(rest[1:])
+            if memory is not None:
+                ticks.append(Tick(t_ms, memory, None))
+            user, system = _int(rest[9]), _int(rest[10])
+            if user is not None and system is not None:
+                engine_cpu = (user + system) / CLOCK_TICKS
+        elif kind == "s" and len(rest) >= 7:
+            ticks.append(Tick(t_ms, None, _state(rest[1:], zones)))
+    return Sampled(tuple(ticks), sampler_cpu, engine_cpu, parse_read_errors(errors),
+                   _dumpsys_outputs(dumpsys_text, first), lines)
+
+
+def _dumpsys_outputs(text: str, t0: float | None) -> tuple[tuple[int, str], ...]:
+    out: list[tuple[int, str]] = []
+    current: list[str] | None = None
+    stamp = 0
+    for line in [*text.splitlines(), "==dm end"]:
+        if line.startswith("==dm "):
+            if current is not None:
+                out.append((stamp, "\n".join(current)))
+            moment = line[5:].strip()
+            stamp = (_ms(moment, t0) or 0) if t0 is not None else 0
+            current = []
+        elif current is not None:
+            current.append(line)
+    return tuple(out)

@@ -1,0 +1,126 @@
+"""The on-device sampler: its file reads back as samples, and the real script, run in Android's
+shell (and dash) on this host, samples a live process without forking while it runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from harness.run.ondevice import SOURCE, Rates, parse, script
+from harness.run.trial import launch_command
+
+SMP = """z thermal_zone0 cpu-0-0
+z thermal_zone2 skin-therm
+m 100.05 20480 20600 15000 9000 6000 12 0 5 3 1
+s 100.05 1800000 2400000 2400000 80 312 - 45000 36000
+m 100.10 40960 41000 - - - - - 7 9 2
+s 100.60 1200000 1500000 2400000 79 315 2 52000 -
+m 100.6
+c 4 2 1 0
+"""
+
+
+def test_the_sampler_file_reads_back_as_memory_and_state_samples() -> None:
+    sampled = parse(SMP, 100.0, "W: mksh: /sys/class/thermal/thermal_zone1/temp: open: "
+                                "Permission denied\n")
+    memory = [t for t in sampled.ticks if t.memory]
+    states = [t for t in sampled.ticks if t.state]
+    assert [t.t_ms for t in memory] == [50, 100]  # ms since the launch, on the phone's clock
+    first = memory[0].memory
+    assert first is not None
+    assert (first.rss_kb, first.vm_hwm_kb, first.pss_kb, first.pss_anon_kb, first.pss_file_kb,
+            first.swap_kb, first.source) == (20480, 20600, 15000, 9000, 6000, 12, SOURCE)
+    second = memory[1].memory
+    assert second is not None and second.pss_kb is None  # not read: absent, not zero
+    cool, hot = (t.state for t in states)
+    assert cool is not None and hot is not None
+    assert (cool.big_cur_khz, cool.big_max_khz, cool.big_hw_max_khz) == (1800000, 2400000,
+                                                                       2400000)
+    assert (cool.battery_level, cool.battery_temp_c, cool.thermal_status) == (80, 31.2, None)
+    assert cool.max_temp_c == 45.0 and hot.max_temp_c == 52.0 and hot.thermal_status == 2
+    assert sampled.engine_cpu_s == pytest.approx(0.11)  # its last reading: 9 + 2 ticks
+    assert sampled.sampler_cpu_s == pytest.approx(0.07)
+    assert sampled.unreadable == ("thermal_zone1/temp: Permission denied",)
+    assert sampled.lines == 5  # the line cut short by the kill is skipped
+
+
+def test_rates_become_ticks_and_the_script_holds_only_numbers_and_paths() -> None:
+    rates = Rates(memory_s=0.5, state_s=2.0, status_s=10.0, fast_s=2.0, big_cpu=7)
+    assert (rates.every(0.5), rates.every(2.0), rates.every(10), rates.every(0)) == (10, 40,
+                                                                                     200, 0)
+    text = script(rates)
+    assert "{" + "cpu}" not in text and "/sys/devices/system/cpu/cpu7/cpufreq" in text
+    assert "dumpsys meminfo" in text and "[ 0 -gt 0 ]" in text  # dumpsys meminfo: never
+    assert "current_now" not in text and "current_now" in script(Rates(power=True))
+
+
+PROGRAM = """
+import time
+b = bytearray(48 * 1024 * 1024)
+end = time.time() + 1.2
+while time.time() < end:
+    pass
+"""
+
+
+@pytest.mark.parametrize("shell", ["mksh", "dash"])
+def test_the_real_sampler_samples_a_live_process(
+        tmp_path: Path, shell: str, shell_env: Callable[[str], dict[str, str]]) -> None:
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed")
+    workdir = tmp_path / "w"
+    rates = Rates(memory_s=0.1, state_s=0.3, status_s=0, fast_s=0.3)
+    line = launch_command(str(workdir), [sys.executable, "-c", PROGRAM], None, rates)
+    done = subprocess.run([shell, "-c", line], capture_output=True, text=True, timeout=60,
+                          env=shell_env(shell))
+    assert done.returncode == 0, done.stderr
+    for _ in range(40):  # the sampler notices the exit within a tick, then writes t1
+        if (workdir / "t1").is_file():
+            break
+        time.sleep(0.05)
+    t0 = float((workdir / "t0").read_text().split()[0])
+    sampled = parse((workdir / "smp").read_text(), t0)
+    memory = [t.memory for t in sampled.ticks if t.memory]
+    assert len(memory) >= 8  # 0.3 s at a tick each, then every 0.1 s for about a second
+    assert max(m.rss_kb or 0 for m in memory) >= 48 * 1024
+    assert any(t.state for t in sampled.ticks)
+    assert sampled.engine_cpu_s is not None and sampled.engine_cpu_s >= 0.5
+    assert sampled.sampler_cpu_s is not None
+    if shell == "mksh":  # at these quick rates a few % of what it watched (bench figure 1
+        # measures the default rates); dash forks a sleep per tick and reads byte by byte
+        assert sampled.sampler_cpu_s <= 0.05 * sampled.engine_cpu_s, sampled
+    end = float((workdir / "t1").read_text())
+    assert 1.0 < end - t0 < 5.0
+
+
+@pytest.mark.skipif(shutil.which("strace") is None or shutil.which("mksh") is None,
+                    reason="needs strace and mksh")
+def test_under_mksh_the_running_sampler_forks_nothing(tmp_path: Path) -> None:
+    """Every process the launch line starts, traced: the engine (exec'd by the shell), the
+    sampler's shell and its one mkfifo; no sleep, cat or dumpsys while the engine runs."""
+    workdir = tmp_path / "w"
+    rates = Rates(memory_s=0.1, state_s=0.2, status_s=0, fast_s=0.2)
+    line = launch_command(str(workdir), ["sleep", "1.5"], None, rates)
+    trace = tmp_path / "trace"
+    bin_dir = tmp_path / "bin"  # sh is mksh, as on a phone
+    bin_dir.mkdir()
+    (bin_dir / "sh").symlink_to(shutil.which("mksh") or "mksh")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    done = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve", "-o", str(trace),
+                           "mksh", "-c", line], capture_output=True, text=True, timeout=60,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    time.sleep(0.3)
+    programs = re.findall(r'execve\("([^"]+)"', trace.read_text())
+    names = [Path(p).name for p in programs]
+    assert names.count("sleep") == 1, names  # the engine itself, not the sampler's naps
+    # the set-up's mkdir; the sampler's mkfifo and rm once at its start
+    assert sorted(names) == ["mkdir", "mkfifo", "mksh", "rm", "sh", "sleep"], names
