@@ -5,13 +5,14 @@ Why on the phone: a sample taken over adb is a round trip that forks a shell on 
 ``dumpsys meminfo <pid>`` makes system_server walk the engine's whole mapping; on a phone both
 compete with the engine for the same cores. The loop here is written with mksh builtins and
 toybox only, and forks nothing while it runs: it sleeps with ``read -t`` on a FIFO no one writes
-(a shell without a timed read, such as dash, falls back to ``sleep``), reads /proc and /sys with
+(made by the launching shell before the engine starts; a shell without a timed read, such as
+dash, falls back to ``sleep``), reads /proc and /sys with
 ``read``, and appends lines with ``echo`` to an open descriptor. What it reads, each on a tick
-of ``tick_s`` (50 ms, which is also how soon it notices the engine's exit; 10 ms in the first
-second):
+of ``tick_s`` (50 ms, which is also how soon it notices the engine's exit; 20 ms in the first
+200 ms):
 
-- the engine's status (VmHWM, VmRSS, VmSwap, Threads) every tick of the first second, into
-  ``mem`` (the peak of a sub-second trial is there); every 50 ms for the first ``fast_s``
+- the engine's status (VmHWM, VmRSS, VmSwap, Threads) every tick of the first 200 ms, into
+  ``mem`` (the peak of a very short trial is there); every 200 ms for the first ``fast_s``
   seconds, then every ``memory_s``, that and its smaps_rollup (Pss, Pss_Anon, Pss_File,
   SwapPss) and /proc stat CPU time: an ``m`` line;
 - at the first tick and every ``state_s``: the big cluster's clocks, the battery's level and
@@ -21,8 +22,8 @@ second):
   thermal status from ``dumpsys thermalservice``, the only read that forks (the status exists
   nowhere in sysfs);
 - every ``dumpsys_s`` (0, the default: never) a ``dumpsys meminfo <pid>`` into its own file;
-- every 5th tick at first, then on every state tick, each thread's Cpus_allowed_list (the
-  affinity the kernel applied), kept in ``aff`` when it changed;
+- with every 2nd ``m`` line of the first ``fast_s`` seconds, then on every state tick, each
+  thread's Cpus_allowed_list (the affinity the kernel applied), kept in ``aff`` when it changed;
 - with energy on, one battery reading per tick (the ``pwr`` file of ``harness.run.energy``).
 
 At the end it appends its own CPU time (utime, stime and its children's, from its /proc stat,
@@ -68,11 +69,12 @@ class Rates:
 
 # The loop, as mksh (and dash) runs it. $1 is the engine's pid (the launching shell's $$, which
 # becomes the engine by exec). Placeholders in braces are integers or paths filled by `script`.
-_SCRIPT = r"""p=$1; h=0; m=0; th=0; t=0; pa=; eu=; es=; nm=0; ns=0; np=0; nt={status}; nd={dumpsys}
+_SCRIPT = r"""p=$1; h=0; m=0; th=0; t=0; pa=; eu=; es=; nm=0; ns=0; np=0; ml=0; nt={status}
+nd={dumpsys}
 nl='
 '; ws=" 	$nl"
 exec 4>>smp
-r=; if mkfifo nap 2>/dev/null && exec 3<>nap; then rm -f nap
+r=; if [ -p nap ] && exec 3<>nap; then
 read -t 0.001 -u3 _x 2>/dev/null; [ $? -gt 128 ] && r=1; fi
 num() { v=${1% kB}; v=${v##*[!0-9]}; }
 if read -r -N 1 _x 2>/dev/null < /proc/self/stat; then
@@ -100,12 +102,12 @@ read -r y 2>>err < $z/type && read -r _x 2>>err < $z/temp &&
 done
 read -r u _ < /proc/uptime; s0=${u%.*}; f0=${u#*.}; e=0
 while [ -d /proc/$p ]; do
-if [ $e -lt 100 ] || [ $e -ge $nm ]; then rs=; sw=; g /proc/$p/status
+if [ $e -lt 20 ] || [ $e -ge $nm ]; then rs=; sw=; g /proc/$p/status
 [ "${rs:-0}" -gt "$m" ] && m=$rs; [ "$th" -gt "$t" ] && t=$th; echo "$h $m $t" > mem; fi
-if [ $e -ge $nm ]; then q1=; q2=; q3=; q4=; [ -n "$R" ] && g $R
+mt=; if [ $e -ge $nm ]; then mt=1; q1=; q2=; q3=; q4=; [ -n "$R" ] && g $R
 read -r _ _ _ _ _ _ _ _ _ _ _ _ _ eu es _ 2>/dev/null < /proc/$p/stat
 echo "m $u ${rs:--} $h ${q1:--} ${q2:--} ${q3:--} ${q4:--} ${sw:--} $t ${eu:--} ${es:--}" >&4
-if [ $e -lt {fast} ]; then nm=$((e + 5)); else nm=$((e + {mem})); fi; fi
+ml=$((ml + 1)); if [ $e -lt {fast} ]; then nm=$((e + 20)); else nm=$((e + {mem})); fi; fi
 st=; if [ $e -ge $ns ]; then st=1; ns=$((e + {state})); c1=; c2=; bl=; bt=; ts=
 if [ -n "$C" ]; then read -r c1 < $C/scaling_cur_freq; read -r c2 < $C/scaling_max_freq
 fi 2>/dev/null
@@ -118,11 +120,12 @@ done; echo "s $u ${c1:--} ${c2:--} $hw ${bl:--} ${bt:--} ${ts:--}$zs" >&4
 fi
 if [ {dumpsys} -gt 0 ] && [ $e -ge $nd ]; then nd=$((e + {dumpsys}))
 { echo "==dm $u"; dumpsys meminfo $p 2>&1; [ -d /proc/$p ] && echo "==alive"; } >> dm.txt; fi
-if [ -n "$st" ] || { [ $e -lt {fast} ] && [ $((e % 20)) -lt 2 ]; }; then a=; c=0
+if [ -n "$st" ] || { [ -n "$mt" ] && [ $e -lt {fast} ] && [ $((ml % 2)) -eq 1 ]; }
+then a=; c=0
 for s in /proc/$p/task/*/status; do c=$((c+1)); ga $s
 [ -n "$ca" ] && case " $a " in *" $ca "*) ;; *) a="$a $ca";; esac; done
 [ "$c$a" = "$pa" ] || { pa="$c$a"; echo "$pa" >> aff; }; fi
-{power}if [ $e -lt 100 ]; then d=0.01; else d={tick}; fi
+{power}if [ $e -lt 20 ]; then d=0.02; else d={tick}; fi
 if [ -n "$r" ]; then read -t $d -u3 _x; else sleep $d; fi
 read -r u _ < /proc/uptime; e=$(( (${u%.*} - s0) * 100 + 1${u#*.} - 1$f0 ))
 done

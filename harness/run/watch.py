@@ -33,7 +33,9 @@ def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None,
              "read -r u _ < /proc/uptime; echo \"$u\" > t0")
     if sampler is None:
         return f"{setup}; exec {words}"
-    return f"{setup}; {start_command(sampler)}; exec {words}"
+    # the sampler's FIFO to nap on is made here, before the engine starts, so the sampler
+    # itself starts no process while the engine runs
+    return f"{setup}; mkfifo nap 2>/dev/null; {start_command(sampler)}; exec {words}"
 
 
 def watcher_memory(text: str) -> ProcessMemory | None:
