@@ -179,8 +179,12 @@ def next_step(
     se *= float(sps.t.isf(sps.norm.sf(z_star), df)) / z_star
     k = -math.log1p(-rule.effect) / se
     bad = (-diff if rule.higher_is_better else diff) / se
-    llr_reg = k * bad - k * k / 2
-    llr_imp = -k * bad - k * k / 2
+    # The alternative is "a change of at least the effect": when the data show a larger one, its
+    # likelihood is taken at the estimate (a generalised likelihood ratio), so a drop far beyond
+    # the effect ends the test at once instead of being weighed against a 5% one only.
+    k_reg, k_imp = max(k, bad), max(k, -bad)
+    llr_reg = k_reg * bad - k_reg * k_reg / 2
+    llr_imp = -k_imp * bad - k_imp * k_imp / 2
     ratio = math.exp(diff)
     n = f"n={x.size}/{y.size}" if x.size != y.size else f"n={x.size}"
     stats = (f"ratio {ratio:.4f}, log-likelihood ratios: regression {llr_reg:.2f}, "

@@ -155,3 +155,15 @@ def test_a_five_percent_drop_is_found_with_high_power() -> None:
         spent += n
     assert found >= 90
     assert spent / 100 <= 16
+
+
+def test_a_change_far_beyond_the_effect_stops_early_even_when_noisy() -> None:
+    """A 7x slower build at 30% noise (a loaded host): the generalised likelihood ratio takes the
+    alternative at the estimate, so it is called after 6 pairs; weighed against a 5% drop only
+    (the rule before), these same draws took 9, and a loaded virtual phone's run reached the
+    cap of 14 with a ratio of 0.15."""
+    rng = np.random.default_rng(11)
+    rule = SequentialRule(max_n=14)
+    decision, n = run_pairs(lognormal(rng, rule.max_n, 220, 0.3),
+                            lognormal(rng, rule.max_n, 30, 0.15), rule)
+    assert decision.step == "regression" and n <= 6
