@@ -8,11 +8,11 @@ toybox only, and forks nothing while it runs: it sleeps with ``read -t`` on a FI
 (made by the launching shell before the engine starts; a shell without a timed read, such as
 dash, falls back to ``sleep``), reads /proc and /sys with
 ``read``, and appends lines with ``echo`` to an open descriptor. What it reads, each on a tick
-of ``tick_s`` (50 ms, which is also how soon it notices the engine's exit; 20 ms in the first
-200 ms):
+of ``tick_s`` (50 ms, which is also how soon it notices the engine's exit; 20 ms for the first
+300 ms, where a tiny model's whole trial can fit):
 
-- the engine's status (VmHWM, VmRSS, VmSwap, Threads) every tick of the first 200 ms, into
-  ``mem`` (the peak of a very short trial is there); every 200 ms for the first ``fast_s``
+- the engine's status (VmHWM, VmRSS, VmSwap, Threads) every tick, into ``mem`` (the kernel's
+  peak as it was at most a tick before the exit); every 200 ms for the first ``fast_s``
   seconds, then every ``memory_s``, that and its smaps_rollup (Pss, Pss_Anon, Pss_File,
   SwapPss) and /proc stat CPU time: an ``m`` line;
 - at the first tick and every ``state_s``: the big cluster's clocks, the battery's level and
@@ -102,8 +102,8 @@ read -r y 2>>err < $z/type && read -r _x 2>>err < $z/temp &&
 done
 read -r u _ < /proc/uptime; s0=${u%.*}; f0=${u#*.}; e=0
 while [ -d /proc/$p ]; do
-if [ $e -lt 20 ] || [ $e -ge $nm ]; then rs=; sw=; g /proc/$p/status
-[ "${rs:-0}" -gt "$m" ] && m=$rs; [ "$th" -gt "$t" ] && t=$th; echo "$h $m $t" > mem; fi
+rs=; sw=; g /proc/$p/status
+[ "${rs:-0}" -gt "$m" ] && m=$rs; [ "$th" -gt "$t" ] && t=$th; echo "$h $m $t" > mem
 mt=; if [ $e -ge $nm ]; then mt=1; q1=; q2=; q3=; q4=; [ -n "$R" ] && g $R
 read -r _ _ _ _ _ _ _ _ _ _ _ _ _ eu es _ 2>/dev/null < /proc/$p/stat
 echo "m $u ${rs:--} $h ${q1:--} ${q2:--} ${q3:--} ${q4:--} ${sw:--} $t ${eu:--} ${es:--}" >&4
@@ -125,7 +125,7 @@ then a=; c=0
 for s in /proc/$p/task/*/status; do c=$((c+1)); ga $s
 [ -n "$ca" ] && case " $a " in *" $ca "*) ;; *) a="$a $ca";; esac; done
 [ "$c$a" = "$pa" ] || { pa="$c$a"; echo "$pa" >> aff; }; fi
-{power}if [ $e -lt 20 ]; then d=0.02; else d={tick}; fi
+{power}if [ $e -lt 30 ]; then d=0.02; else d={tick}; fi
 if [ -n "$r" ]; then read -t $d -u3 _x; else sleep $d; fi
 read -r u _ < /proc/uptime; e=$(( (${u%.*} - s0) * 100 + 1${u#*.} - 1$f0 ))
 done
