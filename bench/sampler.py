@@ -106,7 +106,7 @@ def measure(lab: Lab, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
                            span_s=spans[0]["span_s"] if spans else None)
             rows.append(row)
     _join_store(rows, results)
-    context = ("trials inside the 2 s fast start (reads every 50 ms)" if quick
+    context = ("trials inside the 2 s fast start (memory lines every 200 ms)" if quick
                else "generation outlasts the 2 s fast start")
     return _figures(rows, first_pushed, interval["default"], context), {
         "rounds": rounds, "matrix": str(matrix.relative_to(matrix.parents[2])),
