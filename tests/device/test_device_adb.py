@@ -117,6 +117,47 @@ def test_push_pays_no_sleeps_no_version_query_and_no_nagle_wait(
     assert phone.shell(["cat", f"{REMOTE}/small.bin"], timeout=60).stdout == "x" * 100_000
 
 
+def test_shell_pays_no_sleeps_and_no_version_query(
+        phone: AdbDevice, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a push: adbutils' open_transport asked the version on a second connection and each
+    close slept 10 ms, 23 ms of a ``true`` that takes 1.6 ms without; a trial runs several."""
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+
+    def no_version(*_: Any) -> int:
+        raise AssertionError("shell asked the server's version")
+
+    def no_open_transport(*_: Any, **__: Any) -> Any:
+        raise AssertionError("shell went through adbutils' open_transport")
+
+    monkeypatch.setattr(adbutils.AdbClient, "server_version", no_version)
+    monkeypatch.setattr(adbutils.AdbDevice, "open_transport", no_open_transport)
+    result = phone.shell("echo out; echo err >&2; exit 3", timeout=60)
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    with pytest.raises(DeviceTimeoutError):
+        phone.shell("sleep 30", timeout=0.5)
+    with pytest.raises(DeviceLostError, match="not found"):
+        AdbDevice("127.0.0.1:1").shell("true", timeout=10)
+    assert slept == []
+    monkeypatch.undo()
+    assert phone.shell("echo back", timeout=60).stdout == "back\n"
+
+
+def test_a_server_that_never_answers_is_a_shell_timeout() -> None:
+    """The deadline covers the transport handshake too: a server that accepts the connection
+    and says nothing is the command's timeout, in its words, not an endless wait."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)  # connections complete in the backlog; nobody reads or answers
+        port = silent.getsockname()[1]
+        device = AdbDevice("127.0.0.1:5555", adbutils.AdbClient("127.0.0.1", port))
+        started = time.monotonic()
+        with pytest.raises(DeviceTimeoutError) as caught:
+            device.shell(["echo", "never"], timeout=0.5)
+        assert time.monotonic() - started < 5
+    assert str(caught.value) == "127.0.0.1:5555: command timed out: echo never"
+
+
 def test_push_errors_name_the_push_and_keep_the_phones_reason(
         virtual_phone: Any, phone: AdbDevice, tmp_path: Path) -> None:
     local = tmp_path / "small.bin"
@@ -176,3 +217,13 @@ def test_devices_cli_lists_the_virtual_phone(phone: AdbDevice) -> None:
     rows = json.loads(result.output)
     assert [row["serial"] for row in rows] == [phone.serial]
     assert rows[0]["model"] == phone.shell("getprop ro.product.model", timeout=60).stdout.strip()
+
+
+def test_an_error_names_a_many_line_command_on_one_short_line() -> None:
+    from harness.device.adb import SHOWN_CHARS, one_line
+
+    assert one_line("echo never") == "echo never"
+    script = "p=$1\nwhile [ -d /proc/$p ]; do\n  read -t 0.05 -u3 _x\ndone\n" * 20
+    shown = one_line(script)
+    assert "\n" not in shown and len(shown) == SHOWN_CHARS and shown.endswith("…")
+    assert shown.startswith("p=$1 while [ -d /proc/$p ]; do read -t 0.05")
