@@ -8,8 +8,8 @@ toybox only, and forks nothing while it runs: it sleeps with ``read -t`` on a FI
 (made by the launching shell before the engine starts; a shell without a timed read, such as
 dash, falls back to ``sleep``), reads /proc and /sys with
 ``read``, and appends lines with ``echo`` to an open descriptor. What it reads, each on a tick
-of ``tick_s`` (50 ms, which is also how soon it notices the engine's exit; 20 ms for the first
-300 ms, where a tiny model's whole trial can fit):
+of ``tick_s`` (50 ms, which is also how soon it notices the engine's exit; 10 ms for the first
+300 ms, where a tiny model's whole trial can fit: 30-50 ms with the test models):
 
 - the engine's status (VmHWM, VmRSS, VmSwap, Threads) every tick, into ``mem`` (the kernel's
   peak as it was at most a tick before the exit); every 200 ms for the first ``fast_s``
@@ -125,7 +125,7 @@ then a=; c=0
 for s in /proc/$p/task/*/status; do c=$((c+1)); ga $s
 [ -n "$ca" ] && case " $a " in *" $ca "*) ;; *) a="$a $ca";; esac; done
 [ "$c$a" = "$pa" ] || { pa="$c$a"; echo "$pa" >> aff; }; fi
-{power}if [ $e -lt 30 ]; then d=0.02; else d={tick}; fi
+{power}if [ $e -lt 30 ]; then d=0.01; else d={tick}; fi
 if [ -n "$r" ]; then read -t $d -u3 _x; else sleep $d; fi
 read -r u _ < /proc/uptime; e=$(( (${u%.*} - s0) * 100 + 1${u#*.} - 1$f0 ))
 done
