@@ -332,6 +332,18 @@ def floor_index(floors: Iterable[NoiseFloor]) -> dict[Key, NoiseFloor]:
 MIN_NIGHTS = 3
 
 
+def night_keys(trials: pd.DataFrame) -> pd.DataFrame:
+    """What places each trial in a cell's history: serial, config_id, engine, night and build,
+    as plain strings (one row per trial, positions as in ``trials``)."""
+    return pd.DataFrame({
+        "serial": trials["device_serial"].astype(str).to_numpy(),
+        "config_id": trials["config_id"].astype(str).to_numpy(),
+        "engine": engine_column(trials).astype(str).to_numpy(),
+        "night": nights(trials).to_numpy(),
+        "build": trials["build_id"].astype(str).to_numpy(),
+    })
+
+
 def recent_trials(frame: pd.DataFrame, nights_back: int = DEFAULT_NIGHTS, *,
                   include_throttled: bool = False) -> pd.DataFrame:
     """The usable trials of each (device, config_id, engine)'s ``nights_back`` most recent
@@ -349,14 +361,8 @@ def recent_trials(frame: pd.DataFrame, nights_back: int = DEFAULT_NIGHTS, *,
     kept = frame[usable_mask(frame, include_throttled).to_numpy()]
     if kept.empty:
         return kept
-    keys = pd.DataFrame({
-        "device": kept["device_serial"].astype(str).to_numpy(),
-        "config": kept["config_id"].astype(str).to_numpy(),
-        "engine": engine_column(kept).astype(str).to_numpy(),
-        "night": nights(kept).to_numpy(),
-        "build": kept["build_id"].astype(str).to_numpy(),
-    })
-    cell_night = ["device", "config", "engine", "night"]
+    keys = night_keys(kept)
+    cell_night = ["serial", "config_id", "engine", "night"]
     sizes = keys.groupby([*cell_night, "build"], sort=False).size()
     full = sizes[sizes >= MIN_SAMPLE].reset_index()[cell_night].drop_duplicates()
     full = full.sort_values("night", ascending=False, kind="stable")

@@ -21,9 +21,7 @@ from harness.analysis.compare import Policy
 from harness.analysis.frames import (
     DEFAULT_METRICS,
     METRIC_COLUMNS,
-    engine_column,
     metric_name,
-    nights,
     usable_mask,
 )
 from harness.analysis.noise import (
@@ -33,6 +31,7 @@ from harness.analysis.noise import (
     POWERS,
     NoiseFloor,
     min_detectable_change,
+    night_keys,
     noise_floors,
     recent_trials,
 )
@@ -67,14 +66,7 @@ def _cells(trials: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     and, per metric, the number of usable trials carrying it."""
     kept = trials[usable_mask(trials).to_numpy()]
     columns = [METRIC_COLUMNS[metric_name(m)] for m in metrics]
-    keys = pd.DataFrame({
-        "serial": kept["device_serial"].astype(str).to_numpy(),
-        "config_id": kept["config_id"].astype(str).to_numpy(),
-        "engine": engine_column(kept).astype(str).to_numpy(),
-        "night": nights(kept).to_numpy(),
-        "build": kept["build_id"].astype(str).to_numpy(),
-        **{c: kept[c].to_numpy() for c in columns if c in kept},
-    })
+    keys = night_keys(kept).assign(**{c: kept[c].to_numpy() for c in columns if c in kept})
     cell = ["serial", "config_id", "engine"]
     if keys.empty:
         return pd.DataFrame(columns=[*cell, "reps", *columns])
