@@ -9,8 +9,11 @@ into those results, which is what makes a killed bisect resumable.
 Rules (docs/bisect.md):
 
 * a commit's measurement against the good build is ``bad`` on a ``regression`` verdict of tg_tps
-  and ``good`` on ``same`` or ``improvement``; ``unstable`` is measured once more with added
-  repetitions (``retry``), and unstable again counts as ``skip``;
+  and ``good`` on ``same`` or ``improvement``. The bisect's question is one-sided (does this
+  commit hold the slowdown?), so an ``unstable`` verdict whose whole interval lies above
+  ``1 - noise`` is ``good`` too: no slowdown beyond the band, whatever the spread above it
+  (``judge``). Any other ``unstable`` is measured once more with added repetitions (``retry``),
+  and unstable again counts as ``skip``;
 * a commit that does not compile is ``skip``ped, like ``git bisect skip``: the nearest testable
   neighbour of the midpoint is tested instead;
 * the bad end is tested first: if it is not a regression against the good build, there is
@@ -51,6 +54,16 @@ def outcome_of(verdict: str) -> Outcome:
         return VERDICT_OUTCOME[verdict]
     except KeyError:
         raise BisectError(f"unknown verdict {verdict!r}") from None
+
+
+def judge(verdict: str, ci_low: float | None, noise: float) -> Outcome:
+    """A measurement's outcome: ``outcome_of`` its verdict, except that an unstable one whose
+    ratio interval lies wholly above ``1 - noise`` rules the slowdown out (``good``)."""
+    outcome = outcome_of(verdict)
+    if outcome == "unstable" and ci_low is not None and math.isfinite(ci_low) \
+            and ci_low > 1.0 - noise:
+        return "good"
+    return outcome
 
 
 def status(outcomes: Sequence[Outcome]) -> Status | None:

@@ -36,6 +36,7 @@ from harness.analysis.bisect import (
     Replayed,
     Search,
     Step,
+    judge,
     outcome_of,
     replay,
 )
@@ -348,12 +349,17 @@ class Bisector:
                     "reason": f"no usable trials on both sides (outcomes {counts})"}
         cell = cells[0]
         c = cell.comparison
+        outcome = judge(c.verdict, _num(c.ci_low), self.request.noise)
+        reason = c.reason
+        if outcome != outcome_of(c.verdict):
+            reason += (f"; counted good: the whole interval is above {1 - self.request.noise:.2f} "
+                       "(no slowdown beyond the band)")
         return {
-            "verdict": c.verdict, "outcome": outcome_of(c.verdict), "ratio": _num(c.ratio),
+            "verdict": c.verdict, "outcome": outcome, "ratio": _num(c.ratio),
             "ci_low": _num(c.ci_low), "ci_high": _num(c.ci_high), "p_adjusted":
             _num(c.p_adjusted), "n_good": c.n_baseline, "n_candidate": c.n_candidate,
             "median_good": _num(cell.median_baseline),
-            "median_candidate": _num(cell.median_candidate), "reason": c.reason,
+            "median_candidate": _num(cell.median_candidate), "reason": reason,
             "device": cell.key.device,
         }
 

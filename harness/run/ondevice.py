@@ -8,13 +8,22 @@ toybox only, and forks nothing while it runs: it sleeps with ``read -t`` on a FI
 (made by the launching shell before the engine starts; a shell without a timed read, such as
 dash, falls back to ``sleep``), reads /proc and /sys with
 ``read``, and appends lines with ``echo`` to an open descriptor. What it reads, each on a tick
-of ``tick_s`` (50 ms, which is also how soon it notices the engine's exit; 10 ms for the first
-300 ms, where a tiny model's whole trial can fit: 30-50 ms with the test models):
+of ``tick_s`` (50 ms, which is also how soon it notices the engine's exit; 10 ms in the first
+50 ms, and up to 300 ms while the engine's RSS still grows: a tiny model's whole trial can fit
+there, 30-50 ms with the test models, and a tick costs the phone a wake-up):
 
-- the engine's status (VmHWM, VmRSS, VmSwap, Threads) every tick, into ``mem`` (the kernel's
-  peak as it was at most a tick before the exit); every 200 ms for the first ``fast_s``
-  seconds, then every ``memory_s``, that and its smaps_rollup (Pss, Pss_Anon, Pss_File,
-  SwapPss) and /proc stat CPU time: an ``m`` line;
+- every tick: the engine's status, as read (the last one read while the engine still had its
+  memory is kept: a zombie's has no VmHWM), and its /proc stat (threads, CPU time, RSS in
+  pages: the largest is kept, in kB once a parsed status shows the page size), with one
+  ``read -N`` each and no line parsed; so the kernel's peak is known as it was at most a tick
+  before the exit, and the largest RSS as the ticks saw it;
+- every 200 ms for the first ``fast_s`` seconds, then every ``memory_s``: that status parsed
+  (VmHWM, VmRSS, VmSwap, Threads) and the CPU time, an ``m`` line; its smaps_rollup (Pss,
+  Pss_Anon, Pss_File, SwapPss) at most every ``memory_s`` (the rollup makes the kernel walk
+  every page the engine maps, on the sampler's time: the costliest read by far, ~1.5 ms for
+  60 MB mapped on this host); the peak VmHWM, largest VmRSS and most threads go to ``mem``
+  when they change, and once more after the exit (appended to a descriptor opened once: the
+  last line counts);
 - at the first tick and every ``state_s``: the big cluster's clocks, the battery's level and
   temperature (sysfs power_supply) and every readable thermal zone: an ``s`` line (a throttled
   phone shows there as a capped scaling_max_freq and hot zones); every ``status_s`` (0, the
@@ -70,28 +79,42 @@ class Rates:
 # The loop, as mksh (and dash) runs it. $1 is the engine's pid (the launching shell's $$, which
 # becomes the engine by exec). Placeholders in braces are integers or paths filled by `script`.
 _SCRIPT = r"""p=$1; h=0; m=0; th=0; t=0; pa=; eu=; es=; nm=0; ns=0; np=0; ml=0; nt={status}
-nd={dumpsys}
+nd={dumpsys}; nq=0; y=; wm=; rp=0; mp=0; pk=0; gr=
 nl='
 '; ws=" 	$nl"
-exec 4>>smp
+exec 4>>smp 5>>mem
 r=; if [ -p nap ] && exec 3<>nap; then
 read -t 0.001 -u3 _x 2>/dev/null; [ $? -gt 128 ] && r=1; fi
 num() { v=${1% kB}; v=${v##*[!0-9]}; }
 if read -r -N 1 _x 2>/dev/null < /proc/self/stat; then
-g() { x=; read -r -N 65536 x 2>/dev/null < $1; set -f; IFS=$nl; set -- $x; IFS=$ws; set +f
+gx() { set -f; IFS=$nl; set -- $x; IFS=$ws; set +f
 for l in "$@"; do case $l in VmHWM:*) num "$l"; h=$v;; VmRSS:*) num "$l"; rs=$v;;
 VmSwap:*) num "$l"; sw=$v;; Threads:*) num "$l"; th=$v; break;; Pss:*) num "$l"; q1=$v;;
 Pss_Anon:*) num "$l"; q2=$v;; Pss_File:*) num "$l"; q3=$v;; SwapPss:*) num "$l"; q4=$v; break;;
 esac; done; }
+g() { x=; read -r -N 65536 x 2>/dev/null < $1; gx; }
 ga() { ca=; x=; read -r -N 65536 x 2>/dev/null < $1; set -f; IFS=$nl; set -- $x; IFS=$ws; set +f
 for l in "$@"; do case $l in Cpus_allowed_list:*) ca=${l##*[	 ]}; break;; esac; done; }
+tk() { x=; read -r -N 65536 x 2>/dev/null < /proc/$p/status; case $x in *VmHWM:*) y=$x;; esac
+x=; read -r -N 4096 x 2>/dev/null < /proc/$p/stat; x=${x#*') '}; set -f; set -- $x; set +f
+if [ $# -ge 22 ]; then eu=${12}; es=${13}; [ "${18}" -gt "$t" ] && t=${18}; rp=${22}
+gr=; [ "$rp" -gt "$mp" ] && { mp=$rp; gr=1; }; fi; }
+pm() { rs=; sw=; x=$y; [ -n "$x" ] && gx; }
+up() { read -r -N 64 u < /proc/uptime; u=${u%% *}; }
 else
 g() { while read -r kk v _u; do case $kk in VmHWM:) h=$v;; VmRSS:) rs=$v;; VmSwap:) sw=$v;;
 Threads:) th=$v; break;; Pss:) q1=$v;; Pss_Anon:) q2=$v;; Pss_File:) q3=$v;;
 SwapPss:) q4=$v; break;; esac; done 2>/dev/null < $1; }
 ga() { ca=; while read -r kk v; do case $kk in Cpus_allowed_list:) ca=$v; break;; esac
 done 2>/dev/null < $1; }
+tk() { rs=; sw=; g /proc/$p/status; [ "${rs:-0}" -gt "$m" ] && m=$rs; [ "$th" -gt "$t" ] &&
+t=$th; read -r _ _ _ _ _ _ _ _ _ _ _ _ _ eu es _ 2>/dev/null < /proc/$p/stat; }
+pm() { :; }
+up() { read -r u _ < /proc/uptime; }
 fi
+pg() { [ "${rs:-0}" -gt "$m" ] && m=$rs; if [ -n "$rs" ] && [ "$rp" -gt 0 ]; then
+case $(( (2 * rs + rp) / (2 * rp) )) in 4) pk=4;; 16) pk=16;; 64) pk=64;; esac; fi
+[ $((mp * pk)) -gt "$m" ] && m=$((mp * pk)); }
 R=/proc/$p/smaps_rollup; read -r _x 2>>err < $R || R=
 C=/sys/devices/system/cpu/cpu{cpu}/cpufreq; read -r hw 2>>err < $C/cpuinfo_max_freq || hw=-
 read -r _x 2>>err < $C/scaling_cur_freq || C=
@@ -99,14 +122,15 @@ B={battery}; read -r _x 2>>err < $B/capacity || B=
 Z=; for z in /sys/class/thermal/thermal_zone*; do [ -d "$z" ] || continue; y=
 read -r y 2>>err < $z/type && read -r _x 2>>err < $z/temp &&
 { Z="$Z ${z##*/}"; echo "z ${z##*/} $y" >&4; }
-done
-read -r u _ < /proc/uptime; s0=${u%.*}; f0=${u#*.}; e=0
+done; y=
+up; s0=${u%.*}; f0=${u#*.}; e=0
 while [ -d /proc/$p ]; do
-rs=; sw=; g /proc/$p/status
-[ "${rs:-0}" -gt "$m" ] && m=$rs; [ "$th" -gt "$t" ] && t=$th; echo "$h $m $t" > mem
-mt=; if [ $e -ge $nm ]; then mt=1; q1=; q2=; q3=; q4=; [ -n "$R" ] && g $R
-read -r _ _ _ _ _ _ _ _ _ _ _ _ _ eu es _ 2>/dev/null < /proc/$p/stat
+tk
+mt=; if [ $e -ge $nm ]; then mt=1; pm; pg
+[ "$th" -gt "$t" ] && t=$th; q1=; q2=; q3=; q4=
+if [ -n "$R" ] && [ $e -ge $nq ]; then g $R; nq=$((e + {mem})); fi
 echo "m $u ${rs:--} $h ${q1:--} ${q2:--} ${q3:--} ${q4:--} ${sw:--} $t ${eu:--} ${es:--}" >&4
+w="$h $m $t"; [ "$w" = "$wm" ] || { echo "$w" >&5; wm=$w; }
 ml=$((ml + 1)); if [ $e -lt {fast} ]; then nm=$((e + 20)); else nm=$((e + {mem})); fi; fi
 st=; if [ $e -ge $ns ]; then st=1; ns=$((e + {state})); c1=; c2=; bl=; bt=; ts=
 if [ -n "$C" ]; then read -r c1 < $C/scaling_cur_freq; read -r c2 < $C/scaling_max_freq
@@ -125,10 +149,12 @@ then a=; c=0
 for s in /proc/$p/task/*/status; do c=$((c+1)); ga $s
 [ -n "$ca" ] && case " $a " in *" $ca "*) ;; *) a="$a $ca";; esac; done
 [ "$c$a" = "$pa" ] || { pa="$c$a"; echo "$pa" >> aff; }; fi
-{power}if [ $e -lt 30 ]; then d=0.01; else d={tick}; fi
+{power}if [ $e -lt 30 ] && { [ $e -lt 5 ] || [ -n "$gr" ]; }; then d=0.01; else d={tick}; fi
 if [ -n "$r" ]; then read -t $d -u3 _x; else sleep $d; fi
-read -r u _ < /proc/uptime; e=$(( (${u%.*} - s0) * 100 + 1${u#*.} - 1$f0 ))
+up; e=$(( (${u%.*} - s0) * 100 + 1${u#*.} - 1$f0 ))
 done
+pm; pg; [ "$th" -gt "$t" ] && t=$th
+w="$h $m $t"; [ "$w" = "$wm" ] || echo "$w" >&5
 read -r _ _ _ _ _ _ _ _ _ _ _ _ _ su ss cu cs _ < /proc/$$/stat
 echo "c $su $ss $cu $cs" >&4
 echo "$u" > t1

@@ -6,9 +6,14 @@ cell and runner). Each repetition is one point of the series: its generation rat
 its repetition ended, counted back from the engine's exit (the last repetition ends there).
 From the series:
 
-- **time to throttle**: the end of the first repetition below ``THROTTLE_SHARE`` of the initial
-  median from which the median of ``CONFIRM_POINTS`` points is below it too (a slow point or
-  two on a noisy host is not a throttle; a phone that throttles stays slow);
+- **time to throttle**: where the slowdown that lasts begins. A point is *confirmed slow* when it
+  and the median of the ``CONFIRM_POINTS`` points from it are below ``THROTTLE_SHARE`` of the
+  initial median (a slow point or two is noise). The series' biggest lasting drop is found as
+  the best single step in log rate (least squares); the onset is the first confirmed-slow point
+  after the last stretch of ``CONFIRM_POINTS`` points back at speed before that step. So a
+  second-long stall of a busy host early in the run is passed over when the phone recovered
+  from it and throttled later, while a throttle that deepens in stages counts from its first
+  stage. No confirmed-slow point: no throttle;
 - **steady-state ratio**: the median of the last fifth over the initial median;
 - **sustained rate**: the median of the last fifth.
 
@@ -75,11 +80,44 @@ def summarise(points: Sequence[Point]) -> Summary:
         return Summary(None, None, None)
     tail = [p.tps for p in points[-max(1, len(points) // 5):]]
     sustained = statistics.median(tail)
-    throttle_at: float | None = None
-    for i in range(len(points) - CONFIRM_POINTS + 1):
-        window = [p.tps for p in points[i:i + CONFIRM_POINTS]]
-        if points[i].tps < THROTTLE_SHARE * initial and \
-                statistics.median(window) < THROTTLE_SHARE * initial:
-            throttle_at = points[i].t_s
-            break
+    onset = throttle_onset([p.tps for p in points], THROTTLE_SHARE * initial)
+    throttle_at = points[onset].t_s if onset is not None else None
     return Summary(throttle_at, sustained / initial, sustained)
+
+
+def step_index(rates: Sequence[float]) -> int | None:
+    """The first index of the second segment of the best one-step fit to the log rates (least
+    squares, O(n) with prefix sums); None with fewer than two points or no drop at the step."""
+    logs = [math.log(r) for r in rates]
+    n = len(logs)
+    if n < 2:
+        return None
+    total = sum(logs)
+    best: tuple[float, int] | None = None
+    head = 0.0
+    for k in range(1, n):
+        head += logs[k - 1]
+        tail = total - head
+        # the fit's residual sum of squares falls by this much when the step is at k
+        gain = head * head / k + tail * tail / (n - k)
+        if head / k > tail / (n - k) and (best is None or gain > best[0]):
+            best = (gain, k)
+    return best[1] if best else None
+
+
+def throttle_onset(rates: Sequence[float], slow_below: float) -> int | None:
+    """The index where the lasting slowdown begins (see the module's docstring), or None."""
+    def median_from(i: int) -> float:
+        return statistics.median(rates[i:i + CONFIRM_POINTS])
+
+    last = len(rates) - CONFIRM_POINTS + 1
+    confirmed = [i for i in range(last) if rates[i] < slow_below and median_from(i) < slow_below]
+    if not confirmed:
+        return None
+    step = step_index(rates)
+    if step is None:
+        return confirmed[0]
+    back_at_speed = [i for i in range(min(step, last)) if median_from(i) >= slow_below]
+    after = back_at_speed[-1] if back_at_speed else -1
+    later = [i for i in confirmed if i > after]
+    return later[0] if later else confirmed[0]

@@ -38,17 +38,23 @@ def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None,
     return f"{setup}; mkfifo nap 2>/dev/null; {start_command(sampler)}; exec {words}"
 
 
+def _last_line(text: str) -> list[str]:
+    lines = text.strip().splitlines()
+    return lines[-1].split() if lines else []
+
+
 def watcher_memory(text: str) -> ProcessMemory | None:
-    """The watcher's `mem` file: "<VmHWM kB> <largest VmRSS kB> [<most threads>]"."""
-    parts = text.split()
+    """The watcher's `mem` file: lines of "<VmHWM kB> <largest VmRSS kB> [<most threads>]",
+    appended as they grow; the last one counts."""
+    parts = _last_line(text)
     if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts) or parts[0] == "0":
         return None
     return ProcessMemory(rss_kb=int(parts[1]), vm_hwm_kb=int(parts[0]), source="device-watch")
 
 
 def watcher_threads(text: str) -> str:
-    """The third field of the watcher's `mem` file (most threads seen), or ""."""
-    parts = text.split()
+    """The third field of the last line of the watcher's `mem` file (most threads seen), or ""."""
+    parts = _last_line(text)
     return parts[2] if len(parts) == 3 else ""
 
 

@@ -13,6 +13,7 @@ from harness.analysis.bisect import (
     Outcome,
     Search,
     Step,
+    judge,
     outcome_of,
     replay,
     status,
@@ -151,6 +152,12 @@ def test_verdicts_map_to_outcomes_and_bad_logs_are_refused() -> None:
         "bad", "good", "good", "unstable"]
     with pytest.raises(BisectError):
         outcome_of("maybe")
+    # one-sided: a noisy interval wholly above 1 - noise rules the slowdown out
+    assert judge("unstable", 0.93, noise=0.10) == "good"
+    assert judge("unstable", 0.86, noise=0.10) == "unstable"  # a slowdown is still possible
+    assert judge("unstable", None, noise=0.10) == "unstable"
+    assert judge("unstable", float("nan"), noise=0.10) == "unstable"
+    assert judge("regression", 0.5, noise=0.10) == "bad"
     with pytest.raises(BisectError, match="unknown event"):
         replay([{"event": "nonsense"}])
     with pytest.raises(BisectError, match="unknown outcome"):

@@ -171,3 +171,25 @@ def test_a_stepwise_gauge_read_unevenly_is_averaged_over_time() -> None:
     assert energy.time_average(timed, 0.0, 2.0) == pytest.approx(2.0)  # a plain mean says 1.57
     assert energy.time_average(timed, 0.5, 1.5) == pytest.approx(2.0)  # held from 0.4 s
     assert energy.time_average(timed, -1.0, -0.5) is None
+
+
+def test_a_stall_the_phone_recovers_from_is_not_its_throttle() -> None:
+    """A busy host stalls the engine for ~1.2 s early on (6 slow points, more than the confirming
+    window); the phone throttles for good later: the onset is the later, lasting drop."""
+    rates = [100.0] * 30 + [60.0] * 6 + [100.0] * 20 + [70.0] * 60
+    points = [sustained.Point(0.25 * (i + 1), r) for i, r in enumerate(rates)]
+    assert sustained.summarise(points).time_to_throttle_s == 0.25 * 57
+    # a throttle in two stages counts from its first (both below the threshold)
+    staged = [100.0] * 30 + [80.0] * 20 + [50.0] * 40
+    points = [sustained.Point(float(i + 1), r) for i, r in enumerate(staged)]
+    assert sustained.summarise(points).time_to_throttle_s == 31.0
+    # a throttle that oscillates once it began still begins at its first slow stretch
+    wobbly = [100.0] * 20 + ([60.0] * 6 + [95.0] * 3) * 8
+    points = [sustained.Point(float(i + 1), r) for i, r in enumerate(wobbly)]
+    assert sustained.summarise(points).time_to_throttle_s == 21.0
+
+
+def test_the_step_is_where_the_log_rate_drops_most() -> None:
+    assert sustained.step_index([10.0] * 7 + [5.0] * 3) == 7
+    assert sustained.step_index([5.0] * 4 + [10.0] * 4) is None  # a rise is no drop
+    assert sustained.step_index([3.0]) is None

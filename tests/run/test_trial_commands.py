@@ -38,6 +38,10 @@ def test_watcher_file_reads_as_peak_and_largest_rss() -> None:
     three = watcher_memory("20512 20100 5\n")  # with the most threads seen
     assert three is not None and three.vm_hwm_kb == 20512
     assert watcher_threads("20512 20100 5\n") == "5" and watcher_threads("1 2") == ""
+    # appended as it grows: the last line counts
+    grown = watcher_memory("1024 1000 1\n20512 20100 5\n")
+    assert grown is not None and grown.vm_hwm_kb == 20512 and grown.rss_kb == 20100
+    assert watcher_threads("1024 1000 1\n20512 20100 5\n") == "5"
 
 
 def test_watcher_records_the_peak_of_a_short_process(tmp_path: Path) -> None:
