@@ -10,7 +10,8 @@ dash, falls back to ``sleep``), reads /proc and /sys with
 ``read``, and appends lines with ``echo`` to an open descriptor. What it reads, each on a tick
 of ``tick_s`` (50 ms, which is also how soon it notices the engine's exit; 10 ms in the first
 50 ms, and up to 300 ms while the engine's RSS still grows: a tiny model's whole trial can fit
-there, 30-50 ms with the test models, and a tick costs the phone a wake-up):
+there, 30-50 ms with the test models; 100 ms after ``fast_s``, unless it reads the battery's
+power: every tick is a wake-up the phone pays for):
 
 - every tick: the engine's status, as read (the last one read while the engine still had its
   memory is kept: a zombie's has no VmHWM), and its /proc stat (threads, CPU time, RSS in
@@ -53,6 +54,7 @@ from harness.run.state import DeviceState, ProcessMemory
 
 CLOCK_TICKS = 100  # USER_HZ: the unit of /proc/<pid>/stat times on Android (and Linux) kernels
 TICK_S = 0.05
+STEADY_TICK_S = 0.1
 SOURCE = "device-sampler"
 
 
@@ -66,6 +68,7 @@ class Rates:
     dumpsys_s: float = 0.0  # dumpsys meminfo <pid>: 0 = never during the trial
     fast_s: float = 2.0  # memory every tick at first
     tick_s: float = TICK_S
+    steady_tick_s: float = STEADY_TICK_S  # after fast_s (with power off)
     big_cpu: int = 0
     power: bool = False
 
@@ -149,7 +152,8 @@ then a=; c=0
 for s in /proc/$p/task/*/status; do c=$((c+1)); ga $s
 [ -n "$ca" ] && case " $a " in *" $ca "*) ;; *) a="$a $ca";; esac; done
 [ "$c$a" = "$pa" ] || { pa="$c$a"; echo "$pa" >> aff; }; fi
-{power}if [ $e -lt 30 ] && { [ $e -lt 5 ] || [ -n "$gr" ]; }; then d=0.01; else d={tick}; fi
+{power}if [ $e -lt 30 ] && { [ $e -lt 5 ] || [ -n "$gr" ]; }; then d=0.01
+elif [ $e -lt {fast} ]; then d={tick}; else d={steady}; fi
 if [ -n "$r" ]; then read -t $d -u3 _x; else sleep $d; fi
 up; e=$(( (${u%.*} - s0) * 100 + 1${u#*.} - 1$f0 ))
 done
@@ -177,12 +181,17 @@ def _cs(seconds: float) -> int:
 def script(rates: Rates) -> str:
     """The sampler's shell text for ``rates`` (only integers and fixed paths are put in)."""
     power = _POWER.replace("{battery}", BATTERY) if rates.power else ""
+    # battery readings every 50 ms need the tick; without them, a calmer one after fast_s (but
+    # never slower than the memory rate asked for)
+    steady = float(rates.tick_s if rates.power else
+                   max(rates.tick_s, min(rates.steady_tick_s, rates.memory_s)))
     values = {
         "{cpu}": str(int(rates.big_cpu)), "{battery}": BATTERY,
         "{fast}": str(_cs(rates.fast_s)), "{mem}": str(max(1, _cs(rates.memory_s))),
         "{state}": str(_cs(rates.state_s) or 1_000_000_000),
         "{status}": str(_cs(rates.status_s)), "{dumpsys}": str(_cs(rates.dumpsys_s)),
         "{tick}": f"{float(rates.tick_s):g}",
+        "{steady}": f"{steady:g}",
     }
     text = _SCRIPT.replace("{power}", power)
     for key, value in values.items():

@@ -60,6 +60,9 @@ def test_rates_become_ticks_and_the_script_holds_only_numbers_and_paths() -> Non
     assert "{" + "cpu}" not in text and "/sys/devices/system/cpu/cpu7/cpufreq" in text
     assert "dumpsys meminfo" in text and "[ 0 -gt 0 ]" in text  # dumpsys meminfo: never
     assert "current_now" not in text and "current_now" in script(Rates(power=True))
+    # after the fast start a calmer tick, but not with battery readings or a faster memory rate
+    assert "else d=0.1; fi" in text and "else d=0.05; fi" in script(Rates(power=True))
+    assert "else d=0.05; fi" in script(Rates(memory_s=0.05))
 
 
 PROGRAM = """
