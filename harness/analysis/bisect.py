@@ -10,10 +10,13 @@ Rules (docs/bisect.md):
 
 * a commit's measurement against the good build is ``bad`` on a ``regression`` verdict of tg_tps
   and ``good`` on ``same`` or ``improvement``. The bisect's question is one-sided (does this
-  commit hold the slowdown?), so an ``unstable`` verdict whose whole interval lies above
-  ``1 - noise`` is ``good`` too: no slowdown beyond the band, whatever the spread above it
-  (``judge``). Any other ``unstable`` is measured once more with added repetitions (``retry``),
-  and unstable again counts as ``skip``;
+  commit hold the slowdown?) and its interval already carries the noise, so compare's veto on a
+  coefficient of variation over 10% is not applied (``judge``): an ``unstable`` verdict whose
+  whole interval lies above ``1 - noise`` is ``good`` (no slowdown beyond the band), and one
+  that is significant, with its whole interval below 1 and its estimate below ``1 - noise``, is
+  ``bad`` (compare's own regression rule without the veto). Too few repetitions, throttled
+  trials or no ratio are never overridden. Any other ``unstable`` is measured again with added
+  repetitions (``retry``), and unstable again counts as ``skip``;
 * a commit that does not compile is ``skip``ped, like ``git bisect skip``: the nearest testable
   neighbour of the midpoint is tested instead;
 * the bad end is tested first: if it is not a regression against the good build, there is
@@ -56,13 +59,39 @@ def outcome_of(verdict: str) -> Outcome:
         raise BisectError(f"unknown verdict {verdict!r}") from None
 
 
-def judge(verdict: str, ci_low: float | None, noise: float) -> Outcome:
-    """A measurement's outcome: ``outcome_of`` its verdict, except that an unstable one whose
-    ratio interval lies wholly above ``1 - noise`` rules the slowdown out (``good``)."""
-    outcome = outcome_of(verdict)
-    if outcome == "unstable" and ci_low is not None and math.isfinite(ci_low) \
-            and ci_low > 1.0 - noise:
+ALPHA = 0.05  # compare's significance level
+#: causes of an unstable verdict that no reading of the interval can override
+HARD_CAUSES = frozenset({"too_few_reps", "throttled", "no_ratio"})
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What ``judge`` reads of one comparison (compare.py's ``Comparison``)."""
+
+    verdict: str
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_adjusted: float | None = None
+    causes: tuple[str, ...] = ()
+
+
+def _or_nan(value: float | None) -> float:
+    return value if value is not None else math.nan  # NaN compares false: no reading
+
+
+def judge(m: Measured, noise: float) -> Outcome:
+    """A measurement's outcome: ``outcome_of`` its verdict, except an unstable one read without
+    the CV veto (see the module's docstring): its whole interval above ``1 - noise`` is ``good``;
+    significant, its whole interval below 1 and its estimate below ``1 - noise`` is ``bad``."""
+    outcome = outcome_of(m.verdict)
+    if outcome != "unstable" or HARD_CAUSES & set(m.causes):
+        return outcome
+    ratio, low, high, p = (_or_nan(v) for v in (m.ratio, m.ci_low, m.ci_high, m.p_adjusted))
+    if low > 1.0 - noise:
         return "good"
+    if high < 1.0 and ratio < 1.0 - noise and p < ALPHA:
+        return "bad"
     return outcome
 
 

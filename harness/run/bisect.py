@@ -33,6 +33,7 @@ import yaml
 from harness.analysis.ab import compare_builds
 from harness.analysis.bisect import (
     BisectError,
+    Measured,
     Replayed,
     Search,
     Step,
@@ -349,11 +350,15 @@ class Bisector:
                     "reason": f"no usable trials on both sides (outcomes {counts})"}
         cell = cells[0]
         c = cell.comparison
-        outcome = judge(c.verdict, _num(c.ci_low), self.request.noise)
+        outcome = judge(Measured(c.verdict, _num(c.ratio), _num(c.ci_low), _num(c.ci_high),
+                                 _num(c.p_adjusted), tuple(c.causes)), self.request.noise)
         reason = c.reason
-        if outcome != outcome_of(c.verdict):
-            reason += (f"; counted good: the whole interval is above {1 - self.request.noise:.2f} "
-                       "(no slowdown beyond the band)")
+        edge = 1 - self.request.noise
+        if outcome == "good" and outcome_of(c.verdict) != "good":
+            reason += f"; counted good: the whole interval is above {edge:.2f}"
+        elif outcome == "bad" and outcome_of(c.verdict) != "bad":
+            reason += (f"; counted bad: significant, the whole interval below 1 and the estimate "
+                       f"below {edge:.2f} (the CV veto is not applied in a bisect)")
         return {
             "verdict": c.verdict, "outcome": outcome, "ratio": _num(c.ratio),
             "ci_low": _num(c.ci_low), "ci_high": _num(c.ci_high), "p_adjusted":

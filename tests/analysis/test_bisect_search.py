@@ -9,6 +9,7 @@ import pytest
 
 from harness.analysis.bisect import (
     BisectError,
+    Measured,
     NotARegression,
     Outcome,
     Search,
@@ -152,12 +153,19 @@ def test_verdicts_map_to_outcomes_and_bad_logs_are_refused() -> None:
         "bad", "good", "good", "unstable"]
     with pytest.raises(BisectError):
         outcome_of("maybe")
-    # one-sided: a noisy interval wholly above 1 - noise rules the slowdown out
-    assert judge("unstable", 0.93, noise=0.10) == "good"
-    assert judge("unstable", 0.86, noise=0.10) == "unstable"  # a slowdown is still possible
-    assert judge("unstable", None, noise=0.10) == "unstable"
-    assert judge("unstable", float("nan"), noise=0.10) == "unstable"
-    assert judge("regression", 0.5, noise=0.10) == "bad"
+    # without the CV veto: a noisy interval wholly above 1 - noise rules the slowdown out ...
+    cv = ("high_cv",)
+    assert judge(Measured("unstable", 1.2, 0.93, 1.4, 0.3, cv), noise=0.10) == "good"
+    # ... and a significant one wholly below 1 with its estimate beyond the band holds it
+    assert judge(Measured("unstable", 0.5, 0.47, 0.79, 0.001, cv), noise=0.30) == "bad"
+    assert judge(Measured("unstable", 0.75, 0.6, 0.9, 0.001, cv), noise=0.30) == "unstable"
+    assert judge(Measured("unstable", 0.5, 0.4, 0.8, 0.2, cv), noise=0.30) == "unstable"
+    assert judge(Measured("unstable", 0.9, 0.86, 1.1, 0.5, cv), noise=0.10) == "unstable"
+    assert judge(Measured("unstable", None, None, None, None), noise=0.10) == "unstable"
+    assert judge(Measured("unstable", 1.0, float("nan"), 1.1, 0.5), noise=0.10) == "unstable"
+    # too few repetitions, throttled trials or no ratio are never read past
+    assert judge(Measured("unstable", 1.2, 0.93, 1.4, 0.3, ("throttled",)), 0.10) == "unstable"
+    assert judge(Measured("regression", 0.5, 0.4, 0.6, 0.001), noise=0.10) == "bad"
     with pytest.raises(BisectError, match="unknown event"):
         replay([{"event": "nonsense"}])
     with pytest.raises(BisectError, match="unknown outcome"):

@@ -137,7 +137,7 @@ def test_bisect_names_the_slow_commit_skips_the_broken_one_and_resumes(
     results = tmp_path / "results"
     cell_id = store_cell(tmp_path, results, host_build)
     args = ["bisect", "--source", str(repo), "--good", good, "--bad", shas[-1], "--cell", cell_id,
-            "--results", str(results), "--devices", "sim:1", "--reps", "8", "--noise", "0.30",
+            "--results", str(results), "--devices", "sim:1", "--reps", "10", "--noise", "0.30",
             "--json"]
     log = log_path(results, bisect_id(good, shas[-1], cell_id, "host"))
     err = tmp_path / "bisect.stderr"
@@ -184,7 +184,7 @@ def test_bisect_names_the_slow_commit_skips_the_broken_one_and_resumes(
     assert len(compiled) <= bound, [b["commit"][:8] for b in builds]
     assert len({b["commit"] for b in builds}) == len(builds)  # nothing was built twice
     slow = [e for e in report["evidence"] if e["commit"] == shas[SLOW]][-1]  # after any retry
-    assert slow["verdict"] == "regression" and slow["ratio"] < 0.8, slow
+    assert slow["outcome"] == "bad" and slow["ratio"] < 0.8, slow
     incremental = [b["seconds"] for b in compiled[1:]]
     print(f"\nbisect: {len(compiled)} builds (first {compiled[0]['seconds']:.0f} s, "
           f"incremental {', '.join(f'{s:.0f}' for s in incremental)} s), "
