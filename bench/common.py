@@ -74,6 +74,16 @@ def median_ci(values: Sequence[float], seed: int = 1, draws: int = 2000) -> tupl
     return float(np.percentile(medians, 2.5)), float(np.percentile(medians, 97.5))
 
 
+def mean_ci(values: Sequence[float], seed: int = 1, draws: int = 4000) -> tuple[float, float]:
+    """95% bootstrap interval of the mean (percentile method)."""
+    data = np.asarray(values, dtype=float)
+    if len(data) < 2:
+        return float(data[0]), float(data[0])
+    rng = np.random.default_rng(seed)
+    means = rng.choice(data, size=(draws, len(data)), replace=True).mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
 def summarize(values: Sequence[float]) -> dict[str, Any]:
     """Median, quartiles, min/max and a bootstrap CI of the median, for the JSON files."""
     if not values:
