@@ -185,6 +185,10 @@ async def serve(phone_dir: Path, port: int) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # A phone's adbd starts its shells with SIGHUP at its default, so a closed stream ends them.
+    # Started under `nohup` (or any parent that ignores it), this process would pass SIG_IGN on
+    # to every shell, and no shell could even trap it. Caught here, it is reset at their exec.
+    loop.add_signal_handler(signal.SIGHUP, lambda: None)
 
     async def monitor() -> None:
         while True:

@@ -8,6 +8,7 @@ fidelity").
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -180,3 +181,18 @@ def test_phone_runs_its_abi_and_refuses_another(adb_server: AdbServer,
     assert (native.returncode, native.stdout) == (3, "hello phone\n")
     assert _sh(adb_server, x86_phone, "/data/local/tmp/hello-arm64").returncode == 1
     assert _sh(adb_server, x86_phone, "getprop ro.harness.emulated_cpu").stdout.strip() == ""
+
+
+def test_shells_get_sighup_at_its_default_when_the_phone_was_started_ignoring_it(
+        adb_server: AdbServer, virtual_phones: PhoneFactory) -> None:
+    """Started from `nohup` (SIGHUP ignored, inherited by every child), the phone's shells must
+    still see SIGHUP at its default, as adbd's do: else no closed stream could end them."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        (phone,) = virtual_phones()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    result = AdbDevice(phone.serial).shell("cat /proc/self/status", timeout=30)
+    ignored = next(line.split()[1] for line in result.stdout.splitlines()
+                   if line.startswith("SigIgn:"))
+    assert int(ignored, 16) & (1 << (signal.SIGHUP - 1)) == 0
