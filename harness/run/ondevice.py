@@ -4,20 +4,14 @@ to a file in the trial's folder; the host reads that file once, after the engine
 Why on the phone: a sample taken over adb is a round trip that forks a shell on the phone, and
 ``dumpsys meminfo <pid>`` makes system_server walk the engine's whole mapping; on a phone both
 compete with the engine for the same cores. The loop here is written with mksh builtins and
-toybox only, and forks nothing while it runs: it naps with ``read -t`` on a FIFO, ``nap``, made
-by the launching shell before the engine starts (a shell without a timed read, such as dash,
-falls back to ``sleep``), reads /proc and /sys with ``read``, and appends lines with ``echo``
-to an open descriptor. The engine holds ``nap`` open for writing and nobody writes: its exit
-(the kernel closes its files) ends the nap at once, so the sampler's end stamp is the exit's
-moment whatever the tick (without a writer, it naps on its own end and looks for the engine's
-/proc folder after each tick). It runs at nice 19: on a busy phone its wake-ups wait for the
-engine's slice instead of taking its core.
-
-Every tick is a wake-up the phone pays for (on this project's virtual phone 0.15-0.5 ms of CPU
-each), so ticks are few: 10 ms in the first 50 ms, 20 ms while the engine's RSS still grows up
-to 300 ms (a tiny model's whole trial can fit there, 30-50 ms with the test models), ``tick_s``
-(100 ms) until ``fast_s``, then ``steady_tick_s`` (250 ms; never slower than ``memory_s``);
-50 ms all along when it reads the battery's power. What it reads:
+toybox only, and forks nothing while it runs: it sleeps with ``read -t`` on a FIFO no one writes
+(made by the launching shell before the engine starts; a shell without a timed read, such as
+dash, falls back to ``sleep``), reads /proc and /sys with
+``read``, and appends lines with ``echo`` to an open descriptor. What it reads, each on a tick
+of ``tick_s`` (50 ms, which is also how soon it notices the engine's exit; 10 ms in the first
+50 ms, and up to 300 ms while the engine's RSS still grows: a tiny model's whole trial can fit
+there, 30-50 ms with the test models; 100 ms after ``fast_s``, unless it reads the battery's
+power: every tick is a wake-up the phone pays for):
 
 - every tick: the engine's status, as read (the last one read while the engine still had its
   memory is kept: a zombie's has no VmHWM), and its /proc stat (threads, CPU time, RSS in
@@ -29,9 +23,9 @@ to 300 ms (a tiny model's whole trial can fit there, 30-50 ms with the test mode
   Pss_Anon, Pss_File, SwapPss) at most every ``memory_s``, and only when VmRSS moved by 1/64
   (1.6%) since the last one or ``state_s`` has passed (the rollup makes the kernel walk every
   page the engine maps, on the sampler's time: the costliest read by far, 0.4-1.5 ms for
-  60 MB mapped on this host; on a flat plateau Pss follows Rss); the peak VmHWM, largest
-  VmRSS and most threads go to ``mem`` when they change, and once more after the exit
-  (appended to a descriptor opened once: the last line counts);
+  60 MB mapped on this host; on a plateau Pss moves with Rss); the peak VmHWM, largest VmRSS
+  and most threads go to ``mem`` when they change, and once more after the exit (appended to
+  a descriptor opened once: the last line counts);
 - at the first tick and every ``state_s``: the big cluster's clocks, the battery's level and
   temperature (sysfs power_supply) and every readable thermal zone: an ``s`` line (a throttled
   phone shows there as a capped scaling_max_freq and hot zones); every ``status_s`` (0, the
@@ -60,48 +54,41 @@ from harness.run.energy import BATTERY
 from harness.run.state import DeviceState, ProcessMemory
 
 CLOCK_TICKS = 100  # USER_HZ: the unit of /proc/<pid>/stat times on Android (and Linux) kernels
-TICK_S = 0.1
-STEADY_TICK_S = 0.25
-POWER_TICK_S = 0.05  # the battery's current is read every 50 ms
+TICK_S = 0.05
+STEADY_TICK_S = 0.1
 SOURCE = "device-sampler"
-PRIORITY = "nice -n 19"  # toybox's: the sampler yields its core to the engine when both want it
 
 
 @dataclass(frozen=True)
 class Rates:
-    """How often the sampler reads what (seconds)."""
+    """How often the sampler reads what (seconds); ``every`` turns them into ticks."""
 
     memory_s: float = 0.5
     state_s: float = 2.0
     status_s: float = 0.0  # dumpsys thermalservice (forks): 0 = only before and after
     dumpsys_s: float = 0.0  # dumpsys meminfo <pid>: 0 = never during the trial
-    fast_s: float = 2.0  # memory every 200 ms at first
-    tick_s: float = TICK_S  # until fast_s (never slower than memory_s)
+    fast_s: float = 2.0  # memory every tick at first
+    tick_s: float = TICK_S
     steady_tick_s: float = STEADY_TICK_S  # after fast_s (with power off)
     big_cpu: int = 0
     power: bool = False
 
-    def ticks(self) -> tuple[float, float]:
-        """The nap between two ticks until ``fast_s``, and after it (seconds)."""
-        fast = max(0.01, min(self.tick_s, self.memory_s))
-        if self.power:  # battery readings every 50 ms need the tick all along
-            fast = min(fast, POWER_TICK_S)
-            return fast, fast
-        return fast, max(fast, min(self.steady_tick_s, self.memory_s))
+    def every(self, seconds: float) -> int:
+        """Ticks between two reads of something read every ``seconds`` (0: never)."""
+        if seconds <= 0:
+            return 0
+        return max(1, round(seconds / self.tick_s))
 
 
 # The loop, as mksh (and dash) runs it. $1 is the engine's pid (the launching shell's $$, which
-# becomes the engine by exec); $2 is "w" when the engine holds ``nap`` open for writing (then
-# opening it to read does not block; else the sampler holds both ends itself). Placeholders in
-# braces are integers or paths filled by `script`.
+# becomes the engine by exec). Placeholders in braces are integers or paths filled by `script`.
 _SCRIPT = r"""p=$1; h=0; m=0; th=0; t=0; pa=; eu=; es=; nm=0; ns=0; np=0; ml=0; nt={status}
 nd={dumpsys}; nq=0; nr=0; qr=0; y=; wm=; rp=0; mp=0; pk=0; gr=
 nl='
 '; ws=" 	$nl"
 exec 4>>smp 5>>mem
-r=; ew=; if [ "$2" = w ] && [ -p nap ] && exec 3<nap; then ew=1
-elif [ -p nap ] && exec 3<>nap; then :; fi
-[ -p nap ] && { read -t 0.001 -u3 _x 2>/dev/null; [ $? -gt 128 ] && r=1; }
+r=; if [ -p nap ] && exec 3<>nap; then
+read -t 0.001 -u3 _x 2>/dev/null; [ $? -gt 128 ] && r=1; fi
 num() { v=${1% kB}; v=${v##*[!0-9]}; }
 if read -r -N 1 _x 2>/dev/null < /proc/self/stat; then
 gx() { set -f; IFS=$nl; set -- $x; IFS=$ws; set +f
@@ -168,10 +155,9 @@ then a=; c=0
 for s in /proc/$p/task/*/status; do c=$((c+1)); ga $s
 [ -n "$ca" ] && case " $a " in *" $ca "*) ;; *) a="$a $ca";; esac; done
 [ "$c$a" = "$pa" ] || { pa="$c$a"; echo "$pa" >> aff; }; fi
-{power}if [ $e -lt 5 ]; then d=0.01; elif [ $e -lt 30 ] && [ -n "$gr" ]; then d=0.02
+{power}if [ $e -lt 30 ] && { [ $e -lt 5 ] || [ -n "$gr" ]; }; then d=0.01
 elif [ $e -lt {fast} ]; then d={tick}; else d={steady}; fi
-if [ -n "$r" ]; then read -t $d -u3 _x; [ $? -le 128 ] && [ -n "$ew" ] && { up; break; }
-else sleep $d; fi
+if [ -n "$r" ]; then read -t $d -u3 _x; else sleep $d; fi
 up; e=$(( (${u%.*} - s0) * 100 + 1${u#*.} - 1$f0 ))
 done
 pm; pg; [ "$th" -gt "$t" ] && t=$th
@@ -198,13 +184,16 @@ def _cs(seconds: float) -> int:
 def script(rates: Rates) -> str:
     """The sampler's shell text for ``rates`` (only integers and fixed paths are put in)."""
     power = _POWER.replace("{battery}", BATTERY) if rates.power else ""
-    fast, steady = rates.ticks()
+    # battery readings every 50 ms need the tick; without them, a calmer one after fast_s (but
+    # never slower than the memory rate asked for)
+    steady = float(rates.tick_s if rates.power else
+                   max(rates.tick_s, min(rates.steady_tick_s, rates.memory_s)))
     values = {
         "{cpu}": str(int(rates.big_cpu)), "{battery}": BATTERY,
         "{fast}": str(_cs(rates.fast_s)), "{mem}": str(max(1, _cs(rates.memory_s))),
         "{state}": str(_cs(rates.state_s) or 1_000_000_000),
         "{status}": str(_cs(rates.status_s)), "{dumpsys}": str(_cs(rates.dumpsys_s)),
-        "{tick}": f"{fast:g}",
+        "{tick}": f"{float(rates.tick_s):g}",
         "{steady}": f"{steady:g}",
     }
     text = _SCRIPT.replace("{power}", power)
@@ -216,14 +205,11 @@ def script(rates: Rates) -> str:
 def start_command(rates: Rates) -> str:
     """The brace group that starts the sampler from the launching shell, before its exec.
 
-    Its own ``sh -c``, at the lowest priority, with every stream on /dev/null: mksh keeps copies
-    of the shell's stdout/stderr (fds 10/11) in a backgrounded list; a sampler holding them
-    would keep adbd's stream open after the engine exits, and the engine would stay an unreaped
-    zombie. Nor does it hold the launching shell's end of ``nap`` (fd 9): the engine's end
-    closing at its exit is what wakes the sampler.
+    Its own ``sh -c`` with every stream on /dev/null: mksh keeps copies of the shell's
+    stdout/stderr (fds 10/11) in a backgrounded list; a sampler holding them would keep adbd's
+    stream open after the engine exits, and the engine would stay an unreaped zombie.
     """
-    return (f"{{ {PRIORITY} sh -c {shlex.quote(script(rates))} sample $$ w > /dev/null 2>&1 "
-            "< /dev/null 9<&- & }")
+    return f"{{ sh -c {shlex.quote(script(rates))} sample $$ > /dev/null 2>&1 < /dev/null & }}"
 
 
 # The files the host reads after the trial (the trial's folder is removed after that).

@@ -34,11 +34,8 @@ def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None,
     if sampler is None:
         return f"{setup}; exec {words}"
     # the sampler's FIFO to nap on is made here, before the engine starts, so the sampler
-    # itself starts no process while the engine runs; the engine holds it open for writing (fd
-    # 8; the shell's own fd 9 keeps it open until then), so its exit wakes the sampler at once
-    return (f"{setup}; mkfifo nap 2>/dev/null; if [ -p nap ]; then exec 9<>nap; fi; "
-            f"{start_command(sampler)}; if [ -p nap ]; then exec {words} 8<>nap; fi; "
-            f"exec {words}")
+    # itself starts no process while the engine runs
+    return f"{setup}; mkfifo nap 2>/dev/null; {start_command(sampler)}; exec {words}"
 
 
 def _last_line(text: str) -> list[str]:
