@@ -247,7 +247,7 @@ def _figures(rows: list[dict[str, Any]], first_pushed: int, default_s: float,
     figs.append(Figure(
         "1 sampler: sampled peak RSS / VmHWM, worst", worst, "ratio",
         iqr_text(fidelity, "{:.3f}"), ">= 0.90", None if worst is None else worst >= 0.9,
-        "the largest RSS the sampler saw (m lines and per-tick stat reads) against the "
+        "the largest RSS the sampler saw (m lines and per-tick statm reads) against the "
         "kernel's high-water mark"))
     repeat = [int(r["bytes_pushed"]) for r in rows if "bytes_pushed" in r]
     figs.append(Figure("2 push: bytes pushed, repeat runs", float(max(repeat, default=0)), "B",

@@ -4,7 +4,8 @@ to a file in the trial's folder; the host reads that file once, after the engine
 Why on the phone: a sample taken over adb is a round trip that forks a shell on the phone, and
 ``dumpsys meminfo <pid>`` makes system_server walk the engine's whole mapping; on a phone both
 compete with the engine for the same cores. The loop here is written with mksh builtins and
-toybox only, and forks nothing while it runs: it sleeps with ``read -t`` on a FIFO no one writes
+toybox only, runs at nice 10 (``PRIORITY``) and forks nothing while it runs: it sleeps with
+``read -t`` on a FIFO no one writes
 (made by the launching shell before the engine starts; a shell without a timed read, such as
 dash, falls back to ``sleep``), reads /proc and /sys with
 ``read``, and appends lines with ``echo`` to an open descriptor. What it reads, each on a tick
@@ -14,18 +15,19 @@ there, 30-50 ms with the test models; 100 ms after ``fast_s``, unless it reads t
 power: every tick is a wake-up the phone pays for):
 
 - every tick: the engine's status, as read (the last one read while the engine still had its
-  memory is kept: a zombie's has no VmHWM), and its /proc stat (threads, CPU time, RSS in
-  pages: the largest is kept, in kB once a parsed status shows the page size), with one
-  ``read -N`` each and no line parsed; so the kernel's peak is known as it was at most a tick
-  before the exit, and the largest RSS as the ticks saw it;
+  memory is kept: a zombie's has no VmHWM), and its statm's resident pages (the largest is
+  kept, in kB once a parsed status shows the page size), with one ``read -N`` each and no
+  line parsed; so the kernel's peak is known as it was at most a tick before the exit, and
+  the largest RSS as the ticks saw it (statm rather than stat: splitting stat's 52 fields on
+  every tick was a tenth of the sampler's CPU);
 - every 200 ms for the first ``fast_s`` seconds, then every ``memory_s``: that status parsed
-  (VmHWM, VmRSS, VmSwap, Threads) and the CPU time, an ``m`` line; its smaps_rollup (Pss,
-  Pss_Anon, Pss_File, SwapPss) at most every ``memory_s``, and only when VmRSS moved by 1/64
-  (1.6%) since the last one or ``state_s`` has passed (the rollup makes the kernel walk every
-  page the engine maps, on the sampler's time: the costliest read by far, 0.4-1.5 ms for
-  60 MB mapped on this host; on a plateau Pss moves with Rss); the peak VmHWM, largest VmRSS
-  and most threads go to ``mem`` when they change, and once more after the exit (appended to
-  a descriptor opened once: the last line counts);
+  (VmHWM, VmRSS, VmSwap, Threads) and the CPU time (/proc stat), an ``m`` line; its
+  smaps_rollup (Pss, Pss_Anon, Pss_File, SwapPss) at most every ``memory_s``, and only when
+  VmRSS moved by 1/64 (1.6%) since the last one or ``state_s`` has passed (the rollup makes
+  the kernel walk every page the engine maps, on the sampler's time: the costliest read by
+  far, 0.4-1.5 ms for 60 MB mapped on this host; on a plateau Pss moves with Rss); the peak
+  VmHWM, largest VmRSS and most threads go to ``mem`` when they change, and once more after
+  the exit (appended to a descriptor opened once: the last line counts);
 - at the first tick and every ``state_s``: the big cluster's clocks, the battery's level and
   temperature (sysfs power_supply) and every readable thermal zone: an ``s`` line (a throttled
   phone shows there as a capped scaling_max_freq and hot zones); every ``status_s`` (0, the
@@ -57,6 +59,10 @@ CLOCK_TICKS = 100  # USER_HZ: the unit of /proc/<pid>/stat times on Android (and
 TICK_S = 0.05
 STEADY_TICK_S = 0.1
 SOURCE = "device-sampler"
+# toybox's nice, where the phone has it: a sampler woken while every core is busy waits for the
+# running task's slice to end instead of preempting the engine (which may then wait out another
+# task's whole slice); 10, not 19, so that its naps still end within a few ms.
+PRIORITY = "nice -n 10"
 
 
 @dataclass(frozen=True)
@@ -100,9 +106,10 @@ g() { x=; read -r -N 65536 x 2>/dev/null < $1; gx; }
 ga() { ca=; x=; read -r -N 65536 x 2>/dev/null < $1; set -f; IFS=$nl; set -- $x; IFS=$ws; set +f
 for l in "$@"; do case $l in Cpus_allowed_list:*) ca=${l##*[	 ]}; break;; esac; done; }
 tk() { x=; read -r -N 65536 x 2>/dev/null < /proc/$p/status; case $x in *VmHWM:*) y=$x;; esac
-x=; read -r -N 4096 x 2>/dev/null < /proc/$p/stat; x=${x#*') '}; set -f; set -- $x; set +f
-if [ $# -ge 22 ]; then eu=${12}; es=${13}; [ "${18}" -gt "$t" ] && t=${18}; rp=${22}
-gr=; [ "$rp" -gt "$mp" ] && { mp=$rp; gr=1; }; fi; }
+x=; read -r -N 256 x 2>/dev/null < /proc/$p/statm; x=${x#* }; rp=${x%% *}; rp=${rp:-0}
+gr=; [ "$rp" -gt "$mp" ] && { mp=$rp; gr=1; }; }
+sc() { x=; read -r -N 4096 x 2>/dev/null < /proc/$p/stat; x=${x#*') '}; set -f; set -- $x
+set +f; [ $# -ge 22 ] && { eu=${12}; es=${13}; }; }
 pm() { rs=; sw=; x=$y; [ -n "$x" ] && gx; }
 up() { read -r -N 64 u < /proc/uptime; u=${u%% *}; }
 else
@@ -113,6 +120,7 @@ ga() { ca=; while read -r kk v; do case $kk in Cpus_allowed_list:) ca=$v; break;
 done 2>/dev/null < $1; }
 tk() { rs=; sw=; g /proc/$p/status; [ "${rs:-0}" -gt "$m" ] && m=$rs; [ "$th" -gt "$t" ] &&
 t=$th; read -r _ _ _ _ _ _ _ _ _ _ _ _ _ eu es _ 2>/dev/null < /proc/$p/stat; }
+sc() { :; }
 pm() { :; }
 up() { read -r u _ < /proc/uptime; }
 fi
@@ -130,7 +138,7 @@ done; y=
 up; s0=${u%.*}; f0=${u#*.}; e=0
 while [ -d /proc/$p ]; do
 tk
-mt=; if [ $e -ge $nm ]; then mt=1; pm; pg
+mt=; if [ $e -ge $nm ]; then mt=1; pm; pg; sc
 [ "$th" -gt "$t" ] && t=$th; q1=; q2=; q3=; q4=
 if [ -n "$R" ] && [ $e -ge $nq ]; then dr=$(( ${rs:-0} - qr )); [ $dr -lt 0 ] && dr=$((-dr))
 if [ $((dr * 64)) -ge "$qr" ] || [ $e -ge $nr ]; then g $R; qr=${rs:-0}; nr=$((e + {state}))
@@ -207,9 +215,11 @@ def start_command(rates: Rates) -> str:
 
     Its own ``sh -c`` with every stream on /dev/null: mksh keeps copies of the shell's
     stdout/stderr (fds 10/11) in a backgrounded list; a sampler holding them would keep adbd's
-    stream open after the engine exits, and the engine would stay an unreaped zombie.
+    stream open after the engine exits, and the engine would stay an unreaped zombie. Started
+    through ``nice`` (``PRIORITY``) where the phone has it (toybox's, since Android 6).
     """
-    return f"{{ sh -c {shlex.quote(script(rates))} sample $$ > /dev/null 2>&1 < /dev/null & }}"
+    return (f"{{ n=; command -v nice > /dev/null && n='{PRIORITY}'; $n sh -c "
+            f"{shlex.quote(script(rates))} sample $$ > /dev/null 2>&1 < /dev/null & }}")
 
 
 # The files the host reads after the trial (the trial's folder is removed after that).

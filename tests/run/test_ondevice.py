@@ -16,6 +16,7 @@ import pytest
 
 from harness.run.ondevice import SOURCE, Rates, parse, script
 from harness.run.trial import launch_command
+from harness.run.watch import watcher_memory
 
 SMP = """z thermal_zone0 cpu-0-0
 z thermal_zone2 skin-therm
@@ -74,14 +75,13 @@ while time.time() < end:
 """
 
 
-@pytest.mark.parametrize("shell", ["mksh", "dash"])
-def test_the_real_sampler_samples_a_live_process(
-        tmp_path: Path, shell: str, shell_env: Callable[[str], dict[str, str]]) -> None:
+def _sample(workdir: Path, program: str, rates: Rates, shell: str,
+            shell_env: Callable[[str], dict[str, str]]) -> None:
+    """Run ``program`` (Python) as the engine of a launch line in ``shell``, and wait for the
+    sampler's end mark."""
     if shutil.which(shell) is None:
         pytest.skip(f"{shell} is not installed")
-    workdir = tmp_path / "w"
-    rates = Rates(memory_s=0.1, state_s=0.3, status_s=0, fast_s=0.3)
-    line = launch_command(str(workdir), [sys.executable, "-c", PROGRAM], None, rates)
+    line = launch_command(str(workdir), [sys.executable, "-c", program], None, rates)
     done = subprocess.run([shell, "-c", line], capture_output=True, text=True, timeout=60,
                           env=shell_env(shell))
     assert done.returncode == 0, done.stderr
@@ -89,6 +89,14 @@ def test_the_real_sampler_samples_a_live_process(
         if (workdir / "t1").is_file():
             break
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize("shell", ["mksh", "dash"])
+def test_the_real_sampler_samples_a_live_process(
+        tmp_path: Path, shell: str, shell_env: Callable[[str], dict[str, str]]) -> None:
+    workdir = tmp_path / "w"
+    _sample(workdir, PROGRAM, Rates(memory_s=0.1, state_s=0.3, status_s=0, fast_s=0.3), shell,
+            shell_env)
     t0 = float((workdir / "t0").read_text().split()[0])
     sampled = parse((workdir / "smp").read_text(), t0)
     memory = [t.memory for t in sampled.ticks if t.memory]
@@ -104,10 +112,36 @@ def test_the_real_sampler_samples_a_live_process(
     assert 1.0 < end - t0 < 5.0
 
 
+SPIKE = """
+import time
+time.sleep(0.4)
+b = bytearray(64 * 1024 * 1024)
+time.sleep(0.4)
+del b
+time.sleep(0.8)
+"""
+
+
+@pytest.mark.parametrize("shell", ["mksh", "dash"])
+def test_a_spike_between_memory_lines_is_in_the_largest_rss(
+        tmp_path: Path, shell: str, shell_env: Callable[[str], dict[str, str]]) -> None:
+    """Memory lines only at the start and after the exit; the 64 MB held for 0.4 s in between
+    is seen by the per-tick reads (statm's resident pages under mksh) and lands in ``mem``."""
+    workdir = tmp_path / "w"
+    _sample(workdir, SPIKE, Rates(memory_s=5.0, state_s=5.0, status_s=0, fast_s=0), shell,
+            shell_env)
+    memory = [t.memory for t in parse((workdir / "smp").read_text(), None).ticks if t.memory]
+    assert memory and max(m.rss_kb or 0 for m in memory) < 64 * 1024  # the lines missed it
+    peak = watcher_memory((workdir / "mem").read_text())
+    assert peak is not None and peak.rss_kb is not None and peak.vm_hwm_kb is not None
+    assert peak.rss_kb >= 64 * 1024, peak
+    assert peak.vm_hwm_kb >= 64 * 1024, peak  # the status kept from before the exit
+
+
 @pytest.mark.skipif(shutil.which("strace") is None or shutil.which("mksh") is None,
                     reason="needs strace and mksh")
 def test_under_mksh_the_running_sampler_forks_nothing(tmp_path: Path) -> None:
-    """Every process the launch line starts, traced: the set-up's mkdir and mkfifo, the
+    """Every process the launch line starts, traced: the set-up's mkdir and mkfifo, nice, the
     sampler's shell and the engine (exec'd by the launching shell); the sampler itself starts
     nothing: no sleep, cat or dumpsys while the engine runs."""
     workdir = tmp_path / "w"
@@ -126,4 +160,51 @@ def test_under_mksh_the_running_sampler_forks_nothing(tmp_path: Path) -> None:
     programs = re.findall(r'execve\("([^"]+)"', trace.read_text())
     names = [Path(p).name for p in programs]
     assert names.count("sleep") == 1, names  # the engine itself, not the sampler's naps
-    assert sorted(names) == ["mkdir", "mkfifo", "mksh", "sh", "sleep"], names
+    assert sorted(names) == ["mkdir", "mkfifo", "mksh", "nice", "sh", "sleep"], names
+
+
+def _sampler_nice(engine: int) -> str | None:
+    """The nice value of the engine's child ``sh -c`` (the sampler, forked before the exec)."""
+    try:
+        children = Path(f"/proc/{engine}/task/{engine}/children").read_text().split()
+    except OSError:
+        return None
+    for child in children:
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{child}/stat").read_text()
+        except OSError:
+            continue
+        if argv[:2] == [b"sh", b"-c"]:
+            return stat.rsplit(")", 1)[1].split()[16]
+    return None
+
+
+@pytest.mark.parametrize("shell", ["mksh", "dash"])
+def test_the_sampler_runs_10_nicer_where_the_phone_has_nice(
+        tmp_path: Path, shell: str, shell_env: Callable[[str], dict[str, str]]) -> None:
+    if shutil.which(shell) is None or shutil.which("nice") is None:
+        pytest.skip(f"needs {shell} and nice")
+    base = os.nice(0)
+
+    def seen(env: dict[str, str], folder: str) -> str | None:
+        line = launch_command(str(tmp_path / folder), ["sleep", "2"], None, Rates())
+        engine = subprocess.Popen([shell, "-c", line], env=env)
+        try:
+            for _ in range(150):
+                value = _sampler_nice(engine.pid)
+                if value is not None or engine.poll() is not None:
+                    return value
+                time.sleep(0.01)
+            return None
+        finally:
+            engine.kill()
+            engine.wait()
+
+    assert seen(shell_env(shell), "w") == str(min(19, base + 10))
+    bare = tmp_path / "bare"  # a phone without nice: the sampler runs at the shell's priority
+    bare.mkdir()
+    for tool in ("mkdir", "mkfifo", "sleep", shell):
+        (bare / tool).symlink_to(shutil.which(tool) or tool)
+    (bare / "sh").symlink_to(shutil.which(shell) or shell)
+    assert seen({"PATH": str(bare)}, "v") == str(base)
