@@ -127,8 +127,7 @@ def device_script(launch: Launch, arms: Sequence[str], block: int, n_gen: int,
         "q=; for f in /proc/$p/task/*/schedstat; do r1=; r2=; read -r r1 r2 _ 2>/dev/null < $f",
         "[ -n \"$r2\" ] && q=\"$q $r1,$r2\"; done; echo \"b $k $a $eu $es $st $u$q\" >> blocks",
         "case $a in d|t) mkdir b$k; eval \"x=\\$S$a\"",
-        f"( cd b$k && mkfifo nap && exec {ondevice.PRIORITY} sh -c \"$x\" sample \"$p\" > /dev/null"
-        " 2>&1 < /dev/null"
+        "( cd b$k && mkfifo nap && exec sh -c \"$x\" sample \"$p\" > /dev/null 2>&1 < /dev/null"
         " ) & s=$!;; esac",
         "done; stop; }",
         "echo ==out; cat out; echo ==blocks; cat blocks",

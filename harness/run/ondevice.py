@@ -4,8 +4,7 @@ to a file in the trial's folder; the host reads that file once, after the engine
 Why on the phone: a sample taken over adb is a round trip that forks a shell on the phone, and
 ``dumpsys meminfo <pid>`` makes system_server walk the engine's whole mapping; on a phone both
 compete with the engine for the same cores. The loop here is written with mksh builtins and
-toybox only, runs at nice 10 (``PRIORITY``) and forks nothing while it runs: it sleeps with
-``read -t`` on a FIFO no one writes
+toybox only, and forks nothing while it runs: it sleeps with ``read -t`` on a FIFO no one writes
 (made by the launching shell before the engine starts; a shell without a timed read, such as
 dash, falls back to ``sleep``), reads /proc and /sys with
 ``read``, and appends lines with ``echo`` to an open descriptor. What it reads, each on a tick
@@ -59,10 +58,6 @@ CLOCK_TICKS = 100  # USER_HZ: the unit of /proc/<pid>/stat times on Android (and
 TICK_S = 0.05
 STEADY_TICK_S = 0.1
 SOURCE = "device-sampler"
-# toybox's nice, where the phone has it: a sampler woken while every core is busy waits for the
-# running task's slice to end instead of preempting the engine (which may then wait out another
-# task's whole slice); 10, not 19, so that its naps still end within a few ms.
-PRIORITY = "nice -n 10"
 
 
 @dataclass(frozen=True)
@@ -215,11 +210,9 @@ def start_command(rates: Rates) -> str:
 
     Its own ``sh -c`` with every stream on /dev/null: mksh keeps copies of the shell's
     stdout/stderr (fds 10/11) in a backgrounded list; a sampler holding them would keep adbd's
-    stream open after the engine exits, and the engine would stay an unreaped zombie. Started
-    through ``nice`` (``PRIORITY``) where the phone has it (toybox's, since Android 6).
+    stream open after the engine exits, and the engine would stay an unreaped zombie.
     """
-    return (f"{{ n=; command -v nice > /dev/null && n='{PRIORITY}'; $n sh -c "
-            f"{shlex.quote(script(rates))} sample $$ > /dev/null 2>&1 < /dev/null & }}")
+    return f"{{ sh -c {shlex.quote(script(rates))} sample $$ > /dev/null 2>&1 < /dev/null & }}"
 
 
 # The files the host reads after the trial (the trial's folder is removed after that).

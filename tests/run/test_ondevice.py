@@ -141,7 +141,7 @@ def test_a_spike_between_memory_lines_is_in_the_largest_rss(
 @pytest.mark.skipif(shutil.which("strace") is None or shutil.which("mksh") is None,
                     reason="needs strace and mksh")
 def test_under_mksh_the_running_sampler_forks_nothing(tmp_path: Path) -> None:
-    """Every process the launch line starts, traced: the set-up's mkdir and mkfifo, nice, the
+    """Every process the launch line starts, traced: the set-up's mkdir and mkfifo, the
     sampler's shell and the engine (exec'd by the launching shell); the sampler itself starts
     nothing: no sleep, cat or dumpsys while the engine runs."""
     workdir = tmp_path / "w"
@@ -160,51 +160,5 @@ def test_under_mksh_the_running_sampler_forks_nothing(tmp_path: Path) -> None:
     programs = re.findall(r'execve\("([^"]+)"', trace.read_text())
     names = [Path(p).name for p in programs]
     assert names.count("sleep") == 1, names  # the engine itself, not the sampler's naps
-    assert sorted(names) == ["mkdir", "mkfifo", "mksh", "nice", "sh", "sleep"], names
+    assert sorted(names) == ["mkdir", "mkfifo", "mksh", "sh", "sleep"], names
 
-
-def _sampler_nice(engine: int) -> str | None:
-    """The nice value of the engine's child ``sh -c`` (the sampler, forked before the exec)."""
-    try:
-        children = Path(f"/proc/{engine}/task/{engine}/children").read_text().split()
-    except OSError:
-        return None
-    for child in children:
-        try:
-            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-            stat = Path(f"/proc/{child}/stat").read_text()
-        except OSError:
-            continue
-        if argv[:2] == [b"sh", b"-c"]:
-            return stat.rsplit(")", 1)[1].split()[16]
-    return None
-
-
-@pytest.mark.parametrize("shell", ["mksh", "dash"])
-def test_the_sampler_runs_10_nicer_where_the_phone_has_nice(
-        tmp_path: Path, shell: str, shell_env: Callable[[str], dict[str, str]]) -> None:
-    if shutil.which(shell) is None or shutil.which("nice") is None:
-        pytest.skip(f"needs {shell} and nice")
-    base = os.nice(0)
-
-    def seen(env: dict[str, str], folder: str) -> str | None:
-        line = launch_command(str(tmp_path / folder), ["sleep", "2"], None, Rates())
-        engine = subprocess.Popen([shell, "-c", line], env=env)
-        try:
-            for _ in range(150):
-                value = _sampler_nice(engine.pid)
-                if value is not None or engine.poll() is not None:
-                    return value
-                time.sleep(0.01)
-            return None
-        finally:
-            engine.kill()
-            engine.wait()
-
-    assert seen(shell_env(shell), "w") == str(min(19, base + 10))
-    bare = tmp_path / "bare"  # a phone without nice: the sampler runs at the shell's priority
-    bare.mkdir()
-    for tool in ("mkdir", "mkfifo", "sleep", shell):
-        (bare / tool).symlink_to(shutil.which(tool) or tool)
-    (bare / "sh").symlink_to(shutil.which(shell) or shell)
-    assert seen({"PATH": str(bare)}, "v") == str(base)
