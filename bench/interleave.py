@@ -12,8 +12,10 @@ the mean of the two "off" blocks beside it, so slow drift cancels too.
 Faithful to a trial, and on the conservative side: the sampler is the harness's own script with
 the rates a default ``harness run`` gives it, started afresh for every block, so its 2 s fast
 start (10-50 ms ticks) falls on generation in every block, where in a trial it mostly overlaps
-the model's load. The first ``SKIP`` repetitions of each block are left out of both arms: the
-switch happens while they run (the reader sees a repetition's line as it starts).
+the model's load. Each sampled block's folder and FIFO are made before the engine starts, as a
+trial's launching shell makes its FIFO before its exec. The first ``SKIP`` repetitions of each
+block are left out of both arms: the switch happens while they run (the reader sees a
+repetition's line as it starts).
 """
 
 from __future__ import annotations
@@ -109,10 +111,16 @@ def device_script(launch: Launch, arms: Sequence[str], block: int, n_gen: int,
     words = " ".join(shlex.quote(w) for w in [*prefix, *engine_argv(launch.argv, n_gen, reps)])
     ten_hz = replace(launch.rates, memory_s=0.1)
     folder = shlex.quote(workdir)
+    # every sampled block's folder and FIFO made before the engine starts, as a trial's
+    # launching shell makes its FIFO before its exec: not two forks inside a measured block
+    sampled = [index for index, arm in enumerate(arms) if arm in ("d", "t")]
+    on = " ".join(f"b{index}" for index in sampled)
     return "\n".join([
         f"rm -rf {folder}; mkdir -p {folder} && cd {folder} || exit 1",
         f"Sd={shlex.quote(ondevice.script(launch.rates))}",
         f"St={shlex.quote(ondevice.script(ten_hz))}",
+        *([f"mkdir {on} && mkfifo {' '.join(f'b{i}/nap' for i in sampled)} || exit 1"]
+          if sampled else []),
         "sh -c 'echo $$ > pid; exec \"$@\"' engine " + words + " 2>&1 > out | {",
         f"n=0; k=-1; s=; p=; a=; set -- {' '.join(arms)}",
         "stop() { [ -n \"$s\" ] || return 0; su=-; ss=-",
@@ -126,8 +134,8 @@ def device_script(launch: Launch, arms: Sequence[str], block: int, n_gen: int,
         "st=-; read -r _ _ _ _ _ _ _ _ st _ 2>/dev/null < /proc/stat; read -r u _ < /proc/uptime",
         "q=; for f in /proc/$p/task/*/schedstat; do r1=; r2=; read -r r1 r2 _ 2>/dev/null < $f",
         "[ -n \"$r2\" ] && q=\"$q $r1,$r2\"; done; echo \"b $k $a $eu $es $st $u$q\" >> blocks",
-        "case $a in d|t) mkdir b$k; eval \"x=\\$S$a\"",
-        "( cd b$k && mkfifo nap && exec sh -c \"$x\" sample \"$p\" > /dev/null 2>&1 < /dev/null"
+        "case $a in d|t) eval \"x=\\$S$a\"",
+        "( cd b$k && exec sh -c \"$x\" sample \"$p\" > /dev/null 2>&1 < /dev/null"
         " ) & s=$!;; esac",
         "done; stop; }",
         "echo ==out; cat out; echo ==blocks; cat blocks",

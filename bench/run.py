@@ -153,6 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = [n for n in NAMES if n in names]  # always the suite's order
     work = Path(tempfile.mkdtemp(prefix="harness-bench-"))
     start = time.monotonic()
+    if args.busy:  # compile (or find cached) before the spinners: they would starve the build
+        from harness.artifacts.cmake_build import ensure_host_build
+
+        ensure_host_build("host-release", work / "builds")
     spinners = busy(args.busy)
     try:
         figures, meta = run_suite(names, args.quick, work)

@@ -126,6 +126,9 @@ def test_the_reader_switches_a_real_sampler_on_and_off_under_mksh(tmp_path: Path
     assert marks[1].sampler_ticks is not None and marks[3].sampler_ticks is None
     # the sampler ran in its own folder for the "d" block only, and wrote samples there
     assert sorted(p.name for p in workdir.iterdir() if p.is_dir()) == ["b1"]
+    # its FIFO made before the engine started (the reader forks nothing but the sampler)
+    assert (workdir / "b1" / "nap").is_fifo()
+    assert "mkfifo" not in text.split("2>&1 > out | {", 1)[1]
     lines = (workdir / "b1" / "smp").read_text().splitlines()
     assert any(line.startswith("m ") for line in lines)
     blocks = blocks_of(generation_samples(out), marks, 5, 8)
