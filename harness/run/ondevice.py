@@ -40,8 +40,9 @@ power: every tick is a wake-up the phone pays for):
 
 At the end it appends its own CPU time (utime, stime and its children's, from its /proc stat,
 in clock ticks of 100 Hz: Android's USER_HZ) and writes the phone's uptime to ``t1``. The files it
-could not read are probed once at the start (smaps_rollup by opening it only: a read would walk
-the engine's whole mapping), their errors kept in ``err``, and skipped after.
+could not read are probed once at the start (smaps_rollup by opening it only, for ``true``:
+a read would walk the engine's whole mapping; not for ``:``, a special builtin, whose failed
+redirection ends a POSIX shell), their errors kept in ``err``, and skipped after.
 ``parse`` turns the file into samples (pure).
 """
 
@@ -123,7 +124,7 @@ fi
 pg() { [ "${rs:-0}" -gt "$m" ] && m=$rs; if [ -n "$rs" ] && [ "$rp" -gt 0 ]; then
 case $(( (2 * rs + rp) / (2 * rp) )) in 4) pk=4;; 16) pk=16;; 64) pk=64;; esac; fi
 [ $((mp * pk)) -gt "$m" ] && m=$((mp * pk)); }
-R=/proc/$p/smaps_rollup; { : < $R; } 2>>err || R=
+R=/proc/$p/smaps_rollup; true 2>>err < $R || R=
 C=/sys/devices/system/cpu/cpu{cpu}/cpufreq; read -r hw 2>>err < $C/cpuinfo_max_freq || hw=-
 read -r _x 2>>err < $C/scaling_cur_freq || C=
 B={battery}; read -r _x 2>>err < $B/capacity || B=
