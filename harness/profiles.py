@@ -67,6 +67,10 @@ class DeviceProfile:
     power_model: Mapping[str, Any] = field(default_factory=dict)  # virtual/power.py's keys
     # the memory's nominal peak, for the validity gate on decode speed; None: measured on the phone
     memory_bandwidth_gbps: float | None = None
+    # storage's read speed (MB/s) as an engine paging weights from it sees it (random reads of
+    # readahead-sized chunks), and its class; None: unknown (no paging prediction)
+    storage_read_mb_s: float | None = None
+    storage_class: str | None = None
     source: str = ""  # the file it came from
 
     @property
@@ -120,7 +124,7 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
     known = {
         "name", "description", "props", "ram_mb", "available_mb", "storage_free_mb",
         "clusters", "thermal", "battery_level", "android", "power_model",
-        "memory_bandwidth_gbps",
+        "memory_bandwidth_gbps", "storage",
     }
     unknown = sorted(set(data) - known)
     if unknown:
@@ -173,8 +177,29 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
         android=android,
         power_model=dict(power_model),
         memory_bandwidth_gbps=_bandwidth(data.get("memory_bandwidth_gbps"), source),
+        **_storage(data.get("storage"), f"{source}: storage"),
         source=source,
     )
+
+
+STORAGE_CLASSES = ("ufs", "emmc", "nvme", "sd")
+
+
+def _storage(raw: Any, where: str) -> dict[str, Any]:
+    """``storage: {read_mb_s: 1500, class: ufs}`` (both optional)."""
+    if raw is None:
+        return {}
+    data = _known(raw, {"read_mb_s", "class"}, where)
+    speed = data.get("read_mb_s")
+    if speed is not None and (isinstance(speed, bool) or not isinstance(speed, int | float)
+                              or speed <= 0):
+        raise ConfigError(f"{where}.read_mb_s must be a positive number of MB/s, got {speed!r}")
+    kind = data.get("class")
+    if kind is not None and kind not in STORAGE_CLASSES:
+        raise ConfigError(f"{where}.class must be one of {', '.join(STORAGE_CLASSES)}, "
+                          f"got {kind!r}")
+    return {"storage_read_mb_s": float(speed) if speed is not None else None,
+            "storage_class": kind}
 
 
 def _bandwidth(value: Any, source: str) -> float | None:

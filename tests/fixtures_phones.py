@@ -54,9 +54,11 @@ def virtual_phones(adb_server: AdbServer, tmp_path: Path) -> Iterator[PhoneFacto
 
     def make(count: int = 1, profile: str = "midrange-8gb", ram_mb: int | None = None,
              storage_mb: int | None = None, abi: str | None = "x86_64",
-             shell: str = "mksh") -> list[VirtualPhone]:
+             shell: str = "mksh", memory_model: str = "auto",
+             storage_mb_s: float | None = None) -> list[VirtualPhone]:
         infos = start_phones(profile, count, ram_mb=ram_mb, storage_mb=storage_mb, home=home,
-                             abi=abi, shell=shell)
+                             abi=abi, shell=shell, memory_model=memory_model,
+                             storage_mb_s=storage_mb_s)
         return [VirtualPhone(info, home) for info in infos]
 
     try:

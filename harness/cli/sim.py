@@ -7,8 +7,10 @@ from dataclasses import asdict
 
 import click
 
+from harness.virtual.config import MEMORY_MODEL_CHOICES
 from harness.virtual.control import (
     DEFAULT_PROFILE,
+    PhoneInfo,
     fault_state,
     list_phones,
     set_fault,
@@ -44,9 +46,18 @@ def sim() -> None:
                    "other than the host's runs its binaries in qemu-user, marked as emulated.")
 @click.option("--shell", "shell", type=click.Choice(["mksh", "dash"]), default="mksh",
               show_default=True, help="The phone's /system/bin/sh (Android's is mksh).")
+@click.option("--memory-model", type=click.Choice(MEMORY_MODEL_CHOICES), default="auto",
+              show_default=True,
+              help="cgroup: the host kernel enforces the phone's memory (page cache reclaimed, "
+                   "mmap'd files paged from throttled storage; needs root and cgroup v1); "
+                   "simulated: every resident page counts; auto: cgroup where possible.")
+@click.option("--storage-mb-s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Storage read speed in MB/s (default: the profile's storage.read_mb_s); "
+                   "no faster than this host's disk.")
 @click.option("--json", "as_json", is_flag=True, help="Print the phones as JSON.")
 def start(profile: str, count: int, ram_mb: int | None, storage_mb: int | None,
-          abi: str | None, shell: str, as_json: bool) -> None:
+          abi: str | None, shell: str, memory_model: str, storage_mb_s: float | None,
+          as_json: bool) -> None:
     """Start phones and connect them to the adb server (ANDROID_ADB_SERVER_PORT, default 5037).
 
     The phone's shell is mksh with toybox applets, as on Android.
@@ -55,9 +66,10 @@ def start(profile: str, count: int, ram_mb: int | None, storage_mb: int | None,
     Example:
       harness sim start --profile flagship-16gb --count 4 --json
       harness sim start --abi x86_64 --count 2      # runs host builds of llama.cpp
+      harness sim start --profile small-2gb-emmc --ram-mb 128 --storage-mb-s 100
     """
     phones = start_phones(profile, count, ram_mb=ram_mb, storage_mb=storage_mb, abi=abi,
-                          shell=shell)
+                          shell=shell, memory_model=memory_model, storage_mb_s=storage_mb_s)
     if as_json:
         click.echo(json.dumps([asdict(p) for p in phones], indent=2))
         return
@@ -101,7 +113,22 @@ def status(as_json: bool) -> None:
         click.echo("no virtual phones (start one with: harness sim start)")
     for phone in phones:
         state = f"running pid {phone.pid}" if phone.running else "stopped"
-        click.echo(f"{phone.serial or '-':<22} {phone.name:<22} {phone.model:<14} {state}")
+        click.echo(f"{phone.serial or '-':<22} {phone.name:<22} {phone.model:<14} {state}"
+                   f"{_memory_words(phone)}")
+
+
+def _memory_words(phone: PhoneInfo) -> str:
+    """How a running phone's memory and storage are modelled, and why when not by the kernel."""
+    if not phone.running or not phone.memory_model:
+        return ""
+    words = f"  memory: {phone.memory_model}"
+    if phone.memory_note:
+        words += f" ({phone.memory_note})"
+    if phone.storage_read_mb_s is not None:
+        words += f"  storage: {phone.storage_read_mb_s:g} MB/s"
+    elif phone.storage_note:
+        words += f"  storage: {phone.storage_note}"
+    return words
 
 
 @sim.command("wipe")

@@ -29,6 +29,11 @@ class ClusterConfig:
 
 
 OOM_VICTIMS = ("engine", "system_server")
+# How the phone's memory is enforced: by the host kernel in a cgroup (page cache reclaimed, file
+# pages read back from throttled storage), or simulated by the daemon (every resident page
+# counts). "auto" takes the cgroup where the host allows it (harness.virtual.cgroups).
+MEMORY_MODELS = ("cgroup", "simulated")
+MEMORY_MODEL_CHOICES = ("auto", *MEMORY_MODELS)
 THERMAL_HALS = ("2.0", "1.0", "not_ready")
 AFFINITIES = ("honoured", "ignored")
 CHARGING = ("none", "usb", "ac")
@@ -130,6 +135,11 @@ class PhoneConfig:
     android: AndroidRules = field(default_factory=AndroidRules)  # background_apps resolved
     python: bool = False  # a Python at /data/local/tmp/python (llama-cpp-python cells)
     power_model: Mapping[str, Any] = field(default_factory=dict)  # see power.PowerParams
+    memory_model: str = "simulated"  # as resolved at start: cgroup or simulated
+    memory_note: str = ""  # why the model is simulated, or what the cgroup leaves out
+    cgroups: Mapping[str, Any] | None = None  # PhoneCgroups.to_json() when memory_model cgroup
+    storage_read_mb_s: float | None = None  # the storage's read speed (MB/s); None: the host's
+    storage_note: str = ""  # why the storage speed is not what the profile asks
 
     @property
     def sdk(self) -> int:
@@ -156,6 +166,12 @@ class PhoneConfig:
             android=AndroidRules.from_mapping(data.get("android", {})),
             python=bool(data.get("python", False)),
             power_model=dict(data.get("power_model", {})),
+            memory_model=str(data.get("memory_model", "simulated")),
+            memory_note=str(data.get("memory_note", "")),
+            cgroups=dict(data["cgroups"]) if data.get("cgroups") else None,
+            storage_read_mb_s=(float(data["storage_read_mb_s"])
+                               if data.get("storage_read_mb_s") is not None else None),
+            storage_note=str(data.get("storage_note", "")),
         )
 
     @classmethod
@@ -165,12 +181,14 @@ class PhoneConfig:
 
 def config_from_profile(profile: DeviceProfile, name: str, ram_mb: int | None = None,
                         storage_mb: int | None = None, abi: str | None = None,
-                        shell: str = "mksh") -> PhoneConfig:
+                        shell: str = "mksh", storage_mb_s: float | None = None) -> PhoneConfig:
     """``ram_mb`` overrides the memory the low-memory killer allows (tests use small values).
 
     ``abi`` makes a variant of the profile's phone with another CPU ABI (an x86_64 phone runs
     host builds natively, as Android's emulator images do); a phone whose ABI is not the host's
     runs its binaries in qemu-user and says so in ``ro.harness.emulated_cpu``.
+    ``storage_mb_s`` overrides the profile's storage read speed (MB/s); the memory model is
+    resolved when the phone starts (``harness.virtual.control``).
     """
     from harness.virtual.userland import ABI_LISTS, ABI_MACHINES, ABI_QEMU, SHELLS, host_abi
 
@@ -204,4 +222,5 @@ def config_from_profile(profile: DeviceProfile, name: str, ram_mb: int | None = 
         abi=abi, shell=shell, android=android,
         python=abi == host_abi(),  # the host's Python stands in for one: only on its ABI
         power_model=dict(getattr(profile, "power_model", {})),
+        storage_read_mb_s=storage_mb_s if storage_mb_s is not None else profile.storage_read_mb_s,
     )

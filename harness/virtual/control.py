@@ -21,8 +21,9 @@ from pathlib import Path
 from harness.errors import ConfigError, DeviceError
 from harness.profiles import DeviceProfile, find_profile
 from harness.testing.adbserver import free_port
-from harness.virtual.config import config_from_profile
+from harness.virtual.config import PhoneConfig, config_from_profile
 from harness.virtual.phone import FAULT_KINDS, FAULT_VALUES
+from harness.virtual.provision import provision, release
 from harness.virtual.sandbox import Sandbox
 
 DEFAULT_PROFILE = "midrange-8gb"
@@ -41,10 +42,21 @@ class PhoneInfo:
     adb_port: int
     running: bool = True
     abi: str = ""
+    memory_model: str = ""  # cgroup or simulated (harness.virtual.provision)
+    memory_note: str = ""
+    storage_read_mb_s: float | None = None  # None: not throttled (the host's disk speed)
+    storage_note: str = ""
 
     @property
     def sandbox(self) -> Sandbox:
         return Sandbox(Path(self.path))
+
+
+def _config(phone_dir: Path) -> PhoneConfig | None:
+    try:
+        return PhoneConfig.load(Sandbox(phone_dir).state / "config.json")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def sim_home(home: Path | None = None) -> Path:
@@ -199,11 +211,15 @@ def disconnect(serial: str, adb_port: int) -> None:
 def start_phones(profile: str | DeviceProfile = DEFAULT_PROFILE, count: int = 1,
                  ram_mb: int | None = None, storage_mb: int | None = None,
                  home: Path | None = None, connect_adb: bool = True, abi: str | None = None,
-                 shell: str = "mksh") -> list[PhoneInfo]:
+                 shell: str = "mksh", memory_model: str = "auto",
+                 storage_mb_s: float | None = None) -> list[PhoneInfo]:
     """Start ``count`` phones of a profile in their slots (reusing stopped slots' storage).
 
     ``abi`` overrides the profile's (``x86_64`` runs host builds natively); ``shell`` is the
     phone's /system/bin/sh, mksh as on Android unless a test compares with dash.
+    ``memory_model`` is ``auto`` (the host kernel's cgroups where allowed), ``cgroup`` or
+    ``simulated`` (``harness.virtual.provision``); ``storage_mb_s`` overrides the profile's
+    storage read speed.
     """
     if count < 1:
         raise ConfigError(f"--count must be at least 1, got {count}")
@@ -222,15 +238,20 @@ def start_phones(profile: str | DeviceProfile = DEFAULT_PROFILE, count: int = 1,
             phone_dir = root / name
             if _record(phone_dir) is not None:
                 continue
-            config = config_from_profile(prof, name, ram_mb, storage_mb, abi, shell)
+            config = config_from_profile(prof, name, ram_mb, storage_mb, abi, shell,
+                                         storage_mb_s)
             sandbox = Sandbox(phone_dir)
             sandbox.create()
+            config = provision(config, phone_dir, memory_model, storage_mb_s is not None)
             (sandbox.state / "config.json").write_text(config.to_json())
             last_port = int(_last(phone_dir).get("port", 0))
             port = last_port if last_port and _port_free(last_port) else free_port()
-            pid = _launch(phone_dir, port)
-            info = PhoneInfo(name, f"127.0.0.1:{port}", port, pid, prof.name, prof.model,
-                             str(phone_dir), adb_port, abi=config.abi)
+            try:
+                pid = _launch(phone_dir, port)
+            except BaseException:
+                release(config)
+                raise
+            info = _info(config, name, port, pid, prof, phone_dir, adb_port)
             (phone_dir / "running.json").write_text(json.dumps(asdict(info)))
             (phone_dir / "last.json").write_text(json.dumps(
                 {"serial": info.serial, "port": port, "profile": prof.name, "model": prof.model,
@@ -242,6 +263,15 @@ def start_phones(profile: str | DeviceProfile = DEFAULT_PROFILE, count: int = 1,
         _stop(started)
         raise
     return started
+
+
+def _info(config: PhoneConfig, name: str, port: int, pid: int, prof: DeviceProfile,
+          phone_dir: Path, adb_port: int) -> PhoneInfo:
+    throttled = config.storage_read_mb_s if not config.storage_note else None
+    return PhoneInfo(name, f"127.0.0.1:{port}", port, pid, prof.name, prof.model,
+                     str(phone_dir), adb_port, abi=config.abi, memory_model=config.memory_model,
+                     memory_note=config.memory_note, storage_read_mb_s=throttled,
+                     storage_note=config.storage_note)
 
 
 STOP_GRACE_S = 15.0  # from SIGTERM until SIGKILL
@@ -339,11 +369,11 @@ def _stop(phones: list[PhoneInfo]) -> None:
         deadline = time.monotonic() + STOP_GRACE_S
         for info, daemon in daemons:
             if not daemon.ours or daemon.wait(deadline - time.monotonic()):
-                (Path(info.path) / "running.json").unlink(missing_ok=True)
+                _stopped(info)
                 continue
             daemon.signal(signal.SIGKILL)
             if daemon.wait(KILL_WAIT_S):
-                (Path(info.path) / "running.json").unlink(missing_ok=True)
+                _stopped(info)
             else:
                 stuck.append(f"{info.serial} (pid {info.pid})")
     finally:
@@ -352,6 +382,14 @@ def _stop(phones: list[PhoneInfo]) -> None:
     if stuck:
         raise DeviceError(f"virtual phone daemon did not exit {KILL_WAIT_S:.0f} s after SIGKILL: "
                           + ", ".join(stuck))
+
+
+def _stopped(info: PhoneInfo) -> None:
+    """The daemon is gone: its cgroups go too (it removes them itself unless it was killed)."""
+    config = _config(Path(info.path))
+    if config is not None:
+        release(config)
+    (Path(info.path) / "running.json").unlink(missing_ok=True)
 
 
 def _match(phones: list[PhoneInfo], targets: list[str] | None, what: str) -> list[PhoneInfo]:

@@ -11,16 +11,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 import time
 from pathlib import Path
 
-from harness.virtual import wire
+from harness.virtual import cgroups, wire
 from harness.virtual.config import PhoneConfig
 from harness.virtual.phone import TICK_S, Phone
 from harness.virtual.sandbox import Sandbox
 from harness.virtual.services import StreamClosed, open_service
+
+OOM_RECHECK_S = (0.02, 0.1, 0.3)  # after an out-of-memory notice, look again this much later
 
 
 class Stream:
@@ -198,6 +201,16 @@ async def serve(phone_dir: Path, port: int) -> None:
                 print(f"monitor tick failed: {error!r}", file=sys.stderr, flush=True)
             await asyncio.sleep(TICK_S)
 
+    oom_fd = phone.oom_eventfd()
+    if oom_fd is not None:  # the kernel found the phone out of memory: act at once
+        def out_of_memory() -> None:
+            with contextlib.suppress(OSError):
+                os.eventfd_read(oom_fd)
+            phone.relieve_oom()
+            for delay in OOM_RECHECK_S:  # a victim may need a moment; notices may coalesce
+                loop.call_later(delay, phone.relieve_oom)
+
+        loop.add_reader(oom_fd, out_of_memory)
     tasks.add(asyncio.create_task(monitor()))
     tasks.add(asyncio.create_task(phone.throttle_loop()))
     tasks.add(asyncio.create_task(phone.uptime_loop()))
@@ -211,6 +224,10 @@ async def serve(phone_dir: Path, port: int) -> None:
         phone.signal_sessions(signal.SIGCONT)
         phone.kill_everything()
         drop_all()
+        if oom_fd is not None:
+            loop.remove_reader(oom_fd)
+            os.close(oom_fd)
+        cgroups.remove(phone.groups)
         (sandbox.state / "ready").unlink(missing_ok=True)
 
 

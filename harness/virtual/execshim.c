@@ -29,6 +29,11 @@
  *   HARNESS_PHONE_EACCES   newline-separated device-path globs the shell cannot read
  *   HARNESS_PHONE_ENOENT   newline-separated device-path globs that do not exist
  *   HARNESS_PHONE_AFFINITY "ignored": a phone binary's affinity calls change nothing
+ *   HARNESS_PHONE_CGROUPS  newline-separated cgroup.procs files the process joins at its start
+ *                          (the phone's memory and blkio cgroups; its children inherit them)
+ *
+ * The cgroups are joined here, in the shell adbd starts, before it runs anything: every process
+ * of the phone then has its memory charged to the phone and its reads throttled as its storage.
  */
 #undef _FORTIFY_SOURCE
 #define _GNU_SOURCE
@@ -84,6 +89,28 @@ __attribute__((constructor)) static void phone_init(void) {
     keep(absent_globs, "HARNESS_PHONE_ENOENT");
     phone_machine = machine ? (unsigned)strtoul(machine, NULL, 10) : 0;
     affinity_ignored = affinity && strcmp(affinity, "ignored") == 0 && phone_binary();
+    const char *groups = getenv("HARNESS_PHONE_CGROUPS");
+    if (groups && *groups) {
+        char pid[24];
+        int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+        const char *start = groups;
+        while (*start) {
+            const char *end = strchrnul(start, '\n');
+            char path[PATH_MAX];
+            size_t n = (size_t)(end - start);
+            if (n > 0 && n < sizeof path) {
+                memcpy(path, start, n);
+                path[n] = '\0';
+                int fd = open(path, O_WRONLY | O_CLOEXEC);
+                if (fd >= 0) {
+                    if (write(fd, pid, (size_t)len) < 0) { /* gone with its phone: keep going */ }
+                    close(fd);
+                }
+            }
+            start = *end ? end + 1 : end;
+        }
+        unsetenv("HARNESS_PHONE_CGROUPS");
+    }
     const char *adj = getenv("HARNESS_PHONE_OOM_ADJ");
     if (adj && *adj) {
         int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);

@@ -6,12 +6,18 @@ rewrites the generated /proc and /sys files, and applies fault requests. A secon
 duty-cycles SIGSTOP/SIGCONT over the phone's processes while the thermal status asks for it.
 Neither spins: both sleep between steps, and the throttle task idles when the phone is cool.
 
-Memory, as on a stock phone (VIRTUAL_PHONE.md, "Android fidelity"): the footprint is the RSS of
-the phone's processes plus its simulated background apps. Over the limit, lmkd kills apps first,
-highest oom_score_adj first, each with its ``lowmemorykiller`` line; with no app left, the
-kernel's OOM killer SIGKILLs the largest process and logs nothing a shell can read (user builds
-have no kernel lines in logcat), or, if the profile makes system_server the victim, the phone
-reboots. Killed apps restart a few seconds after the pressure is gone.
+Memory, as on a stock phone (VIRTUAL_PHONE.md, "Android fidelity"). With the ``cgroup`` memory
+model (harness.virtual.cgroups) the host kernel enforces it: the phone's processes live in a
+memory cgroup whose limit is what the phone leaves them (its simulated background apps take
+their share of it), clean file pages are reclaimed and read back from the phone's throttled
+storage, and only memory the kernel cannot reclaim runs the phone out of it; the kernel then
+tells the daemon (its own OOM killer is off in that cgroup). With the ``simulated`` model the
+footprint is the RSS of the phone's processes (file pages included) plus the apps, checked every
+tick. Either way, out of memory: lmkd kills apps first, highest oom_score_adj first, each with
+its ``lowmemorykiller`` line; with no app left, the kernel's OOM killer SIGKILLs the largest
+process and logs nothing a shell can read (user builds have no kernel lines in logcat), or, if
+the profile makes system_server the victim, the phone reboots. Killed apps restart a few seconds
+after the pressure is gone.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.virtual import formats, logstore, procs, thermal
+from harness.virtual import cgroups, formats, logstore, procs, thermal
 from harness.virtual import power as powermodel
 from harness.virtual.config import (
     CHARGING,
@@ -42,6 +48,7 @@ from harness.virtual.config import (
     PhoneConfig,
     PowerConfig,
 )
+from harness.virtual.phonetools import SYSTEM_CGROUPS
 from harness.virtual.sandbox import TOOLS, Sandbox, write_atomic
 from harness.virtual.userland import (
     NO_SMAPS_ROLLUP,
@@ -179,8 +186,13 @@ class Phone:
     _interval_start: float = 0.0  # monotonic time the last tick's interval began
     _logged_status: int | None = None  # the thermal status thermal.log last recorded
     _log_bytes: dict[str, int] = field(default_factory=dict)
+    _anon_kb: int = 0  # cgroup model: the phone's unreclaimable memory at the last reading
+    _refaults: int = 0  # cgroup model: the kernel's refault count at the last reading
+    _oom_since_tick: bool = False  # cgroup model: the phone ran out of memory since the tick
 
     def __post_init__(self) -> None:
+        self.groups = (cgroups.PhoneCgroups.from_json(self.config.cgroups)
+                       if self.config.memory_model == "cgroup" else None)
         self.params = thermal.ThermalParams.from_profile(self.config.thermal)
         self.thermal = thermal.ThermalState(die_c=self.params.ambient_c)
         self.power = PowerState.from_config(self.config.android.power)
@@ -216,6 +228,10 @@ class Phone:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(sid, signal.SIGKILL)
         self.signal_all(signal.SIGKILL)
+        if self.groups is not None:  # a process that left the sessions (setsid) is still here
+            for pid in cgroups.procs(self.groups.memory):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
 
     # ----- boot and the tick -----------------------------------------------------------------
     def boot(self) -> None:
@@ -226,7 +242,10 @@ class Phone:
         rules = self.config.android
         self.shell_env = {**self.sandbox.shell_env(),
                           **exec_env(self.sandbox.root, self.config.abi, rules.unreadable,
-                                     rules.smaps_rollup, rules.affinity)}
+                                     rules.smaps_rollup, rules.affinity,
+                                     self.groups.procs_files if self.groups else ())}
+        if self.groups is not None:
+            self.shell_env[SYSTEM_CGROUPS] = "\n".join(self.groups.parent_procs_files)
         (self.sandbox.state / "config.json").write_text(self.config.to_json())
         for stale in self.sandbox.control.glob("*.json"):
             stale.unlink()
@@ -328,13 +347,21 @@ class Phone:
 
     # ----- memory ------------------------------------------------------------------------------
     def footprint_kb(self) -> int:
-        """RSS of the phone's processes (less those the OOM killer just hit) and live apps."""
+        """What the phone cannot reclaim: with the cgroup model, its processes' anonymous memory
+        (the kernel's count); simulated, the RSS of its processes (less those the OOM killer
+        just hit), file pages included. Plus the live apps, either way."""
+        apps = sum(a.rss_kb for a in self.apps if a.pid)
+        if self.groups is not None:
+            return self._anon_kb + apps
         used = sum(s.rss_kb for s in self._members
                    if s.pid not in self._killed and not _is_service(s))
-        return used + sum(a.rss_kb for a in self.apps if a.pid)
+        return used + apps
 
     def _memory(self, dt: float, now: float) -> None:
         self._killed = {p: t for p, t in self._killed.items() if now - t < KILLED_GRACE_S}
+        if self.groups is not None:
+            self._memory_cgroup(dt, now)
+            return
         limit = self.config.limit_mb * 1024
         footprint = self.footprint_kb()
         over = footprint > limit
@@ -347,31 +374,89 @@ class Phone:
         elif now - self._pressure_at >= APP_RESTART_S:
             self._restart_apps(footprint, limit)
 
+    # ----- memory by the host kernel (cgroup model) ---------------------------------------------
+    def _cgroup_limit_kb(self) -> int:
+        """The cgroup's limit: what the phone leaves the shell's processes, less live apps."""
+        return self.config.limit_mb * 1024 - sum(a.rss_kb for a in self.apps if a.pid)
+
+    def oom_eventfd(self) -> int | None:
+        """The eventfd the kernel signals when the phone runs out of memory (cgroup model)."""
+        return cgroups.oom_eventfd(self.groups.memory) if self.groups is not None else None
+
+    def _memory_cgroup(self, dt: float, now: float) -> None:
+        assert self.groups is not None
+        stat = cgroups.read_stat(self.groups.memory)
+        self._anon_kb = cgroups.anon_bytes(stat) // 1024
+        used_kb = self._anon_kb + cgroups.cache_bytes(stat) // 1024
+        refaults = cgroups.refaults(stat)
+        thrashing, self._refaults = refaults > self._refaults, refaults
+        oom = cgroups.under_oom(self.groups.memory) or self._oom_since_tick
+        self._oom_since_tick = False  # its stall counts in this tick's pressure
+        reclaiming = used_kb >= RECLAIM_AT * self._cgroup_limit_kb()
+        self.pressure.step(dt, 1.0 if oom else 0.5 if thrashing else 0.2 if reclaiming else 0.0,
+                           0.5 if oom else 0.25 if thrashing else 0.0)
+        if oom:
+            self.relieve_oom(now)
+        elif now - self._pressure_at >= APP_RESTART_S:
+            self._restart_apps(self.footprint_kb(), self.config.limit_mb * 1024)
+
+    def relieve_oom(self, now: float | None = None) -> None:
+        """The kernel found nothing left to reclaim in the phone: lmkd kills one app (its memory
+        goes back to the cgroup's limit), or, with none left, the largest process goes."""
+        if self.groups is None or not cgroups.under_oom(self.groups.memory):
+            return
+        now = time.monotonic() if now is None else now
+        self._pressure_at = now
+        self._oom_since_tick = True
+        self._killed = {p: t for p, t in self._killed.items() if now - t < KILLED_GRACE_S}
+        if any(os.path.exists(f"/proc/{pid}") for pid in self._killed):
+            return  # a victim is still freeing its memory
+        live = [a for a in self.apps if a.pid]
+        if live:
+            self._kill_app(max(live, key=lambda a: (a.adj, a.rss_kb)))
+            self._write_apps()
+            cgroups.set_limit(self.groups.memory, self._cgroup_limit_kb() * 1024)
+            return
+        self._out_of_memory(now)
+
     def _lmkd(self, footprint: int, limit: int) -> int:
         """lmkd kills apps, highest oom_score_adj first, until the footprint fits."""
-        state = self.sandbox.state
         for app in sorted((a for a in self.apps if a.pid), key=lambda a: (-a.adj, -a.rss_kb)):
             if footprint <= limit:
                 break
-            line = formats.lmkd_kill_line(self.config.sdk, app.name, app.pid, app.rss_kb, 0,
-                                          LMKD_REASON, uid=app.uid, adj=app.adj)
-            logstore.append(state, "main", "I", "lowmemorykiller", LMKD_PID, line)
-            logstore.append(state, "main", "I", "Zygote", ZYGOTE_PID,
-                            f"Process {app.pid} exited due to signal 9 (Killed)")
-            logstore.append(state, "system", "I", "ActivityManager", SYSTEM_SERVER_PID,
-                            f"Process {app.name} (pid {app.pid}) has died: cch CEM")
+            self._kill_app(app)
             footprint -= app.rss_kb
-            app.pid = 0
         self._write_apps()
         return footprint
+
+    def _kill_app(self, app: App) -> None:
+        """One lmkd kill, with the lines a phone's logcat shows for it."""
+        state = self.sandbox.state
+        line = formats.lmkd_kill_line(self.config.sdk, app.name, app.pid, app.rss_kb, 0,
+                                      LMKD_REASON, uid=app.uid, adj=app.adj)
+        logstore.append(state, "main", "I", "lowmemorykiller", LMKD_PID, line)
+        logstore.append(state, "main", "I", "Zygote", ZYGOTE_PID,
+                        f"Process {app.pid} exited due to signal 9 (Killed)")
+        logstore.append(state, "system", "I", "ActivityManager", SYSTEM_SERVER_PID,
+                        f"Process {app.name} (pid {app.pid}) has died: cch CEM")
+        app.pid = 0
+
+    def _oom_candidates(self) -> list[procs.ProcStat]:
+        """The phone's processes the kernel's OOM killer may pick: the cgroup's (the tick's list
+        may predate an engine that started since), else the sessions' members."""
+        if self.groups is not None:
+            found = (procs.read_stat(pid) for pid in cgroups.procs(self.groups.memory))
+            members = [s for s in found if s is not None and s.state != "Z"]
+        else:
+            members = self._members
+        return [s for s in members if s.pid not in self._killed and not _is_service(s)]
 
     def _out_of_memory(self, now: float) -> None:
         """The kernel's OOM killer: nothing in logcat, the shell sees SIGKILL (137)."""
         if self.config.android.oom_victim == "system_server":
             self.reboot()
             return
-        candidates = [s for s in self._members
-                      if s.pid not in self._killed and not _is_service(s)]
+        candidates = self._oom_candidates()
         if not candidates:
             return
         victim = max(candidates, key=lambda s: s.rss_kb)
@@ -384,6 +469,9 @@ class Phone:
         for app in sorted((a for a in self.apps if not a.pid), key=lambda a: a.adj):
             if footprint + app.rss_kb > APP_FIT * limit:
                 continue
+            if self.groups is not None and not cgroups.set_limit(
+                    self.groups.memory, (self._cgroup_limit_kb() - app.rss_kb) * 1024):
+                continue  # the kernel could not make room for it (EBUSY)
             app.pid = self._free_pid()
             footprint += app.rss_kb
             started = True

@@ -15,6 +15,7 @@ import stat
 import struct
 import subprocess
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import IO, Protocol
 
 from harness.virtual import wire
@@ -295,10 +296,25 @@ async def _send(phone: Phone, reader: SyncReader, spec: str) -> bytes:
             os.chmod(tmp, stat.S_IMODE(mode) or 0o644)
             os.utime(tmp, (mtime, mtime))
             os.replace(tmp, target)
+            if phone.groups is not None:
+                _uncache(target)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         return _fail(f"couldn't create file: {exc.strerror}")
     return REQUEST.pack(b"OKAY", 0)
+
+
+def _uncache(path: Path) -> None:
+    """A pushed file leaves no page cache behind: this daemon wrote it, so its pages would be
+    charged to the host, not the phone, and an engine reading them would never pay for them.
+    The phone's own processes then bring in (and are charged for) whatever they read."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 async def _recv(ch: Channel, path: str) -> None:

@@ -128,10 +128,11 @@ NO_SMAPS_ROLLUP = ("/proc/*/smaps_rollup", "/proc/*/task/*/smaps_rollup")
 
 
 def exec_env(root: Path, abi: str, unreadable: tuple[str, ...] = (), smaps_rollup: bool = True,
-             affinity: str = "honoured") -> dict[str, str]:
+             affinity: str = "honoured", cgroup_procs: tuple[str, ...] = ()) -> dict[str, str]:
     """Environment of the phone's shell that sets its exec rules and the shell user's limits:
-    ``unreadable`` device-path globs (EACCES), no smaps_rollup (ENOENT), and whether a phone
-    binary's own affinity calls are ``ignored`` (see execshim.c)."""
+    ``unreadable`` device-path globs (EACCES), no smaps_rollup (ENOENT), whether a phone
+    binary's own affinity calls are ``ignored``, and the cgroups (their ``cgroup.procs`` files)
+    the shell joins before it runs anything (see execshim.c)."""
     if abi not in ABI_MACHINES:
         raise DeviceError(f"virtual phones run {', '.join(ABI_MACHINES)}, not '{abi}'")
     if len("\n".join(unreadable)) >= 4000:  # the library keeps PATH_MAX bytes of them
@@ -148,4 +149,5 @@ def exec_env(root: Path, abi: str, unreadable: tuple[str, ...] = (), smaps_rollu
         "HARNESS_PHONE_EACCES": "\n".join(unreadable),
         "HARNESS_PHONE_ENOENT": "" if smaps_rollup else "\n".join(NO_SMAPS_ROLLUP),
         "HARNESS_PHONE_AFFINITY": affinity,
+        "HARNESS_PHONE_CGROUPS": "\n".join(cgroup_procs),
     }

@@ -68,16 +68,67 @@ int main(int argc, char **argv) {
 }
 """
 
+# Maps FILE and reads one byte of every page, PASSES times, as an engine with mmap'd weights
+# reads them once per token; prints each pass's seconds, then its own VmHWM (kB), the bytes it
+# read from storage (/proc/self/io read_bytes) and its major faults.
+SCAN = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+static long field(const char *path, const char *key) {
+    char line[256];
+    long value = -1;
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, strlen(key)) == 0) value = atol(line + strlen(key));
+    }
+    if (f) fclose(f);
+    return value;
+}
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    int fd = open(argv[1], O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) return 3;
+    volatile unsigned char *m = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) return 4;
+    unsigned long sum = 0;
+    for (int pass = 0; pass < atoi(argv[2]); pass++) {
+        double start = now();
+        for (off_t off = 0; off < st.st_size; off += 4096) sum += m[off];
+        printf("pass %d %.3f\n", pass, now() - start);
+        fflush(stdout);
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("hwm_kb %ld read_bytes %ld majflt %ld sum %lu\n", field("/proc/self/status", "VmHWM:"),
+           field("/proc/self/io", "read_bytes:"), ru.ru_majflt, sum);
+    return 0;
+}
+"""
+
 
 @pytest.fixture(scope="session")
 def phone_programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """``{"hog": path, "affinity": path}``: host (x86_64) builds for x86_64 test phones."""
+    """``{"hog": path, "affinity": path, "scan": path}``: host (x86_64) builds for x86_64
+    test phones."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         pytest.skip("needs a C compiler")
     out = tmp_path_factory.mktemp("phone-programs")
     built = {}
-    for name, source in (("hog", HOG), ("affinity", AFFINITY)):
+    for name, source in (("hog", HOG), ("affinity", AFFINITY), ("scan", SCAN)):
         (out / f"{name}.c").write_text(source)
         subprocess.run([compiler, "-O1", "-Wall", "-o", str(out / name), str(out / f"{name}.c"),
                         "-pthread"], check=True)

@@ -1,0 +1,307 @@
+"""A virtual phone's memory and storage, enforced by the host kernel (cgroup v1).
+
+A phone's kernel keeps hot file pages resident and reclaims clean ones when memory runs short: a
+model mapped with mmap that is bigger than the phone's RAM keeps running, its weights read again
+from storage as they are needed. Counting every resident page against a limit, as the simulated
+memory model does, kills such an engine instead. So where the host allows it, each virtual phone
+gets a memory cgroup (its processes' anonymous memory and page cache, with the limit of what the
+phone leaves to the shell's processes) and a blkio cgroup (its storage's read speed, throttled on
+the block device that holds its files): the host kernel then reclaims the phone's page cache
+and reads the pages back at the phone's storage speed, for real.
+
+Out of memory inside the phone: the cgroup's own OOM killer is switched off and the phone's
+daemon is told by an eventfd (``cgroup.event_control``) when the kernel finds nothing left to
+reclaim; the allocating task waits in the kernel meanwhile. The daemon then does what a phone
+does: lmkd kills cached apps first, and with none left the largest process goes (SIGKILL, 137
+through ``adb shell``), as the kernel's killer would pick it.
+
+The cgroups are made by ``harness sim start`` below the starting process's own cgroup (so a
+harness run inside a container or a CI job's cgroup nests under it), named after the phone, and
+removed when the phone stops. Readers of the controllers' files are pure functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import ConfigError
+
+CONTROLLERS = ("memory", "blkio")
+PREFIX = "harness-"  # every phone cgroup's name starts with it
+REMOVE_WAIT_S = 5.0  # killed processes leave their cgroup within this
+
+
+class CgroupError(ConfigError):
+    """A phone's cgroup cannot be made or used here (one line, names the file and what to do)."""
+
+
+@dataclass(frozen=True)
+class PhoneCgroups:
+    """Where one phone's cgroups are; ``blkio`` None: its storage is not throttled."""
+
+    memory: Path
+    blkio: Path | None = None
+    device: str | None = None  # "major:minor" of the block device the throttle applies to
+
+    @property
+    def procs_files(self) -> tuple[str, ...]:
+        """The cgroup.procs files a process of the phone writes its pid to (execshim.c)."""
+        dirs = [self.memory] + ([self.blkio] if self.blkio is not None else [])
+        return tuple(str(d / "cgroup.procs") for d in dirs)
+
+    @property
+    def parent_procs_files(self) -> tuple[str, ...]:
+        """Where a process leaving the phone goes: its cgroups' parents (the host's share)."""
+        dirs = [self.memory] + ([self.blkio] if self.blkio is not None else [])
+        return tuple(str(d.parent / "cgroup.procs") for d in dirs)
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"memory": str(self.memory), "blkio": str(self.blkio) if self.blkio else None,
+                "device": self.device}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object] | None) -> PhoneCgroups | None:
+        if not data or not data.get("memory"):
+            return None
+        blkio = data.get("blkio")
+        device = data.get("device")
+        return cls(Path(str(data["memory"])), Path(str(blkio)) if blkio else None,
+                   str(device) if device else None)
+
+
+# ----- pure readers --------------------------------------------------------------------------
+
+
+def parse_mounts(text: str) -> dict[str, Path]:
+    """cgroup v1 controller -> mount point, from /proc/self/mounts."""
+    found: dict[str, Path] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[2] != "cgroup":
+            continue
+        for option in fields[3].split(","):
+            if option in CONTROLLERS:
+                found.setdefault(option, Path(fields[1]))
+    return found
+
+
+def parse_own_cgroups(text: str) -> dict[str, str]:
+    """controller -> this process's path in that v1 hierarchy, from /proc/self/cgroup."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        for controller in parts[1].split(","):
+            if controller in CONTROLLERS:
+                found[controller] = parts[2]
+    return found
+
+
+def parse_stat(text: str) -> dict[str, int]:
+    """``memory.stat``: key -> value (bytes or counts)."""
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().lstrip("-").isdigit():
+            found[key] = int(value)
+    return found
+
+
+def parse_oom_control(text: str) -> dict[str, int]:
+    return parse_stat(text)
+
+
+def anon_bytes(stat: Mapping[str, int]) -> int:
+    """What the phone cannot reclaim without swap: anonymous and shared memory, hierarchical."""
+    return stat.get("total_rss", stat.get("rss", 0)) + stat.get("total_shmem",
+                                                                stat.get("shmem", 0))
+
+
+def cache_bytes(stat: Mapping[str, int]) -> int:
+    return stat.get("total_cache", stat.get("cache", 0))
+
+
+def refaults(stat: Mapping[str, int]) -> int:
+    """File pages read back soon after they were reclaimed: the kernel's thrashing count."""
+    return stat.get("total_workingset_refault_file",
+                    stat.get("workingset_refault_file", stat.get("total_workingset_refault", 0)))
+
+
+# ----- the host's controllers ----------------------------------------------------------------
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def controller_dirs() -> dict[str, Path]:
+    """controller -> the directory of this process's own cgroup in it (where phones nest)."""
+    mounts = parse_mounts(_read(Path("/proc/self/mounts")))
+    own = parse_own_cgroups(_read(Path("/proc/self/cgroup")))
+    return {c: mounts[c] / own[c].lstrip("/") for c in CONTROLLERS if c in mounts and c in own}
+
+
+def block_device(path: Path) -> str | None:
+    """"major:minor" of the whole disk holding ``path``, or None when it is on no block device
+    (tmpfs, overlay, a network file system): blkio throttling applies to whole disks only."""
+    try:
+        dev = os.stat(path).st_dev
+    except OSError:
+        return None
+    node = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    if not node.exists():
+        return None
+    if (node / "partition").exists():  # a partition: its parent directory is the disk
+        parent = _read(node.resolve().parent / "dev").strip()
+        return parent or None
+    return f"{os.major(dev)}:{os.minor(dev)}"
+
+
+def _write(path: Path, text: str, what: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as error:
+        raise CgroupError(f"{path}: cannot set {what} ({error.strerror}); the phone's memory or "
+                          "storage model needs a writable cgroup v1 controller "
+                          "(or start it with --memory-model simulated)") from error
+
+
+def _make_dir(parent: Path, name: str) -> Path:
+    target = parent / name
+    if target.is_dir():
+        remove_dir(target)  # a stale one from a phone that was not stopped cleanly
+    try:
+        target.mkdir()
+    except OSError as error:
+        raise CgroupError(f"{target}: cannot make the phone's cgroup ({error.strerror}); "
+                          "run as root with cgroup v1 memory and blkio mounted, or start the "
+                          "phone with --memory-model simulated") from error
+    return target
+
+
+def make(name: str, limit_bytes: int, read_bps: int | None, storage: Path) -> PhoneCgroups:
+    """Make the phone's cgroups: a memory limit with the kernel's OOM killer off (the phone's
+    daemon decides), and a read throttle on the disk holding ``storage`` when ``read_bps``.
+
+    Raises CgroupError naming what failed; nothing half made is left behind.
+    """
+    dirs = controller_dirs()
+    if "memory" not in dirs:
+        raise CgroupError("no cgroup v1 memory controller is mounted here (/proc/self/mounts); "
+                          "start the phone with --memory-model simulated")
+    device = block_device(storage) if read_bps else None
+    if read_bps and device is None:
+        raise CgroupError(f"{storage}: the phone's files are on no block device (tmpfs or "
+                          "overlay?), so its storage speed cannot be throttled; put the sim "
+                          "home on a disk (HARNESS_HOME) or drop storage.read_mb_s")
+    if read_bps and "blkio" not in dirs:
+        raise CgroupError("no cgroup v1 blkio controller is mounted here, so the phone's "
+                          "storage speed cannot be throttled; drop storage.read_mb_s")
+    made: list[Path] = []
+    try:
+        memory = _make_dir(dirs["memory"], PREFIX + name)
+        made.append(memory)
+        _write(memory / "memory.limit_in_bytes", str(limit_bytes), "the memory limit")
+        _write(memory / "memory.oom_control", "1", "the OOM killer off")
+        blkio = None
+        if read_bps and device is not None:
+            blkio = _make_dir(dirs["blkio"], PREFIX + name)
+            made.append(blkio)
+            _write(blkio / "blkio.throttle.read_bps_device", f"{device} {read_bps}",
+                   f"the read throttle on {device}")
+        return PhoneCgroups(memory, blkio, device)
+    except BaseException:
+        for path in reversed(made):
+            remove_dir(path)
+        raise
+
+
+def probe(storage: Path) -> str | None:
+    """Why cgroups cannot model a phone here (None: they can), without making any."""
+    dirs = controller_dirs()
+    if "memory" not in dirs:
+        return "no cgroup v1 memory controller is mounted"
+    if not os.access(dirs["memory"], os.W_OK):
+        return f"{dirs['memory']} is not writable (run as root)"
+    return None
+
+
+def procs(directory: Path) -> list[int]:
+    return [int(p) for p in _read(directory / "cgroup.procs").split() if p.isdigit()]
+
+
+def remove_dir(directory: Path, wait_s: float = REMOVE_WAIT_S) -> bool:
+    """Remove one phone cgroup: its processes are SIGKILLed (they are the phone's), then the
+    directory goes once they have left. False if it could not be removed in time."""
+    if not directory.name.startswith(PREFIX) or not directory.is_dir():
+        return not directory.exists()
+    deadline = time.monotonic() + wait_s
+    while True:
+        for pid in procs(directory):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            directory.rmdir()
+            return True
+        except OSError as error:
+            if error.errno == errno.ENOENT:
+                return True
+            if time.monotonic() > deadline:
+                return False
+        time.sleep(0.02)
+
+
+def remove(groups: PhoneCgroups | None) -> None:
+    if groups is None:
+        return
+    for directory in (groups.memory, groups.blkio):
+        if directory is not None:
+            remove_dir(directory)
+
+
+def set_limit(memory: Path, limit_bytes: int) -> bool:
+    """A new memory limit; False when the kernel could not reclaim down to it (EBUSY)."""
+    try:
+        (memory / "memory.limit_in_bytes").write_text(str(limit_bytes))
+    except OSError:
+        return False
+    return True
+
+
+def read_stat(memory: Path) -> dict[str, int]:
+    return parse_stat(_read(memory / "memory.stat"))
+
+
+def under_oom(memory: Path) -> bool:
+    return parse_oom_control(_read(memory / "memory.oom_control")).get("under_oom", 0) == 1
+
+
+def oom_eventfd(memory: Path) -> int | None:
+    """An eventfd the kernel signals when the phone's cgroup runs out of memory (None: no
+    notification here; the daemon's tick still looks at ``under_oom``)."""
+    try:
+        event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return None
+    control = -1
+    try:
+        control = os.open(memory / "memory.oom_control", os.O_RDONLY | os.O_CLOEXEC)
+        (memory / "cgroup.event_control").write_text(f"{event} {control}")
+    except OSError:
+        os.close(event)
+        return None
+    finally:
+        if control >= 0:
+            os.close(control)
+    return event
