@@ -54,6 +54,14 @@ class ModelInfo:
     tied_embeddings: bool = False  # no output.weight: the token embedding is the output matrix
     # (ggml type, ne[1], bytes) of every matrix but the token embedding: what the CPU may repack
     matmul_tensors: tuple[tuple[str, int, int], ...] = ()
+    # Mixture of experts: experts per layer and how many a token uses (0: dense), and the data
+    # bytes of the expert tensors (names with "_exps"), of which a token reads about
+    # n_expert_used / n_expert; under mmap only those pages need to be resident.
+    n_expert: int = 0
+    n_expert_used: int = 0
+    expert_tensor_bytes: int = 0
+    # Data bytes of token_embd.weight: a token reads one row of it, not the matrix.
+    token_embd_bytes: int = 0
 
     @property
     def n_swa_layers(self) -> int:
@@ -254,6 +262,10 @@ def _read_model_info(path: Path, resolved: str, size: int, mtime_ns: int) -> Mod
         matmul_tensors=tuple(
             (t.tensor_type.name, int(t.shape[1]), int(t.n_bytes)) for t in tensors
             if len(t.shape) >= 2 and t.name != "token_embd.weight"),
+        n_expert=_optional_int(fields, f"{arch}.expert_count", 0),
+        n_expert_used=_optional_int(fields, f"{arch}.expert_used_count", 0),
+        expert_tensor_bytes=sum(int(t.n_bytes) for t in tensors if "_exps" in t.name),
+        token_embd_bytes=sum(int(t.n_bytes) for t in tensors if t.name == "token_embd.weight"),
     )
 
 

@@ -23,6 +23,23 @@ from harness.errors import ModelError
 # In the order of the ladder: from the unquantised base down to the smallest K-quant.
 LADDER_QUANTS: tuple[str, ...] = ("F16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K")
 
+# The ladders the harness makes: synthetic ones (harness.artifacts.testmodels), then real ones
+# from PyPI (harness.artifacts.realmodel). Listed here, beside the quants, so that light modules
+# (harness.matrix) can name them without importing numpy and gguf.
+SYNTHETIC_SIZES: tuple[str, ...] = ("tiny", "bench", "moe")
+REAL_LADDERS: tuple[str, ...] = ("gemma3-270m",)
+LADDER_SIZES: tuple[str, ...] = SYNTHETIC_SIZES + REAL_LADDERS
+# Ladders with fewer rungs than LADDER_QUANTS. The MoE model is there to show mmap paging of
+# experts, which needs an unquantised, an 8-bit and a 4-bit file, not seven quantisations of a
+# quarter-GB model (each costs CI time).
+_LADDER_RUNGS: dict[str, tuple[str, ...]] = {"moe": ("F16", "Q8_0", "Q4_K_M")}
+
+
+def ladder_quants(size: str) -> tuple[str, ...]:
+    """The quants of the ``size`` ladder, in ladder order (LADDER_QUANTS unless it has fewer)."""
+    return _LADDER_RUNGS.get(size, LADDER_QUANTS)
+
+
 # general.file_type of each rung (llama.h's LLAMA_FTYPE_MOSTLY_* and gguf's LlamaFileType).
 FILE_TYPES: dict[str, int] = {
     "F16": 1,

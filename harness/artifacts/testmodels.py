@@ -6,6 +6,11 @@ scaled) weights in the exact tensor layout of a llama model with grouped-query a
 SPM ("llama") vocabulary with byte-fallback tokens that llama.cpp's tokenizer accepts. Their text
 is gibberish; their shapes, memory and speed are what a benchmark needs.
 
+A spec with experts (``n_expert`` > 0) is a Mixtral-style mixture of experts, which llama.cpp
+loads as architecture "llama": each layer's FFN is a router (``ffn_gate_inp``) and three 3-D
+expert tensors (``ffn_{gate,up,down}_exps``), of which a token touches only ``n_expert_used``
+experts' slices. That is what makes resident memory stay below the file size under mmap.
+
 The ladder (F16 base plus llama.cpp quantisations) is cached by content under
 ``$HARNESS_CACHE/models/<key>/`` (default ``~/.cache/harness``), so only the first call pays.
 """
@@ -28,7 +33,11 @@ import numpy as np
 from harness.artifacts.ladder import (
     FILE_TYPES,
     LADDER_QUANTS,
+    LADDER_SIZES,
+    REAL_LADDERS,
+    SYNTHETIC_SIZES,
     atomic_output,
+    ladder_quants,
     llama_cpp_python_version,
     quantize_ladder,
 )
@@ -45,6 +54,8 @@ __all__ = [
     "cache_key",
     "ensure_ladder",
     "ladder_dir",
+    "ladder_quants",
+    "spec_identity",
     "write_model",
 ]
 
@@ -53,6 +64,7 @@ GENERATOR_VERSION = 1
 
 # K-quants pack 256-element super-blocks along a row; shorter rows fall back to other types.
 QK_K = 256
+MAX_EXPERTS = 1024  # llama.cpp's LLAMA_MAX_EXPERTS (llama-hparams.h, in 0.3.36's vendored copy)
 N_SPECIAL = 3  # <unk>, <s>, </s>
 N_BYTE = 256  # <0x00>..<0xFF>
 SPACE = "\u2581"  # SentencePiece's word-boundary marker
@@ -60,7 +72,11 @@ SPACE = "\u2581"  # SentencePiece's word-boundary marker
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The shape of one synthetic model; every field takes part in the cache key."""
+    """The shape of one synthetic model; every field takes part in the cache key.
+
+    ``n_ff`` is the FFN width of one expert when ``n_expert`` > 0. The expert fields enter the
+    key only when non-zero (``spec_identity``), so the dense sizes keep the keys they always had.
+    """
 
     size: str
     n_vocab: int
@@ -74,6 +90,8 @@ class ModelSpec:
     rms_norm_eps: float = 1e-5
     init_std: float = 0.02
     seed: int = 0
+    n_expert: int = 0
+    n_expert_used: int = 0
 
     def __post_init__(self) -> None:
         for name in ("n_embd", "n_ff"):
@@ -85,6 +103,12 @@ class ModelSpec:
             raise ValueError("n_head_kv must be below n_head (grouped-query attention)")
         if self.n_vocab <= N_SPECIAL + N_BYTE:
             raise ValueError(f"n_vocab must exceed {N_SPECIAL + N_BYTE} (special + byte tokens)")
+        if self.n_expert < 0 or self.n_expert > MAX_EXPERTS:
+            raise ValueError(f"n_expert must be 0 (dense) or 1..{MAX_EXPERTS} (llama.cpp's limit)")
+        if self.n_expert and not 1 <= self.n_expert_used <= self.n_expert:
+            raise ValueError("n_expert_used must be in 1..n_expert for a mixture of experts")
+        if not self.n_expert and self.n_expert_used:
+            raise ValueError("n_expert_used needs n_expert > 0 (a dense model uses no experts)")
 
     @property
     def head_dim(self) -> int:
@@ -95,20 +119,32 @@ class ModelSpec:
         return self.head_dim * self.n_head_kv
 
     @property
-    def n_params(self) -> int:
-        """Parameter count, embeddings and output head included."""
-        per_layer = (
+    def _dense_per_layer(self) -> int:
+        """A layer's parameters outside the experts: norms, attention, and the router."""
+        return (
             2 * self.n_embd  # attn_norm, ffn_norm
             + 2 * self.n_embd * self.n_embd  # attn_q, attn_output
             + 2 * self.n_embd * self.n_embd_kv  # attn_k, attn_v
-            + 3 * self.n_embd * self.n_ff  # ffn_gate, ffn_up, ffn_down
+            + self.n_expert * self.n_embd  # ffn_gate_inp (the router); 0 when dense
         )
+
+    @property
+    def _ffn_per_expert(self) -> int:
+        return 3 * self.n_embd * self.n_ff  # gate, up, down
+
+    @property
+    def n_params(self) -> int:
+        """Parameter count, embeddings, output head and every expert included."""
+        per_layer = self._dense_per_layer + max(self.n_expert, 1) * self._ffn_per_expert
         return 2 * self.n_vocab * self.n_embd + self.n_embd + self.n_layer * per_layer
 
+    @property
+    def n_params_active(self) -> int:
+        """Parameters one token's forward pass reads: the dense part, ``n_expert_used`` experts
+        per layer, and one row of the token embedding (a lookup, not a matrix product)."""
+        per_layer = self._dense_per_layer + max(self.n_expert_used, 1) * self._ffn_per_expert
+        return self.n_vocab * self.n_embd + 2 * self.n_embd + self.n_layer * per_layer
 
-SYNTHETIC_SIZES = ("tiny", "bench")
-REAL_LADDERS = ("gemma3-270m",)  # harness.artifacts.realmodel: a real model from PyPI
-LADDER_SIZES = SYNTHETIC_SIZES + REAL_LADDERS
 
 LADDER_SPECS: dict[str, ModelSpec] = {
     # A few MB: loads in milliseconds, so tests can run every rung.
@@ -118,6 +154,12 @@ LADDER_SPECS: dict[str, ModelSpec] = {
     # Tens of millions of parameters: a p64/g32 trial takes seconds on two cores.
     "bench": ModelSpec(
         size="bench", n_vocab=16384, n_embd=768, n_layer=8, n_head=12, n_head_kv=4, n_ff=2048
+    ),
+    # 8 experts, 2 used per token: about 245 MB in F16 of which a token reads about a third, so
+    # a run by mmap paging keeps less resident than the file (only the active experts' pages).
+    "moe": ModelSpec(
+        size="moe", n_vocab=16384, n_embd=512, n_layer=8, n_head=8, n_head_kv=2, n_ff=1024,
+        n_expert=8, n_expert_used=2,
     ),
 }
 
@@ -175,9 +217,31 @@ def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
 # --- weights ----------------------------------------------------------------------------------
 
 
+def _ffn_shapes(spec: ModelSpec, i: int) -> list[tuple[str, tuple[int, ...]]]:
+    """One layer's FFN: dense, or a router and the experts stacked along the first numpy axis.
+
+    numpy shapes are ggml's ne reversed, so (n_expert, n_ff, n_embd) is llama.cpp's
+    ne = [n_embd, n_ff, n_expert] for gate/up, and (n_expert, n_embd, n_ff) its [n_ff, n_embd,
+    n_expert] for down (llama-model.cpp, LLM_ARCH_LLAMA with n_expert > 0).
+    """
+    e, ff, n = spec.n_embd, spec.n_ff, spec.n_expert
+    if not n:
+        return [
+            (f"blk.{i}.ffn_gate.weight", (ff, e)),
+            (f"blk.{i}.ffn_up.weight", (ff, e)),
+            (f"blk.{i}.ffn_down.weight", (e, ff)),
+        ]
+    return [
+        (f"blk.{i}.ffn_gate_inp.weight", (n, e)),
+        (f"blk.{i}.ffn_gate_exps.weight", (n, ff, e)),
+        (f"blk.{i}.ffn_up_exps.weight", (n, ff, e)),
+        (f"blk.{i}.ffn_down_exps.weight", (n, e, ff)),
+    ]
+
+
 def _tensor_shapes(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
     """llama tensor names and numpy shapes (rows = outputs), in file order."""
-    e, kv, ff = spec.n_embd, spec.n_embd_kv, spec.n_ff
+    e, kv = spec.n_embd, spec.n_embd_kv
     shapes: list[tuple[str, tuple[int, ...]]] = [("token_embd.weight", (spec.n_vocab, e))]
     for i in range(spec.n_layer):
         shapes += [
@@ -187,32 +251,45 @@ def _tensor_shapes(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
             (f"blk.{i}.attn_v.weight", (kv, e)),
             (f"blk.{i}.attn_output.weight", (e, e)),
             (f"blk.{i}.ffn_norm.weight", (e,)),
-            (f"blk.{i}.ffn_gate.weight", (ff, e)),
-            (f"blk.{i}.ffn_up.weight", (ff, e)),
-            (f"blk.{i}.ffn_down.weight", (e, ff)),
+            *_ffn_shapes(spec, i),
         ]
     shapes += [("output_norm.weight", (e,)), ("output.weight", (spec.n_vocab, e))]
     return shapes
+
+
+def _is_router(name: str) -> bool:
+    return name.endswith("ffn_gate_inp.weight")
+
+
+def _file_dtype(name: str, shape: tuple[int, ...]) -> np.dtype[np.floating]:
+    """F32 for norms and the router (as convert_hf_to_gguf writes them; llama.cpp's quantiser
+    never touches the router either), F16 for every other matrix."""
+    return np.dtype(np.float32 if len(shape) == 1 or _is_router(name) else np.float16)
 
 
 def _weights(spec: ModelSpec) -> Iterator[tuple[str, np.ndarray]]:
     """Seeded weights in file order: F32 norms near 1, F16 matrices with small variance.
 
     Projections back into the residual stream are scaled down by sqrt(2 * n_layer) (as GPT-2
-    does), so activations stay bounded through the layers and no rung produces NaNs.
+    does), so activations stay bounded through the layers and no rung produces NaNs. The router
+    has unit-variance logits on a normalised input (std 1/sqrt(n_embd)), so its top experts
+    differ from token to token rather than being a near tie that one expert always wins.
     """
     rng = np.random.default_rng(spec.seed)
     residual_scale = 1.0 / np.sqrt(2.0 * spec.n_layer)
     for name, shape in _tensor_shapes(spec):
+        dtype = _file_dtype(name, shape)
         if len(shape) == 1:
             norm = 1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)
-            yield name, norm.astype(np.float32)
+            yield name, norm.astype(dtype)
             continue
         std = spec.init_std
-        if name.endswith(("attn_output.weight", "ffn_down.weight")):
+        if _is_router(name):
+            std = 1.0 / np.sqrt(spec.n_embd)
+        elif name.endswith(("attn_output.weight", "ffn_down.weight", "ffn_down_exps.weight")):
             std *= residual_scale
         matrix = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
-        yield name, matrix.astype(np.float16)
+        yield name, matrix.astype(dtype)
 
 
 # --- file -------------------------------------------------------------------------------------
@@ -228,6 +305,9 @@ def write_model(spec: ModelSpec, path: Path) -> None:
     writer.add_embedding_length(spec.n_embd)
     writer.add_block_count(spec.n_layer)
     writer.add_feed_forward_length(spec.n_ff)
+    if spec.n_expert:
+        writer.add_expert_count(spec.n_expert)
+        writer.add_expert_used_count(spec.n_expert_used)
     writer.add_head_count(spec.n_head)
     writer.add_head_count_kv(spec.n_head_kv)
     writer.add_rope_dimension_count(spec.head_dim)
@@ -245,7 +325,7 @@ def write_model(spec: ModelSpec, path: Path) -> None:
     writer.add_add_eos_token(False)
     # Declare every tensor first, then stream the data: the bench model never sits in memory.
     for name, shape in _tensor_shapes(spec):
-        dtype = np.dtype(np.float32 if len(shape) == 1 else np.float16)
+        dtype = _file_dtype(name, shape)
         writer.add_tensor_info(name, shape, dtype, int(np.prod(shape)) * dtype.itemsize)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -258,11 +338,22 @@ def write_model(spec: ModelSpec, path: Path) -> None:
 # --- cached ladder ----------------------------------------------------------------------------
 
 
+# Fields added after ladders were cached: in the key only when they differ from the default, so
+# the keys of existing sizes (and the results stored against them) stay what they were.
+_KEY_OPTIONAL = ("n_expert", "n_expert_used")
+
+
+def spec_identity(spec: ModelSpec) -> dict[str, object]:
+    """The spec as the cache key sees it: every field, minus later ones left at zero."""
+    fields = dataclasses.asdict(spec)
+    return {k: v for k, v in fields.items() if k not in _KEY_OPTIONAL or v}
+
+
 def cache_key(spec: ModelSpec) -> str:
     """Content key of a ladder: generator version, spec (seed included), quantiser version."""
     identity = {
         "generator": GENERATOR_VERSION,
-        "spec": dataclasses.asdict(spec),
+        "spec": spec_identity(spec),
         "llama_cpp_python": llama_cpp_python_version(),
     }
     blob = json.dumps(identity, sort_keys=True).encode()
@@ -284,13 +375,14 @@ def ladder_dir(size: str = "tiny", cache_dir: Path | None = None) -> Path:
 
 
 def ladder_paths(size: str = "tiny", cache_dir: Path | None = None) -> dict[str, Path]:
-    """quant -> file path of the ladder of ``size`` (whether or not made yet)."""
+    """quant -> file path of each rung of the ``size`` ladder (whether or not made yet); a
+    ladder with fewer rungs than LADDER_QUANTS (``ladder_quants``) has no entry for the rest."""
     if size in REAL_LADDERS:
         from harness.artifacts import realmodel
 
         return realmodel.ladder_paths(cache_dir if cache_dir is not None else default_cache_root())
     directory = ladder_dir(size, cache_dir)
-    return {q: directory / f"harness-{size}-{q}.gguf" for q in LADDER_QUANTS}
+    return {q: directory / f"harness-{size}-{q}.gguf" for q in ladder_quants(size)}
 
 
 @contextmanager

