@@ -14,6 +14,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
+# How an engine reads its weights (llama.cpp's --load-mode names): mapped from the file (pages
+# read on demand, reclaimable: a model bigger than RAM can run by paging), read into memory
+# (none), with direct I/O past the page cache (dio), or mapped/read and locked (mlock).
+LOAD_MODES = ("mmap", "none", "dio", "mlock", "mmap+mlock", "auto")
+MAPPED_LOAD_MODES = ("mmap", "mmap+mlock", "auto")  # auto maps on a CPU backend
+# The model file's page cache when the engine starts: evicted (cold) or read once (warm).
+CACHE_STATES = ("cold", "warm")
 FLASH_ATTN = ("on", "off", "auto")
 DEFAULT_ENGINE = "llama-bench"
 # The build of a llama-cpp-python cell: whatever llama-cpp-python the device's Python has (its
@@ -48,6 +55,23 @@ class Cell:
     # Sustained workload: generate back to back for this many seconds (0: a burst cell, one
     # repetition per trial). Out of the ids when 0, so burst cells keep theirs.
     sustained_s: float = 0.0
+    # The engine's load mode beyond what ``mmap`` says ("" : mmap or none, as ``mmap`` says);
+    # out of the ids when empty, so cells from before this knob keep theirs.
+    load_mode: str = ""
+    # The model's page cache at launch: "cold", "warm", or "" (as the phone has it). Out of
+    # the ids when empty.
+    cache: str = ""
+
+    def __post_init__(self) -> None:
+        if self.load_mode == ("mmap" if self.mmap else "none"):  # one spelling per cell
+            object.__setattr__(self, "load_mode", "")
+        elif self.load_mode and self.mmap != (self.load_mode in MAPPED_LOAD_MODES):
+            raise ValueError(f"load_mode {self.load_mode} contradicts mmap={self.mmap}")
+
+    @property
+    def resolved_load_mode(self) -> str:
+        """The load mode to ask the engine for (llama.cpp's names)."""
+        return self.load_mode or ("mmap" if self.mmap else "none")
 
     def identity(self, with_build: bool = True) -> dict[str, Any]:
         """What defines the measurement; without the build, the *configuration*: the knobs
@@ -58,6 +82,9 @@ class Cell:
             data.pop("swa_full")
         if not data["sustained_s"]:
             data.pop("sustained_s")
+        for knob in ("load_mode", "cache"):
+            if not data[knob]:
+                data.pop(knob)
         if data["engine"] == DEFAULT_ENGINE or not with_build:
             data.pop("engine")
         if not with_build:
@@ -84,7 +111,8 @@ class Cell:
         """A short human label, e.g. ``tiny Q4_K_M ctx512 kv=q8_0/q8_0 t4 fa=auto``."""
         kv = self.type_k if self.type_k == self.type_v else f"{self.type_k}/{self.type_v}"
         depth = f"/d{self.n_depth}" if self.n_depth else ""
-        mmap = "" if self.mmap else " no-mmap"
+        mmap = f" lm={self.load_mode}" if self.load_mode else "" if self.mmap else " no-mmap"
+        mmap += f" {self.cache}" if self.cache else ""
         swa = " swa-full" if self.swa_full else ""
         swa += f" sustained{self.sustained_s:g}s" if self.sustained_s else ""
         return (

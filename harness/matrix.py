@@ -20,14 +20,24 @@ from typing import Any
 
 import yaml
 
-from harness.cell import DEFAULT_ENGINE, DEVICE_PYTHON_BUILD, FLASH_ATTN, KV_TYPES, Cell
+from harness.artifacts.ladder import LADDER_SIZES
+from harness.cell import (
+    CACHE_STATES,
+    DEFAULT_ENGINE,
+    DEVICE_PYTHON_BUILD,
+    FLASH_ATTN,
+    KV_TYPES,
+    LOAD_MODES,
+    MAPPED_LOAD_MODES,
+    Cell,
+)
 from harness.errors import ConfigError
 from harness.memory import BITS_PER_WEIGHT, ModelCard
 
 # Axes in expansion order (the last one varies fastest).
 AXES = (
     "engine", "build", "model", "quant", "n_ctx", "kv", "threads", "affinity", "flash_attn", "mmap",
-    "n_batch", "n_ubatch", "swa_full",
+    "n_batch", "n_ubatch", "swa_full", "load_mode", "cache",
 )
 REQUIRED_AXES = ("build", "model", "quant", "n_ctx")
 # Values of axes a matrix leaves out (llama.cpp's own defaults where it has one).
@@ -41,6 +51,8 @@ AXIS_DEFAULTS: dict[str, Any] = {
     "n_batch": 2048,
     "n_ubatch": 512,
     "swa_full": False,  # llama-bench's (fixed) choice; llama-cpp-python's own default is true
+    "load_mode": "",  # as mmap says
+    "cache": "",  # the page cache as the phone has it
 }
 WORKLOAD_KEYS = ("n_prompt", "n_gen", "n_depth", "sustained")
 SUSTAINED_KEYS = ("duration_s",)
@@ -55,7 +67,6 @@ TOP_KEYS = (
 REQUIRED_TOP_KEYS = ("name", "axes", "models", "workload")
 # llama.cpp file-type names, largest first (that is how people read a quant ladder).
 QUANTS = tuple(sorted(BITS_PER_WEIGHT, key=lambda q: (-BITS_PER_WEIGHT[q], q)))
-LADDER_SIZES = ("tiny", "bench", "gemma3-270m")  # synthetic ones, then real ones from PyPI
 CARD_KEYS = ("n_layer", "n_head", "n_head_kv", "head_dim", "n_embd", "n_ff", "n_vocab", "n_params")
 # A card may state a sliding window: n_swa tokens, every swa_pattern-th layer global.
 CARD_OPTIONAL_KEYS = ("n_swa", "swa_pattern")
@@ -73,7 +84,7 @@ class ModelSource:
     """Where a matrix's model comes from: the synthetic ladder, or a GGUF path per quant."""
 
     name: str
-    ladder: str | None = None  # "tiny" or "bench"
+    ladder: str | None = None  # one of LADDER_SIZES
     path: str | None = None  # a template with {quant}, relative to the working directory
     card: ModelCard | None = None  # architecture to plan with when the file is absent
 
@@ -309,6 +320,8 @@ AXIS_PARSERS: dict[str, AxisParser] = {
     "n_batch": lambda c, v, w: c.integer(v, w, 1),
     "n_ubatch": lambda c, v, w: c.integer(v, w, 1),
     "swa_full": _boolean,
+    "load_mode": lambda c, v, w: _choice(c, v, w, LOAD_MODES, "load_mode"),
+    "cache": lambda c, v, w: _choice(c, v, w, CACHE_STATES, "cache state"),
 }
 WORKLOAD_PARSERS: dict[str, AxisParser] = {
     "n_prompt": lambda c, v, w: c.integer(v, w, 0),
@@ -357,7 +370,25 @@ def _parse_axes(check: _Checker, raw: Any) -> dict[str, tuple[Any, ...]]:
             raise check.fail(f"axes.{axis}", "empty list (an axis needs at least one value)")
         parsed = [AXIS_PARSERS[axis](check, v, f"axes.{axis}[{i}]") for i, v in enumerate(values)]
         axes[axis] = tuple(dict.fromkeys(parsed))  # repeated values add nothing
+    if "mmap" in axes and "load_mode" in axes:
+        raise check.fail("axes.load_mode", "declare mmap or load_mode, not both (load_mode "
+                                           "mmap is mmap true, none is mmap false)")
+    if "cache" in axes:
+        _check_cache_engines(check, axes.get("engine", ()))
     return axes
+
+
+def _check_cache_engines(check: _Checker, engines: tuple[Any, ...]) -> None:
+    """A cache knob needs an engine that reads the model file the harness evicts or warms."""
+    from harness.engines import BUILTIN
+    from harness.engines.generic import load_generic_engine
+
+    for name in engines:
+        if name in BUILTIN:
+            continue
+        engine = load_generic_engine(Path(name))
+        if not engine.uses("model"):
+            raise check.fail("axes.cache", engine.cache_problem())
 
 
 def _parse_card(check: _Checker, raw: Any, where: str) -> ModelCard:
@@ -389,7 +420,8 @@ def _parse_models(check: _Checker, raw: Any) -> dict[str, ModelSource]:
         spec = check.mapping(spec, where)
         check.keys(spec, where, ("ladder", "path", "card"))
         if ("ladder" in spec) == ("path" in spec):
-            raise check.fail(where, "give exactly one source: ladder (tiny, bench) or path")
+            raise check.fail(where, "give exactly one source: ladder "
+                                      f"({', '.join(LADDER_SIZES)}) or path")
         if "ladder" in spec:
             if "card" in spec:
                 raise check.fail(f"{where}.card", "a ladder model needs no card (its files exist)")
@@ -663,10 +695,12 @@ def _to_cell(combo: Mapping[str, Any], matrix: Matrix) -> Cell:
         threads=values["threads"],
         affinity=values["affinity"],
         flash_attn=values["flash_attn"],
-        mmap=values["mmap"],
+        mmap=values["load_mode"] in MAPPED_LOAD_MODES if values["load_mode"] else values["mmap"],
         n_batch=values["n_batch"],
         n_ubatch=values["n_ubatch"],
         swa_full=values["swa_full"],
+        load_mode=values["load_mode"],
+        cache=values["cache"],
         n_prompt=values.get("n_prompt", workload.n_prompt),
         n_gen=values.get("n_gen", workload.n_gen),
         n_depth=_depth(values.get("n_depth", workload.n_depth), values, workload),

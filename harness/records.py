@@ -156,6 +156,19 @@ class TrialRecord:
     # added in schema 7 (older parts read them as null): the on-device sampler's cost
     sampler_cpu_s: float | None = None  # its CPU time on the phone, its children's included
     engine_cpu_s: float | None = None  # the engine's, at the sampler's last reading of it
+    # added in schema 8 (older parts read them as null): models bigger than the phone's RAM
+    memory_model: str | None = None  # a virtual phone's: cgroup (the kernel's) or simulated
+    storage_read_mb_s: float | None = None  # the phone's storage read speed, where known
+    load_mode: str | None = None  # how the engine was asked to load: mmap, none, dio, ...
+    cache: str | None = None  # the cell's page-cache knob: cold, warm (None: as found)
+    cache_resident_bytes: int | None = None  # the model file's page-cache residency at launch
+    major_faults: int | None = None  # the engine's major page faults over the trial
+    read_bytes: int | None = None  # bytes the engine read from storage (/proc/PID/io)
+    read_bytes_per_token: float | None = None  # storage bytes per generated token, decoding
+    major_faults_per_token: float | None = None
+    load_ms: float | None = None  # the engine's load time (llama.cpp: until its first batch)
+    paging: bool | None = None  # decoding read the weights from storage (see run.paging)
+    predicted_paging_tg_tps: float | None = None  # the planner's storage-bound decode speed
 
 
 class TrialIdentity(Protocol):
@@ -271,6 +284,9 @@ class SampleRecord:
     # added in schema 6 (older parts read them as null)
     power_w: float | None = None  # battery draw (positive: from the battery), idle included
     tg_tps: float | None = None  # a sustained trial's generation rate of the repetition ending here
+    # added in schema 8: the engine's paging so far (cumulative since its start)
+    major_faults: int | None = None
+    read_bytes: int | None = None
 
 
 @dataclass(frozen=True)

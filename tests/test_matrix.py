@@ -186,7 +186,7 @@ def test_quant_and_affinity_are_normalised() -> None:
         ({"cooldown": {"max_thermal_status": 9}},
          "cooldown.max_thermal_status: 9 is out of range (allowed: integers between 0 and 6)"),
         ({"models": {"tiny": {"ladder": "huge"}}},
-         'models.tiny.ladder: unknown ladder size "huge" (allowed: tiny, bench, gemma3-270m)'),
+         'models.tiny.ladder: unknown ladder size "huge" (allowed: tiny, bench, moe, gemma3-270m)'),
         ({"models": {"tiny": {"path": "m-{quant}.gguf", "card": {"n_layer": 2}}}},
          "models.tiny.card: missing key 'n_head' (a card needs: n_layer, n_head, n_head_kv, "
          "head_dim, n_embd, n_ff, n_vocab, n_params)"),

@@ -87,7 +87,20 @@ class GenericEngine:
         for key, values in self.allowed.items():
             if _render(getattr(cell, key)) not in values:
                 return f"{self.name} supports {key} in {list(values)}, not {getattr(cell, key)!r}"
+        if cell.load_mode and not self.uses("load_mode"):
+            return (f"{self.name}'s argv has no {{load_mode}}, so load_mode {cell.load_mode} "
+                    "cannot be asked of it")
+        if cell.cache and not self.uses("model"):
+            return self.cache_problem()
         return None
+
+    def uses(self, placeholder: str) -> bool:
+        """The argv template passes this placeholder to the engine."""
+        return any("{" + placeholder + "}" in item for item in self.template)
+
+    def cache_problem(self) -> str:
+        return (f"{self.name}'s argv has no {{model}}: the harness evicts or warms the model "
+                "file it passes, so this engine cannot honour a cache knob")
 
     def argv(
         self, cell: Cell, binary_path: str, model_path: str, cpu_mask: str | None = None
@@ -95,7 +108,8 @@ class GenericEngine:
         require_supported(self, cell)
         flash, _ = flash_attn_setting(cell)
         values = {key: _render(getattr(cell, key)) for key in CELL_FIELDS}
-        values.update(binary=binary_path, model=model_path, flash_attn=str(flash))
+        values.update(binary=binary_path, model=model_path, flash_attn=str(flash),
+                      load_mode=cell.resolved_load_mode)
         values["cpu_mask"] = affinity_mask(cell, cpu_mask) or ""
         return [item.format_map(values) for item in self.template]
 

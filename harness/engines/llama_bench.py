@@ -186,6 +186,9 @@ class LlamaBench:
         if cell.swa_full:
             return ("llama-bench always gives sliding-window layers a windowed cache (swa_full "
                     "false); measure swa_full true with llama-cpp-python")
+        if cell.load_mode and not self.dialect.load_mode:
+            return (f"this llama-bench has no --load-mode (only -mmp 0|1), so load_mode "
+                    f"{cell.load_mode} cannot be asked; use mmap true/false or a newer build")
         return None
 
     def argv(
@@ -202,8 +205,8 @@ class LlamaBench:
             argv += ["-fa", str(flash)]
         elif flash in ("on", "off"):
             argv += ["-fa", "1" if flash == "on" else "0"]
-        if self.dialect.load_mode:
-            argv += ["-lm", "mmap" if cell.mmap else "none"]
+        if self.dialect.load_mode:  # the build's own flag and names (llama.cpp --load-mode)
+            argv += ["-lm", cell.resolved_load_mode]
         else:
             argv += ["-mmp", "1" if cell.mmap else "0"]
         mask = affinity_mask(cell, cpu_mask)

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.cell import Cell
+from harness.cell import LOAD_MODES, Cell
 from harness.engines.base import (
     Measurement,
     Record,
@@ -67,7 +67,7 @@ class PyBench:
             "--n-prompt", str(cell.n_prompt), "--n-gen", str(cell.n_gen),
             "--n-depth", str(cell.n_depth), "--n-ctx", str(cell.n_ctx),
             "--threads", str(cell.threads), "--type-k", cell.type_k, "--type-v", cell.type_v,
-            "--flash-attn", str(flash), "--mmap" if cell.mmap else "--no-mmap",
+            "--flash-attn", str(flash), "--load-mode", cell.resolved_load_mode,
             "--n-batch", str(cell.n_batch), "--n-ubatch", str(cell.n_ubatch),
             "--reps", str(cell.repetitions), "--verbose",
             "--swa-full" if cell.swa_full else "--no-swa-full",
@@ -78,6 +78,15 @@ class PyBench:
 
     def measure(self, records: Sequence[Record]) -> list[Measurement]:
         return measure_records([record_from_dict(r.as_dict(), r.raw) for r in records])
+
+
+def _load_mode(llama: Any, name: str) -> int:
+    """llama.cpp's LLAMA_LOAD_MODE_* constant of a load mode's name."""
+    value = getattr(llama, "LLAMA_LOAD_MODE_" + name.upper().replace("+", "_").replace(
+        "DIO", "DIRECT_IO"), None)
+    if value is None:
+        raise SystemExit(f"pybench: this llama-cpp-python has no load mode {name!r}")
+    return int(value)
 
 
 def _ggml_type(llama: Any, name: str) -> int:
@@ -96,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         args._keep_callback = silent  # keep the ctypes callback alive
     llama.llama_backend_init()
     mparams = llama.llama_model_default_params()
-    mparams.load_mode = llama.LLAMA_LOAD_MODE_MMAP if args.mmap else llama.LLAMA_LOAD_MODE_NONE
+    mparams.load_mode = _load_mode(llama, args.load_mode)
     model = llama.llama_model_load_from_file(str(args.model).encode(), mparams)
     if not model:
         print(f"pybench: cannot load {args.model}", file=sys.stderr)
@@ -130,11 +139,13 @@ def run(args: argparse.Namespace) -> int:
         "model_n_params": int(llama.llama_model_n_params(model)),
         "n_batch": args.n_batch, "n_ubatch": args.n_ubatch, "n_threads": args.threads,
         "type_k": args.type_k, "type_v": args.type_v, "flash_attn": _FLASH[args.flash_attn],
-        "load_mode": "mmap" if args.mmap else "none", "n_ctx": n_ctx,
+        "load_mode": args.load_mode, "n_ctx": n_ctx,
         "swa_full": bool(args.swa_full),
     }
     try:
         bench.decode_random(min(args.n_batch, max(args.n_prompt, 1)), 0)  # warm-up
+        if args.verbose:  # llama.cpp's own "load time" (until this first batch), as llama-bench
+            llama.llama_perf_context_print(ctx)  # logs it after each test
         if args.n_prompt:
             samples = [bench.prompt(args.n_prompt, args.n_depth) for _ in range(args.reps)]
             _emit(common, args.n_prompt, 0, args.n_depth, args.n_prompt, samples)
@@ -222,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--type-k", default="f16")
     parser.add_argument("--type-v", default="f16")
     parser.add_argument("--flash-attn", choices=sorted(_FLASH), default="auto")
-    parser.add_argument("--mmap", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--load-mode", choices=LOAD_MODES, default="mmap",
+                        help="llama.cpp's load mode (--load-mode of llama-bench)")
     parser.add_argument("--n-batch", type=int, default=2048)
     parser.add_argument("--n-ubatch", type=int, default=512)
     parser.add_argument("--reps", "-r", type=int, default=5)

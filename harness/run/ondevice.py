@@ -20,7 +20,9 @@ power: every tick is a wake-up the phone pays for):
   the largest RSS as the ticks saw it (statm rather than stat: splitting stat's 52 fields on
   every tick was a tenth of the sampler's CPU);
 - every 200 ms for the first ``fast_s`` seconds, then every ``memory_s``: that status parsed
-  (VmHWM, VmRSS, VmSwap, Threads) and the CPU time (/proc stat), an ``m`` line; its
+  (VmHWM, VmRSS, VmSwap, Threads), the CPU time and major faults (/proc stat) and the bytes
+  read from storage (/proc io: the paging evidence of an engine whose mmap'd weights do not
+  fit; cumulative, so the last line before the exit counts), an ``m`` line; its
   smaps_rollup (Pss, Pss_Anon, Pss_File, SwapPss) at most every ``memory_s``, and only when
   VmRSS moved by 1/64 (1.6%) since the last one or ``state_s`` has passed (the rollup makes
   the kernel walk every page the engine maps, on the sampler's time: the costliest read by
@@ -86,7 +88,7 @@ class Rates:
 # The loop, as mksh (and dash) runs it. $1 is the engine's pid (the launching shell's $$, which
 # becomes the engine by exec). Placeholders in braces are integers or paths filled by `script`.
 _SCRIPT = r"""p=$1; h=0; m=0; th=0; t=0; pa=; eu=; es=; nm=0; ns=0; np=0; ml=0; nt={status}
-nd={dumpsys}; nq=0; nr=0; qr=0; y=; wm=; rp=0; mp=0; pk=0; gr=
+nd={dumpsys}; nq=0; nr=0; qr=0; y=; wm=; rp=0; mp=0; pk=0; gr=; mf=; rb=
 nl='
 '; ws=" 	$nl"
 exec 4>>smp 5>>mem
@@ -106,7 +108,9 @@ tk() { x=; read -r -N 65536 x 2>/dev/null < /proc/$p/status; case $x in *VmHWM:*
 x=; read -r -N 256 x 2>/dev/null < /proc/$p/statm; x=${x#* }; rp=${x%% *}; rp=${rp:-0}
 gr=; [ "$rp" -gt "$mp" ] && { mp=$rp; gr=1; }; }
 sc() { x=; read -r -N 4096 x 2>/dev/null < /proc/$p/stat; x=${x#*') '}; set -f; set -- $x
-set +f; [ $# -ge 22 ] && { eu=${12}; es=${13}; }; }
+set +f; [ $# -ge 22 ] && { mf=${10}; eu=${12}; es=${13}; }
+[ -n "$I" ] && { x=; read -r -N 512 x 2>/dev/null < $I; case $x in *read_bytes:*)
+x=${x#*read_bytes: }; rb=${x%%[!0-9]*};; esac; }; }
 pm() { rs=; sw=; x=$y; [ -n "$x" ] && gx; }
 up() { read -r -N 64 u < /proc/uptime; u=${u%% *}; }
 else
@@ -116,8 +120,9 @@ SwapPss:) q4=$v; break;; esac; done 2>/dev/null < $1; }
 ga() { ca=; while read -r kk v; do case $kk in Cpus_allowed_list:) ca=$v; break;; esac
 done 2>/dev/null < $1; }
 tk() { rs=; sw=; g /proc/$p/status; [ "${rs:-0}" -gt "$m" ] && m=$rs; [ "$th" -gt "$t" ] &&
-t=$th; read -r _ _ _ _ _ _ _ _ _ _ _ _ _ eu es _ 2>/dev/null < /proc/$p/stat; }
-sc() { :; }
+t=$th; read -r _ _ _ _ _ _ _ _ _ _ _ mf _ eu es _ 2>/dev/null < /proc/$p/stat; }
+sc() { [ -n "$I" ] && while read -r kk v; do case $kk in read_bytes:) rb=$v; break;; esac
+done 2>/dev/null < $I; }
 pm() { :; }
 up() { read -r u _ < /proc/uptime; }
 fi
@@ -125,6 +130,7 @@ pg() { [ "${rs:-0}" -gt "$m" ] && m=$rs; if [ -n "$rs" ] && [ "$rp" -gt 0 ]; the
 case $(( (2 * rs + rp) / (2 * rp) )) in 4) pk=4;; 16) pk=16;; 64) pk=64;; esac; fi
 [ $((mp * pk)) -gt "$m" ] && m=$((mp * pk)); }
 R=/proc/$p/smaps_rollup; true 2>>err < $R || R=
+I=/proc/$p/io; true 2>>err < $I || I=
 C=/sys/devices/system/cpu/cpu{cpu}/cpufreq; read -r hw 2>>err < $C/cpuinfo_max_freq || hw=-
 read -r _x 2>>err < $C/scaling_cur_freq || C=
 B={battery}; read -r _x 2>>err < $B/capacity || B=
@@ -140,7 +146,8 @@ mt=; if [ $e -ge $nm ]; then mt=1; pm; pg; sc
 if [ -n "$R" ] && [ $e -ge $nq ]; then dr=$(( ${rs:-0} - qr )); [ $dr -lt 0 ] && dr=$((-dr))
 if [ $((dr * 64)) -ge "$qr" ] || [ $e -ge $nr ]; then g $R; qr=${rs:-0}; nr=$((e + {state}))
 nq=$((e + {mem})); fi; fi
-echo "m $u ${rs:--} $h ${q1:--} ${q2:--} ${q3:--} ${q4:--} ${sw:--} $t ${eu:--} ${es:--}" >&4
+echo "m $u ${rs:--} $h ${q1:--} ${q2:--} ${q3:--} ${q4:--} ${sw:--} $t ${eu:--} ${es:--} \
+${mf:--} ${rb:--}" >&4
 w="$h $m $t"; [ "$w" = "$wm" ] || { echo "$w" >&5; wm=$w; }
 ml=$((ml + 1)); if [ $e -lt {fast} ]; then nm=$((e + 20)); else nm=$((e + {mem})); fi; fi
 st=; if [ $e -ge $ns ]; then st=1; ns=$((e + {state})); c1=; c2=; bl=; bt=; ts=
@@ -253,12 +260,16 @@ def _ms(uptime: str, t0: float) -> int | None:
 
 
 def _memory(words: list[str]) -> ProcessMemory | None:
+    """An ``m`` line's fields after its time: rss hwm pss pss_anon pss_file swap_pss swap
+    threads utime stime, then (since schema 8) majflt read_bytes."""
     rss, hwm, pss, anon, file_, swap_pss, swap = (_int(w) for w in words[:7])
     if rss is None and pss is None:  # the engine had no mapping left (a zombie): nothing read
         return None
+    faults, read = (_int(w) for w in words[10:12]) if len(words) >= 12 else (None, None)
     return ProcessMemory(pss_kb=pss, rss_kb=rss, swap_kb=swap_pss if swap_pss is not None
                          else swap, pss_anon_kb=anon, pss_file_kb=file_,
-                         vm_hwm_kb=hwm or None, source=SOURCE)
+                         vm_hwm_kb=hwm or None, source=SOURCE, major_faults=faults,
+                         read_bytes=read)
 
 
 def _state(words: list[str], zones: list[tuple[str, str]]) -> DeviceState:
@@ -308,7 +319,7 @@ def parse(text: str, t0: float | None, errors: str = "", dumpsys_text: str = "")
         if t_ms is None:
             continue
         lines += 1
-        if kind == "m" and len(rest) == 11:
+        if kind == "m" and len(rest) in (11, 13):
             memory = _memory(rest[1:])
             if memory is not None:
                 ticks.append(Tick(t_ms, memory, None))

@@ -32,6 +32,10 @@ class ProcessMemory:
     vm_hwm_kb: int | None = None
     source: str | None = None
     unreadable: tuple[str, ...] = ()  # files of a live process that could not be read
+    # paging evidence, cumulative since the process started: major faults (/proc/PID/stat) and
+    # bytes read from storage (/proc/PID/io read_bytes; page cache hits are not counted)
+    major_faults: int | None = None
+    read_bytes: int | None = None
 
 
 def _max(values: Sequence[float | int | None]) -> float | None:

@@ -26,7 +26,7 @@ def test_argv_runs_the_module_with_every_cell_field() -> None:
     pairs = dict(zip(argv[3::2], argv[4::2], strict=False))
     assert pairs["--n-ctx"] == "128" and pairs["--type-v"] == "q8_0"
     assert pairs["--flash-attn"] == "on"  # quantised V: auto becomes on
-    assert "--mmap" in argv
+    assert pairs["--load-mode"] == "mmap"  # llama.cpp's own name of the load mode
 
 
 def test_pinned_affinity_is_unsupported() -> None:
