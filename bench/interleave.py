@@ -56,10 +56,10 @@ def capture() -> Iterator[Launch]:
 
     def recording(workdir: str, argv: Sequence[str], lib_dir: str | None,
                   sampler: ondevice.Rates | None = None,
-                  env: Mapping[str, str] | None = None) -> str:
+                  env: Mapping[str, str] | None = None, prelude: str = "") -> str:
         launch.argv, launch.lib_dir, launch.env = list(argv), lib_dir, dict(env or {})
         launch.rates = sampler
-        return original(workdir, argv, lib_dir, sampler, env)
+        return original(workdir, argv, lib_dir, sampler, env, prelude)
 
     trial.launch_command = recording
     try:

@@ -29,6 +29,7 @@ from harness.errors import ConfigError, HarnessError
 from harness.matrix import Matrix
 from harness.memory import MemoryPrediction, ModelCard, estimate_weights_bytes, kv_type_fits
 from harness.memory import predict_peak as _predict_peak
+from harness.paging import PagingPrediction, predict_paging
 
 SCHEMA_VERSION = 1
 DEFAULT_RESERVE_BYTES = 512 * 1024 * 1024
@@ -47,6 +48,7 @@ class Reason(StrEnum):
     """Why a cell is (not) run on a device; the values are what plans and stores spell."""
 
     FITS = "fits"
+    PAGING = "runs_by_paging"  # over the budget, but the mapped weights page (harness.paging)
     OVER_BUDGET = "over_budget"
     MODEL_UNAVAILABLE = "model_unavailable"
     KV_TYPE_UNSUPPORTED = "kv_type_unsupported"
@@ -56,6 +58,7 @@ class Reason(StrEnum):
 
 
 REASON_CODES = tuple(r.value for r in Reason)
+RUNNABLE_REASONS = frozenset({Reason.FITS, Reason.PAGING})  # the cells a run tries
 # Reasons that make a trial "unsupported" (the engine or the model cannot run the cell at all)
 # rather than "skipped_infeasible" (it could, but not within this phone's memory).
 UNSUPPORTED_REASONS = frozenset({Reason.KV_TYPE_UNSUPPORTED, Reason.V_CACHE_NEEDS_FLASH_ATTN,
@@ -81,6 +84,13 @@ class PlannedCell:
     reason_code: str  # one of REASON_CODES
     reason: str
     estimated_seconds: float
+    paging: PagingPrediction | None = None  # with reason_code runs_by_paging
+
+    @property
+    def paging_tg_tps(self) -> float | None:
+        """The storage-bound decode speed of a cell that runs by paging (None otherwise)."""
+        return self.paging.tg_tps if self.paging is not None and self.reason_code == \
+            Reason.PAGING else None
 
     @property
     def unsupported(self) -> bool:
@@ -102,7 +112,18 @@ class PlannedCell:
             "reason_code": self.reason_code,
             "reason": self.reason,
             "estimated_seconds": round(self.estimated_seconds, 1),
+            "paging": _paging_json(self.paging) if self.reason_code == Reason.PAGING else None,
         }
+
+
+def _paging_json(paging: PagingPrediction | None) -> dict[str, Any] | None:
+    if paging is None:
+        return None
+    return {"resident_bytes": paging.resident, "cache_bytes": paging.cache,
+            "working_set_bytes": paging.working_set,
+            "read_bytes_per_token": paging.read_per_token,
+            "storage_read_mb_s": paging.storage_mb_s,
+            "predicted_tg_tps": round(paging.tg_tps, 3) if paging.tg_tps else None}
 
 
 def mib(n: int) -> str:
@@ -129,9 +150,11 @@ def _weights(model: ModelInfo | ModelCard, quant: str) -> int:
 
 
 def estimate_seconds(
-    cell: Cell, model: ModelInfo | ModelCard, trial_timeout_s: float | None = None
+    cell: Cell, model: ModelInfo | ModelCard, trial_timeout_s: float | None = None,
+    paging: PagingPrediction | None = None,
 ) -> float:
-    """A rough wall time for all repetitions of a cell (heuristic, not a device model)."""
+    """A rough wall time for all repetitions of a cell (heuristic, not a device model); a cell
+    that pages decodes at its storage-bound speed, when one is predicted."""
     threads = cell.threads
     effective = min(threads, 4) + max(0, threads - 4) * 0.5  # extra threads land on small cores
     flops_per_token = 2 * _n_params(model)
@@ -139,6 +162,8 @@ def estimate_seconds(
     prompt_s = prompt_tokens * flops_per_token / (PP_FLOPS_PER_THREAD * effective)
     bandwidth = TG_BANDWIDTH * min(threads, TG_SATURATION_THREADS) / TG_SATURATION_THREADS
     gen_s = cell.n_gen * _weights(model, cell.quant) / bandwidth
+    if paging is not None and paging.tg_tps:
+        gen_s = max(gen_s, cell.n_gen / paging.tg_tps)
     per_trial = PROCESS_START_S + prompt_s + gen_s
     if cell.sustained_s:  # one calibration launch, then the duration (at least) per trial
         per_trial = max(per_trial, cell.sustained_s) + PROCESS_START_S + prompt_s + gen_s
@@ -149,7 +174,33 @@ def estimate_seconds(
     return load_s + (cell.repetitions + warmups) * per_trial
 
 
+@dataclass(frozen=True)
+class _Verdict:
+    prediction: MemoryPrediction | None
+    code: str
+    reason: str
+    paging: PagingPrediction | None = None
+
+
 def _verdict(
+    cell: Cell, model: ModelFacts, budget: int, repack: frozenset[str] = frozenset(),
+    engine: Engine | None = None, storage_mb_s: float | None = None,
+) -> _Verdict:
+    found = _memory_verdict(cell, model, budget, repack, engine)
+    if found[1] != Reason.OVER_BUDGET or isinstance(model, MissingModel) or found[0] is None:
+        return _Verdict(*found)
+    paging = predict_paging(cell, model, found[0], budget, storage_mb_s)
+    if paging is None:
+        return _Verdict(*found)
+    if paging.read_per_token == 0:  # only weights no token reads are left out
+        return _Verdict(found[0], Reason.FITS, f"predicted {mib(found[0].total)} > budget "
+                        f"{mib(budget)}, but what a token reads fits: {paging.describe()}",
+                        paging)
+    return _Verdict(found[0], Reason.PAGING, f"predicted {mib(found[0].total)} > budget "
+                    f"{mib(budget)}; {paging.describe()}", paging)
+
+
+def _memory_verdict(
     cell: Cell, model: ModelFacts, budget: int, repack: frozenset[str] = frozenset(),
     engine: Engine | None = None,
 ) -> tuple[MemoryPrediction | None, str, str]:
@@ -180,6 +231,7 @@ def plan_cells(
     trial_timeout_s: float | None = None,
     repack: Mapping[str, frozenset[str]] | None = None,
     engines: Mapping[str, Engine] | None = None,
+    storage_mb_s: float | None = None,
 ) -> list[PlannedCell]:
     """Verdict, prediction and duration for each cell; ``models`` is keyed by (model, quant).
 
@@ -190,6 +242,8 @@ def plan_cells(
 
     The budget is ``available_bytes - reserve``: the reserve is headroom for the rest of the
     phone (and the predictor's error). Infeasible cells are estimated at 0 s: they are skipped.
+    A cell over the budget whose mapped weights can page runs (``runs_by_paging``), its decode
+    speed predicted from ``storage_mb_s`` (the phone's storage read speed, MB/s) when known.
     """
     budget = available_bytes - reserve
     planned = []
@@ -198,22 +252,23 @@ def plan_cells(
         model = models.get(key, MissingModel(f"no facts for model {cell.model} {cell.quant}"))
         types = (repack or {}).get(cell.build, frozenset())
         engine = (engines or {}).get(cell.engine) or get_engine(cell.engine)
-        prediction, code, reason = _verdict(cell, model, budget, types, engine)
-        feasible = code == Reason.FITS
+        verdict = _verdict(cell, model, budget, types, engine, storage_mb_s)
+        feasible = verdict.code in RUNNABLE_REASONS
         seconds = (
-            estimate_seconds(cell, model, trial_timeout_s)
+            estimate_seconds(cell, model, trial_timeout_s, verdict.paging)
             if feasible and not isinstance(model, MissingModel)
             else 0.0
         )
         planned.append(
             PlannedCell(
                 cell=cell,
-                prediction=prediction,
+                prediction=verdict.prediction,
                 budget_bytes=budget,
                 feasible=feasible,
-                reason_code=code,
-                reason=reason,
+                reason_code=verdict.code,
+                reason=verdict.reason,
                 estimated_seconds=seconds,
+                paging=verdict.paging,
             )
         )
     return planned

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from harness.device.base import DeviceFacts
 from harness.errors import ConfigError
 from harness.virtual.config import (
     AFFINITIES,
@@ -71,6 +72,7 @@ class DeviceProfile:
     # readahead-sized chunks), and its class; None: unknown (no paging prediction)
     storage_read_mb_s: float | None = None
     storage_class: str | None = None
+    storage_readahead_kb: int | None = None  # the flash's read_ahead_kb (None: 128, Linux's)
     source: str = ""  # the file it came from
 
     @property
@@ -186,10 +188,15 @@ STORAGE_CLASSES = ("ufs", "emmc", "nvme", "sd")
 
 
 def _storage(raw: Any, where: str) -> dict[str, Any]:
-    """``storage: {read_mb_s: 1500, class: ufs}`` (both optional)."""
+    """``storage: {read_mb_s: 1500, class: ufs, readahead_kb: 128}`` (all optional)."""
     if raw is None:
         return {}
-    data = _known(raw, {"read_mb_s", "class"}, where)
+    data = _known(raw, {"read_mb_s", "class", "readahead_kb"}, where)
+    readahead = data.get("readahead_kb")
+    if readahead is not None and (isinstance(readahead, bool) or not isinstance(readahead, int)
+                                  or not 4 <= readahead <= 65536):
+        raise ConfigError(f"{where}.readahead_kb must be a whole number of KB, 4..65536, got "
+                          f"{readahead!r}")
     speed = data.get("read_mb_s")
     if speed is not None and (isinstance(speed, bool) or not isinstance(speed, int | float)
                               or speed <= 0):
@@ -199,7 +206,7 @@ def _storage(raw: Any, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}.class must be one of {', '.join(STORAGE_CLASSES)}, "
                           f"got {kind!r}")
     return {"storage_read_mb_s": float(speed) if speed is not None else None,
-            "storage_class": kind}
+            "storage_class": kind, "storage_readahead_kb": readahead}
 
 
 def _bandwidth(value: Any, source: str) -> float | None:
@@ -341,3 +348,12 @@ def find_profile(name_or_path: str, devices_dir: Path | None = None) -> DevicePr
         return load_profile_file(candidate)
     names = ", ".join(p.stem for p in sorted(root.glob("*.yaml"))) or "none"
     raise ConfigError(f"no device profile '{name_or_path}' in {root} (known: {names})")
+
+
+def storage_speed(facts: DeviceFacts) -> float | None:
+    """The phone's storage read speed (MB/s): a virtual phone says it (None: unthrottled, the
+    host's disk); a real phone's comes from its profile (devices/*.yaml), if one matches."""
+    if facts.memory_model is not None:
+        return facts.storage_read_mb_s
+    profile = profile_for_model(facts.model)
+    return profile.storage_read_mb_s if profile is not None else None

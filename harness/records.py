@@ -197,7 +197,8 @@ class TrialIds:
 
 @dataclass(frozen=True)
 class DeviceMeta:
-    """The phone a trial ran on, as the ``device_*`` columns (and ``cpu_emulation``) hold it."""
+    """The phone a trial ran on, as the ``device_*`` columns (and ``cpu_emulation``,
+    ``memory_model``, ``storage_read_mb_s``) hold it."""
 
     model: str | None = None
     manufacturer: str | None = None
@@ -206,6 +207,8 @@ class DeviceMeta:
     ram_bytes: int | None = None
     abi: str | None = None  # ro.product.cpu.abi
     cpu_emulation: str | None = None
+    memory_model: str | None = None  # a virtual phone's: cgroup or simulated
+    storage_read_mb_s: float | None = None  # the phone's storage read speed, where known
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,8 @@ def new_trial(ids: TrialIdentity, cell: Cell, outcome: str, *,
         "mmap": cell.mmap, "n_batch": cell.n_batch, "n_ubatch": cell.n_ubatch,
         "outcome": Outcome(outcome).value,
         "device_abi": device.abi, "cpu_emulation": device.cpu_emulation,
+        "memory_model": device.memory_model, "storage_read_mb_s": device.storage_read_mb_s,
+        "load_mode": cell.resolved_load_mode, "cache": cell.cache or None,
         "engine": cell.engine,
         "sustained_s": cell.sustained_s or None,
     }

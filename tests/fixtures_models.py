@@ -27,6 +27,12 @@ def bench_ladder() -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def moe_ladder() -> dict[str, Path]:
+    """The synthetic mixture of experts (8 experts, 2 per token): F16, Q8_0, Q4_K_M."""
+    return ensure_ladder("moe")
+
+
+@pytest.fixture(scope="session")
 def gemma_ladder() -> dict[str, Path]:
     """quant -> GGUF path of the real Gemma 3 270M ladder (F16 dequantised from PyPI's Q4_K_M,
     the rest requantised), about 2 GB in all, made once per machine (about a minute).

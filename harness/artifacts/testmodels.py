@@ -92,6 +92,11 @@ class ModelSpec:
     seed: int = 0
     n_expert: int = 0
     n_expert_used: int = 0
+    # What attention and the FFN add to the residual stream, as a factor on init_std; 0 is
+    # GPT-2's 1/sqrt(2 * n_layer). The moe model keeps it tiny, so each layer's router sees the
+    # token's own embedding: routing is independent and uniform from token to token (no expert
+    # locality, the case harness.paging predicts), not steered by a context all tokens share.
+    residual_gain: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("n_embd", "n_ff"):
@@ -159,7 +164,7 @@ LADDER_SPECS: dict[str, ModelSpec] = {
     # a run by mmap paging keeps less resident than the file (only the active experts' pages).
     "moe": ModelSpec(
         size="moe", n_vocab=16384, n_embd=512, n_layer=8, n_head=8, n_head_kv=2, n_ff=1024,
-        n_expert=8, n_expert_used=2,
+        n_expert=8, n_expert_used=2, residual_gain=0.002,
     ),
 }
 
@@ -276,7 +281,7 @@ def _weights(spec: ModelSpec) -> Iterator[tuple[str, np.ndarray]]:
     differ from token to token rather than being a near tie that one expert always wins.
     """
     rng = np.random.default_rng(spec.seed)
-    residual_scale = 1.0 / np.sqrt(2.0 * spec.n_layer)
+    residual_scale = spec.residual_gain or 1.0 / np.sqrt(2.0 * spec.n_layer)
     for name, shape in _tensor_shapes(spec):
         dtype = _file_dtype(name, shape)
         if len(shape) == 1:
@@ -340,7 +345,7 @@ def write_model(spec: ModelSpec, path: Path) -> None:
 
 # Fields added after ladders were cached: in the key only when they differ from the default, so
 # the keys of existing sizes (and the results stored against them) stay what they were.
-_KEY_OPTIONAL = ("n_expert", "n_expert_used")
+_KEY_OPTIONAL = ("n_expert", "n_expert_used", "residual_gain")
 
 
 def spec_identity(spec: ModelSpec) -> dict[str, object]:

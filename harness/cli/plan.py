@@ -17,6 +17,7 @@ from harness.matrix import expand, load_matrix
 from harness.plan import (
     DEFAULT_RESERVE_BYTES,
     PlannedCell,
+    Reason,
     display_label,
     mib,
     parse_size,
@@ -25,7 +26,7 @@ from harness.plan import (
     resolve_models,
     summarize,
 )
-from harness.profiles import Cluster, DeviceProfile, find_profile, list_profiles
+from harness.profiles import Cluster, DeviceProfile, find_profile, list_profiles, storage_speed
 
 MB = 1024 * 1024
 LIVE = "live facts of "  # the source of a profile made from an attached device's reading
@@ -68,6 +69,7 @@ def _device_profile(name: str) -> DeviceProfile:
             available_mb=facts.available_ram_kb // 1024,
             storage_free_mb=(facts.free_storage_kb or 0) // 1024,
             clusters=(Cluster("all", facts.cpu_count or 1, 0, 0, 1024, "unknown"),),
+            storage_read_mb_s=storage_speed(facts),
             source=f"{LIVE}{name}",
         )
 
@@ -93,6 +95,7 @@ def _device_json(profile: DeviceProfile | None, memory: str | None) -> dict[str,
         "available_mb": profile.available_mb,
         "ram_mb": profile.ram_mb,
         "memory": memory,
+        "storage_read_mb_s": profile.storage_read_mb_s,
     }
 
 
@@ -107,12 +110,19 @@ def _cell_table(planned: list[PlannedCell]) -> Table:
         terms = [mib(x) for x in (pred.total, pred.weights, pred.kv, pred.compute)] if pred else [
             "-"] * 4
         table.add_row(
-            str(i), p.cell.setup_label(), display_label(p.cell), *terms,
-            "yes" if p.feasible else "[red]no[/red]",
+            str(i), p.cell.setup_label(), display_label(p.cell), *terms, _fits(p),
             _duration(p.estimated_seconds) if p.feasible else "-",
-            "" if p.feasible else p.reason,
+            p.reason if not p.feasible or p.paging is not None else "",
         )
     return table
+
+
+def _fits(p: PlannedCell) -> str:
+    """yes, no, or "paging" with the storage-bound decode speed when one is predicted."""
+    if p.reason_code == Reason.PAGING:
+        tg = p.paging_tg_tps
+        return f"[yellow]paging[/yellow]{f' {tg:.2g} t/s' if tg else ''}"
+    return "yes" if p.feasible else "[red]no[/red]"
 
 
 def _build_repack(matrix: Any) -> dict[str, frozenset[str]]:
@@ -161,10 +171,13 @@ def _check_kv(matrix: Any, cells: list[Any], as_json: bool) -> None:
 
 def _summary_line(name: str, available: int, reserve: int, planned: list[PlannedCell]) -> str:
     s = summarize(planned)
+    pages = s["reasons"].get(Reason.PAGING, 0)
+    verdict = (f"{s['feasible']} of {s['cells']} cells run ({pages} by paging their weights "
+               "from storage)" if pages else f"{s['feasible']} of {s['cells']} cells fit")
     return (
         f"{name}: available {mib(available)} - reserve {mib(reserve)} = budget "
-        f"{mib(available - reserve)}; {s['feasible']} of {s['cells']} cells fit; "
-        f"estimated {_duration(s['estimated_seconds'])} for the feasible ones"
+        f"{mib(available - reserve)}; {verdict}; estimated "
+        f"{_duration(s['estimated_seconds'])} for the feasible ones"
     )
 
 
@@ -177,6 +190,9 @@ def _summary_line(name: str, available: int, reserve: int, planned: list[Planned
               help="Available memory instead of the profile's (e.g. 6GiB, 5500MiB).")
 @click.option("--reserve", metavar="SIZE", default=None,
               help="Headroom kept free for the rest of the phone (default 512MiB).")
+@click.option("--storage-mb-s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Storage read speed (MB/s) for cells that run by paging their mmap'd "
+                   "weights (default: the profile's storage.read_mb_s).")
 @click.option("--check-kv", is_flag=True,
               help="Instead of planning: load every cell's model with its context in the "
                    "vendored llama.cpp (no token computed) and compare the predicted KV cache "
@@ -184,12 +200,14 @@ def _summary_line(name: str, available: int, reserve: int, planned: list[Planned
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document for scripts.")
 def plan_command(
     matrix_path: Path, device: str | None, memory: str | None, reserve: str | None,
-    check_kv: bool, as_json: bool
+    storage_mb_s: float | None, check_kv: bool, as_json: bool
 ) -> None:
     """Predict each cell's peak memory and duration, and whether it fits a device.
 
     The budget is the device's available memory (the profile's available_mb, or --memory) minus
-    --reserve. Without --device and --memory, the matrix is planned for every profile in
+    --reserve. A cell over it whose weights are mmap'd runs by paging when what must stay
+    resident fits: "paging" with its storage-bound decode speed (docs/memory.md). Without
+    --device and --memory, the matrix is planned for every profile in
     devices/; the JSON is then {"schema_version", "matrix", "plans": [one document per
     profile]}. Durations come from a simple throughput heuristic (docs/memory.md).
 
@@ -199,6 +217,7 @@ def plan_command(
       harness plan matrices/nightly.yaml --device midrange-8gb --json
       harness plan matrices/nightly.yaml --memory 6GiB --reserve 1GiB
       harness plan matrices/real-kv.yaml --check-kv
+      harness plan matrices/bigger-than-ram.yaml --memory 160MiB --reserve 0 --storage-mb-s 100
     """
     matrix = load_matrix(matrix_path)
     cells = expand(matrix)
@@ -219,8 +238,9 @@ def plan_command(
     timeout = matrix.timeout.trial_s
     repack = _build_repack(matrix)
     plans = [
-        (profile, available, plan_cells(cells, models, available, reserve_bytes, timeout,
-                                        repack=repack))
+        (profile, available, plan_cells(
+            cells, models, available, reserve_bytes, timeout, repack=repack,
+            storage_mb_s=storage_mb_s or (profile.storage_read_mb_s if profile else None)))
         for profile, available in targets
     ]
     if as_json:
@@ -256,8 +276,8 @@ def plan_command(
         first = plans[0][2][i]
         peak = mib(first.prediction.total) if first.prediction else "-"
         verdicts = [
-            "yes" if planned[i].feasible else f"[red]no[/red] ({planned[i].reason_code})"
-            for _, _, planned in plans
+            _fits(planned[i]) if planned[i].feasible else
+            f"[red]no[/red] ({planned[i].reason_code})" for _, _, planned in plans
         ]
         table.add_row(str(i + 1), cell.setup_label(), display_label(cell), peak, *verdicts)
     console.print(table)

@@ -128,6 +128,10 @@ def _memory_words(phone: PhoneInfo) -> str:
         words += f"  storage: {phone.storage_read_mb_s:g} MB/s"
     elif phone.storage_note:
         words += f"  storage: {phone.storage_note}"
+    if phone.readahead_kb is not None:
+        words += f", own disk (readahead {phone.readahead_kb} KB)"
+    elif phone.disk_note:
+        words += f", {phone.disk_note}"
     return words
 
 

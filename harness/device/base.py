@@ -50,6 +50,10 @@ class DeviceFacts:
     cpu_layout: str | None = None  # "1+3+4": cluster sizes, biggest cores first
     big_cpus: tuple[int, ...] = ()
     free_storage_kb: int | None = None
+    # a virtual phone says how its memory is enforced (cgroup or simulated) and its storage
+    # speed (ro.harness.memory_model, ro.harness.storage_read_mb_s); a real phone neither
+    memory_model: str | None = None
+    storage_read_mb_s: float | None = None
 
 
 @runtime_checkable

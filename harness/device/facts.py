@@ -82,4 +82,13 @@ def gather_facts(device: Device, kind: str, storage_path: str) -> DeviceFacts:
         cpu_layout=topology.layout or None,
         big_cpus=topology.big_cpus,
         free_storage_kb=parse_df_available_kb(df.stdout) if df.ok else None,
+        memory_model=props.get("ro.harness.memory_model") or None,
+        storage_read_mb_s=_float(props.get("ro.harness.storage_read_mb_s")),
     )
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None

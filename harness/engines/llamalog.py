@@ -9,6 +9,11 @@ context it creates, one line per KV cache::
 buffers its weights went to (``CPU_REPACK model buffer size = ...`` for repacked matrices) and per
 context its compute buffer. These are the engine's own figures, printed to 2 decimals of a MiB;
 the harness stores them beside its predictions so the predictor is checked on every trial.
+
+The same log has llama.cpp's load time (``llama_perf_context_print: load time = X ms``, after
+each test): from the start of the model's load until its first batch was evaluated, so it counts
+the page faults an mmap'd model defers to that batch. The first one is the launch's: later
+contexts of the same model measure from the same start.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ _NEW_CONTEXT = re.compile(r"llama_context: constructing llama_context|llama_init
                           r"llama_context: n_ctx\s*=")
 _REPACK = re.compile(r"CPU_REPACK model buffer size\s*=\s*([0-9.]+)\s*MiB")
 _COMPUTE = re.compile(r"CPU compute buffer size\s*=\s*([0-9.]+)\s*MiB")
+_LOAD = re.compile(r"llama_perf_context_print:\s+load time\s*=\s*([0-9.]+)\s*ms")
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,7 @@ class EngineMemoryLog:
     kv_caches: tuple[KvLine, ...]  # that context's caches
     repack_bytes: int | None
     compute_bytes: int | None
+    load_ms: float | None = None  # llama.cpp's load time of the launch's first context
 
 
 def _mib(text: str) -> int:
@@ -52,7 +59,10 @@ def parse_memory_log(text: str) -> EngineMemoryLog:
     current: list[KvLine] | None = None
     repack: int | None = None
     compute: int | None = None
+    load: float | None = None
     for line in text.splitlines():
+        if load is None and (timed := _LOAD.search(line)) is not None:
+            load = float(timed.group(1))
         if _NEW_CONTEXT.search(line) and (current is None or current):
             current = []
             contexts.append(current)
@@ -67,6 +77,6 @@ def parse_memory_log(text: str) -> EngineMemoryLog:
             compute = max(compute or 0, _mib(cp.group(1)))
     filled = [c for c in contexts if c]
     if not filled:
-        return EngineMemoryLog(None, (), repack, compute)
+        return EngineMemoryLog(None, (), repack, compute, load)
     biggest = max(filled, key=lambda c: sum(k.bytes for k in c))
-    return EngineMemoryLog(sum(k.bytes for k in biggest), tuple(biggest), repack, compute)
+    return EngineMemoryLog(sum(k.bytes for k in biggest), tuple(biggest), repack, compute, load)

@@ -23,16 +23,18 @@ from typing import Any
 
 from harness import store
 from harness.artifacts.builds import Build, builds_root, open_build
+from harness.artifacts.devicetools import ensure_pagecache
 from harness.artifacts.gguf_info import ModelInfo, file_sha256
 from harness.budget import available_memory
 from harness.cell import DEVICE_PYTHON_BUILD, Cell
 from harness.device.base import Device, DeviceFacts
 from harness.device.lease import DEFAULT_TTL_S, DeviceBusyError, DeviceLease
 from harness.engines import Engine, PyBench, get_engine
-from harness.errors import ConfigError, DeviceError, DeviceLostError, HarnessError
+from harness.errors import BuildError, ConfigError, DeviceError, DeviceLostError, HarnessError
 from harness.matrix import Matrix, expand, load_matrix
 from harness.memory import repacked_types
 from harness.plan import DEFAULT_RESERVE_BYTES, PlannedCell, plan_cells, resolve_models
+from harness.profiles import storage_speed
 from harness.records import (
     AdaptiveRecord,
     BuildMeta,
@@ -42,7 +44,13 @@ from harness.records import (
     TrialRecord,
 )
 from harness.run import adaptive, bandwidth, store_io
-from harness.run.deploy import Artifact, PushReport, ensure_artifacts, model_remote_path
+from harness.run.deploy import (
+    DEVICE_ROOT,
+    Artifact,
+    PushReport,
+    ensure_artifacts,
+    model_remote_path,
+)
 from harness.run.events import Event, Kind
 from harness.run.order import TrialSpec, interleave
 from harness.run.pyruntime import (
@@ -131,7 +139,10 @@ def _meta_device(facts: DeviceFacts) -> DeviceMeta:
     return DeviceMeta(model=facts.model, manufacturer=facts.manufacturer, soc=facts.soc,
                       sdk=facts.android_sdk,
                       ram_bytes=facts.total_ram_kb * 1024 if facts.total_ram_kb else None,
-                      abi=facts.abi, cpu_emulation=facts.cpu_emulation)
+                      abi=facts.abi, cpu_emulation=facts.cpu_emulation,
+                      memory_model=facts.memory_model,
+                      storage_read_mb_s=storage_speed(facts))
+
 
 
 def abi_refusal(build: Build, facts: DeviceFacts) -> str | None:
@@ -276,7 +287,8 @@ class DeviceWorker:
         planned = plan_cells(self.prepared.cells, self.prepared.models, available,
                              self.options.reserve_bytes,
                              self.prepared.matrix.timeout.trial_s,
-                             repack=build_repack(self.prepared.builds))
+                             repack=build_repack(self.prepared.builds),
+                             storage_mb_s=storage_speed(facts))
         return {p.cell.cell_id: p for p in planned}
 
     def run(self) -> DeviceSummary:
@@ -524,12 +536,33 @@ class DeviceWorker:
         return BuildMeta(engine=manifest.engine, version=manifest.version,
                          commit=manifest.commit, abi=manifest.abi)
 
+    def _pagecache_tool(self, facts: DeviceFacts,
+                        runnable: Sequence[TrialSpec]) -> Artifact | None:
+        """The page-cache tool for this phone's ABI (model residency at every launch, and the
+        cache knob's evict and warm). Without it trials still run, with no residency figure;
+        cells with a cache knob cannot, and the device says why."""
+        try:
+            if facts.abi is None:
+                raise BuildError("the device does not say its ABI (ro.product.cpu.abi)")
+            local = ensure_pagecache(facts.abi)
+        except BuildError as error:
+            if any(t.cell.cache for t in runnable):
+                raise ConfigError(f"{self.device.serial}: cells with a cache knob need the "
+                                  f"page-cache tool on the phone: {error}") from error
+            return None
+        sha = file_sha256(local)
+        return Artifact(local, sha, f"{DEVICE_ROOT}/tools/{sha}/pagecache", executable=True)
+
     def _deploy(self, runnable: Sequence[TrialSpec], planned: Mapping[str, PlannedCell],
                 facts: DeviceFacts) -> dict[str, TrialContext] | None:
         """Push what the runnable trials need; None when the push failed (disk full ...)."""
         artifacts: dict[str, Artifact] = {}
         contexts: dict[str, TrialContext] = {}
         big = facts.big_cpus or tuple(range(facts.cpu_count or 1))
+        device_meta = _meta_device(facts)
+        tool = self._pagecache_tool(facts, runnable)
+        if tool is not None:
+            artifacts[tool.remote] = tool
         for spec in runnable:
             cell = spec.cell
             if cell.cell_id in contexts:
@@ -553,10 +586,12 @@ class DeviceWorker:
                 memory_limit_bytes=(facts.available_ram_kb or 0) * 1024 or None,
                 predicted_peak_bytes=prediction.total if prediction else None,
                 predicted_kv_bytes=prediction.kv if prediction else None,
-                device_meta=_meta_device(facts),
+                device_meta=device_meta,
                 build_meta=self._build_meta(cell, facts),
                 model_meta=ModelMeta(sha256=sha, n_params=model.n_params,
                                      file_bytes=model.file_size),
+                pagecache=tool.remote if tool is not None else None,
+                predicted_paging_tg_tps=(planned[cell.cell_id].paging_tg_tps),
             )
         try:
             try:

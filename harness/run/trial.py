@@ -26,6 +26,7 @@ from harness.android.battery import parse_battery
 from harness.android.kernel import parse_boot_id, parse_memory_pressure, parse_uptime
 from harness.android.lmkd import parse_lmkd_kill
 from harness.android.readerrors import parse_read_errors
+from harness.artifacts.devicetools import pagecache_command, parse_residency
 from harness.device.base import Device
 from harness.engines.base import Engine, Measurement, affinity_mask
 from harness.engines.llamalog import EngineMemoryLog, parse_memory_log
@@ -41,7 +42,7 @@ from harness.records import (
     new_trial,
 )
 from harness.run import energy as power
-from harness.run import ondevice, sustained
+from harness.run import ondevice, paging, sustained
 from harness.run.affinity import AffinityCheck, check_applied, parse_readback
 from harness.run.cooldown import CooldownPolicy, GateResult, wait_until_ready
 from harness.run.deploy import DEVICE_ROOT
@@ -49,6 +50,7 @@ from harness.run.launchfacts import ALWAYS, Idle, Timing, headline, measured, re
 from harness.run.ondevice import Tick
 from harness.run.order import TrialSpec
 from harness.run.outcome import Observation, Verdict, classify
+from harness.run.paging import Point
 from harness.run.preflight import (
     BOOT_ID,
     LMKD_LINES,
@@ -104,6 +106,8 @@ class TrialContext:
     model_meta: ModelMeta
     predicted_kv_bytes: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)  # more of the engine's environment
+    pagecache: str | None = None  # the page-cache tool on the device (devicetools), if pushed
+    predicted_paging_tg_tps: float | None = None  # the plan's storage-bound decode speed
 
 
 @dataclass(frozen=True)
@@ -297,7 +301,8 @@ class TrialRunner:
         stdout = stderr = ""
         try:  # nothing goes over adb while the engine runs: the sampler is on the phone
             result = self.device.shell(
-                launch_command(workdir, argv, ctx.lib_dir, rates, ctx.env),
+                launch_command(workdir, argv, ctx.lib_dir, rates, ctx.env,
+                               cache_prelude(ctx, spec.cell.cache)),
                 timeout=timeout_s + 60)
             exit_code, stdout, stderr = result.exit_code, result.stdout, result.stderr
         except DeviceError as error:
@@ -346,6 +351,8 @@ class TrialRunner:
                                         self.policy.energy.enabled,
                                         conditions.preflight.charging)
         engine_log = parse_memory_log(stderr)
+        storage = _storage_columns(spec, ctx, ticks, timing, headline(measurements, spec.cell),
+                                   after.get("cache", ""), engine_log)
         mems = [t.memory for t in ticks if t.memory]
         top = peak([*(m.rss_kb for m in mems), *(m.vm_hwm_kb for m in mems)])
         engine_line, app_kills = _new_kills(baseline, after.get("lmkd", ""), pid)
@@ -377,7 +384,7 @@ class TrialRunner:
                                       {**(extra if verdict.outcome == Outcome.OK else
                                           {k: v for k, v in extra.items() if k in ALWAYS}),
                                        "sampler_cpu_s": sampled.sampler_cpu_s,
-                                       "engine_cpu_s": sampled.engine_cpu_s}))
+                                       "engine_cpu_s": sampled.engine_cpu_s, **storage}))
         samples = self._samples(spec, ticks)
         samples += [_sample(spec, **row) for row in extra_samples]
         return trial, sorted(samples, key=lambda r: r.t_ms)
@@ -502,6 +509,8 @@ class TrialRunner:
                 battery_level=s.battery_level if s else None,
                 battery_temp_c=s.battery_temp_c if s else None,
                 source=m.source if m else None,
+                major_faults=m.major_faults if m else None,
+                read_bytes=m.read_bytes if m else None,
             ))
         return out
 
@@ -588,9 +597,39 @@ def _after_command(workdir: str) -> str:
             f"echo @@harness:smp; cat {folder}/smp 2>/dev/null; "
             f"echo @@harness:err; cat {folder}/err 2>/dev/null; "
             f"echo @@harness:dm; cat {folder}/dm.txt 2>/dev/null; "
+            f"echo @@harness:cache; cat {folder}/cache 2>/dev/null; "
             f"echo @@harness:lmkd; {LMKD_LINES}; "
             "echo @@harness:pressure; cat /proc/pressure/memory; "
             f"rm -rf {folder}")
+
+
+def cache_prelude(ctx: TrialContext, cache: str) -> str:
+    """What the launch does to the model's page cache first (evict for cold, read for warm),
+    then how much of the model is resident, into the trial's ``cache`` file; "" without the
+    page-cache tool on the device."""
+    if ctx.pagecache is None:
+        return ""
+    action = {"cold": "evict", "warm": "warm"}.get(cache, "resident")
+    return f"{pagecache_command(ctx.pagecache, action, [ctx.model])} > cache 2>&1"
+
+
+def _storage_columns(spec: TrialSpec, ctx: TrialContext, ticks: Sequence[Tick],
+                     timing: Timing, rates: Measurement | None, cache_text: str,
+                     log: EngineMemoryLog) -> dict[str, Any]:
+    """The schema-8 columns a trial keeps whatever its outcome: the model's residency at the
+    launch, the engine's load time, its storage reads and faults, and whether it paged."""
+    found = parse_residency(cache_text)
+    points = [Point(t.t_ms, t.memory.major_faults, t.memory.read_bytes)
+              for t in ticks if t.memory is not None
+              and (t.memory.major_faults is not None or t.memory.read_bytes is not None)]
+    end_ms = ((timing.t1 - timing.t0) * 1000
+              if timing.t0 is not None and timing.t1 is not None else None)
+    cell = spec.cell
+    result = paging.analyse(points, end_ms, 0 if cell.sustained_s else cell.n_gen,
+                            rates.gen_tps if rates else None, ctx.model_meta.file_bytes)
+    return {"cache_resident_bytes": found[0].resident_bytes if found else None,
+            "load_ms": log.load_ms, **result.columns(),
+            "predicted_paging_tg_tps": ctx.predicted_paging_tg_tps}
 
 
 def _first_number(text: str) -> float | None:
@@ -604,7 +643,8 @@ def _sample(spec: TrialSpec, **values: Any) -> SampleRecord:
     """A sample row of a series (power, sustained rate): only time and its own value set."""
     empty: dict[str, Any] = dict.fromkeys(("pss_bytes", "rss_bytes", "swap_bytes", "pss_anon_bytes",
                            "pss_file_bytes", "thermal_status", "max_temp_c", "big_cur_khz",
-                           "big_max_khz", "battery_level", "battery_temp_c", "source"))
+                           "big_max_khz", "battery_level", "battery_temp_c", "source",
+                           "major_faults", "read_bytes"))
     fields: dict[str, Any] = {"run_id": spec.run_id, "trial_id": spec.trial_id, **empty, **values}
     return SampleRecord(**fields)
 

@@ -16,20 +16,24 @@ from harness.run.state import ProcessMemory
 
 
 def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None,
-                   sampler: Rates | None = None, env: Mapping[str, str] | None = None) -> str:
+                   sampler: Rates | None = None, env: Mapping[str, str] | None = None,
+                   prelude: str = "") -> str:
     """The shell line that records its pid and becomes the engine (every word quoted), with the
     on-device sampler (``harness.run.ondevice``) started just before, unless ``sampler`` is None.
 
     Written for Android's mksh as much as for dash. The pid file and ``t0`` (the phone's uptime
     at the launch: the clock of the samples, the end stamp ``t1`` and the power readings) are
     written first; then the sampler starts and the shell ``exec``s the engine, so the engine's
-    pid is the shell's ``$$``.
+    pid is the shell's ``$$``. ``prelude`` (already quoted) runs in the trial's folder before
+    ``t0``: the page cache set as the cell asks (``harness.run.trial.cache_prelude``), right
+    before the engine, with nothing in between that could change it.
     """
     settings = {**({"LD_LIBRARY_PATH": lib_dir} if lib_dir else {}), **(env or {})}
     prefix = ["env", *(f"{k}={v}" for k, v in sorted(settings.items()))] if settings else []
     words = " ".join(shlex.quote(word) for word in [*prefix, *argv])
     folder = shlex.quote(workdir)
-    setup = (f"mkdir -p {folder} && cd {folder} && echo $$ > pid || exit 1; "
+    first = f"{prelude}; " if prelude else ""
+    setup = (f"mkdir -p {folder} && cd {folder} && echo $$ > pid || exit 1; {first}"
              "read -r u _ < /proc/uptime; echo \"$u\" > t0")
     if sampler is None:
         return f"{setup}; exec {words}"

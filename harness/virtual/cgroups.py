@@ -9,11 +9,12 @@ phone leaves to the shell's processes) and a blkio cgroup (its storage's read sp
 the block device that holds its files): the host kernel then reclaims the phone's page cache
 and reads the pages back at the phone's storage speed, for real.
 
-Out of memory inside the phone: the cgroup's own OOM killer is switched off and the phone's
-daemon is told by an eventfd (``cgroup.event_control``) when the kernel finds nothing left to
-reclaim; the allocating task waits in the kernel meanwhile. The daemon then does what a phone
-does: lmkd kills cached apps first, and with none left the largest process goes (SIGKILL, 137
-through ``adb shell``), as the kernel's killer would pick it.
+Out of memory inside the phone, the kernel's OOM killer acts within the cgroup, by
+``oom_score_adj`` as on a phone: the cached apps' memory is real there (harness.virtual.balloons,
+adj 700-999), so they go first; a shell-started engine (adj -950) goes when none is left, and
+``adb shell`` reports its SIGKILL as 137. (A userspace handler with the cgroup's OOM killer off
+was tried first: an allocation inside a system call, such as read() into a buffer, then fails
+with EFAULT instead of waiting, and the engine saw an I/O error where a phone kills it.)
 
 The cgroups are made by ``harness sim start`` below the starting process's own cgroup (so a
 harness run inside a container or a CI job's cgroup nests under it), named after the phone, and
@@ -191,8 +192,8 @@ def _make_dir(parent: Path, name: str) -> Path:
 
 
 def make(name: str, limit_bytes: int, read_bps: int | None, storage: Path) -> PhoneCgroups:
-    """Make the phone's cgroups: a memory limit with the kernel's OOM killer off (the phone's
-    daemon decides), and a read throttle on the disk holding ``storage`` when ``read_bps``.
+    """Make the phone's cgroups: a memory limit, and a read throttle on the disk holding
+    ``storage`` when ``read_bps``.
 
     Raises CgroupError naming what failed; nothing half made is left behind.
     """
@@ -213,7 +214,6 @@ def make(name: str, limit_bytes: int, read_bps: int | None, storage: Path) -> Ph
         memory = _make_dir(dirs["memory"], PREFIX + name)
         made.append(memory)
         _write(memory / "memory.limit_in_bytes", str(limit_bytes), "the memory limit")
-        _write(memory / "memory.oom_control", "1", "the OOM killer off")
         blkio = None
         if read_bps and device is not None:
             blkio = _make_dir(dirs["blkio"], PREFIX + name)
@@ -270,38 +270,10 @@ def remove(groups: PhoneCgroups | None) -> None:
             remove_dir(directory)
 
 
-def set_limit(memory: Path, limit_bytes: int) -> bool:
-    """A new memory limit; False when the kernel could not reclaim down to it (EBUSY)."""
-    try:
-        (memory / "memory.limit_in_bytes").write_text(str(limit_bytes))
-    except OSError:
-        return False
-    return True
-
-
 def read_stat(memory: Path) -> dict[str, int]:
     return parse_stat(_read(memory / "memory.stat"))
 
 
-def under_oom(memory: Path) -> bool:
-    return parse_oom_control(_read(memory / "memory.oom_control")).get("under_oom", 0) == 1
-
-
-def oom_eventfd(memory: Path) -> int | None:
-    """An eventfd the kernel signals when the phone's cgroup runs out of memory (None: no
-    notification here; the daemon's tick still looks at ``under_oom``)."""
-    try:
-        event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-    except (AttributeError, OSError):
-        return None
-    control = -1
-    try:
-        control = os.open(memory / "memory.oom_control", os.O_RDONLY | os.O_CLOEXEC)
-        (memory / "cgroup.event_control").write_text(f"{event} {control}")
-    except OSError:
-        os.close(event)
-        return None
-    finally:
-        if control >= 0:
-            os.close(control)
-    return event
+def oom_kills(memory: Path) -> int:
+    """How many processes the kernel's OOM killer has taken in the cgroup."""
+    return parse_oom_control(_read(memory / "memory.oom_control")).get("oom_kill", 0)

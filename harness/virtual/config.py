@@ -140,6 +140,9 @@ class PhoneConfig:
     cgroups: Mapping[str, Any] | None = None  # PhoneCgroups.to_json() when memory_model cgroup
     storage_read_mb_s: float | None = None  # the storage's read speed (MB/s); None: the host's
     storage_note: str = ""  # why the storage speed is not what the profile asks
+    storage_readahead_kb: int = 128  # the phone's own disk's read_ahead_kb
+    disk: Mapping[str, Any] | None = None  # disk.PhoneDisk.to_json(): /data on its own device
+    disk_note: str = ""  # why /data is on the host's disk instead
 
     @property
     def sdk(self) -> int:
@@ -172,6 +175,9 @@ class PhoneConfig:
             storage_read_mb_s=(float(data["storage_read_mb_s"])
                                if data.get("storage_read_mb_s") is not None else None),
             storage_note=str(data.get("storage_note", "")),
+            storage_readahead_kb=int(data.get("storage_readahead_kb", 128)),
+            disk=dict(data["disk"]) if data.get("disk") else None,
+            disk_note=str(data.get("disk_note", "")),
         )
 
     @classmethod
@@ -223,4 +229,5 @@ def config_from_profile(profile: DeviceProfile, name: str, ram_mb: int | None = 
         python=abi == host_abi(),  # the host's Python stands in for one: only on its ABI
         power_model=dict(getattr(profile, "power_model", {})),
         storage_read_mb_s=storage_mb_s if storage_mb_s is not None else profile.storage_read_mb_s,
+        storage_readahead_kb=getattr(profile, "storage_readahead_kb", None) or 128,
     )

@@ -46,6 +46,8 @@ class PhoneInfo:
     memory_note: str = ""
     storage_read_mb_s: float | None = None  # None: not throttled (the host's disk speed)
     storage_note: str = ""
+    readahead_kb: int | None = None  # /data on the phone's own disk: its read_ahead_kb
+    disk_note: str = ""  # why /data is on the host's disk instead
 
     @property
     def sandbox(self) -> Sandbox:
@@ -271,7 +273,9 @@ def _info(config: PhoneConfig, name: str, port: int, pid: int, prof: DeviceProfi
     return PhoneInfo(name, f"127.0.0.1:{port}", port, pid, prof.name, prof.model,
                      str(phone_dir), adb_port, abi=config.abi, memory_model=config.memory_model,
                      memory_note=config.memory_note, storage_read_mb_s=throttled,
-                     storage_note=config.storage_note)
+                     storage_note=config.storage_note,
+                     readahead_kb=config.storage_readahead_kb if config.disk else None,
+                     disk_note=config.disk_note)
 
 
 STOP_GRACE_S = 15.0  # from SIGTERM until SIGKILL

@@ -15,15 +15,15 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from harness.virtual import cgroups, wire
+from harness.virtual import wire
 from harness.virtual.config import PhoneConfig
 from harness.virtual.phone import TICK_S, Phone
+from harness.virtual.provision import release
 from harness.virtual.sandbox import Sandbox
 from harness.virtual.services import StreamClosed, open_service
-
-OOM_RECHECK_S = (0.02, 0.1, 0.3)  # after an out-of-memory notice, look again this much later
 
 
 class Stream:
@@ -170,6 +170,17 @@ async def serve(phone_dir: Path, port: int) -> None:
             conn.writer.close()
 
     phone.on_drop = drop_all
+    loop = asyncio.get_running_loop()
+
+    def watch_exit(fd: int, then: Callable[[], None]) -> None:
+        def ended() -> None:
+            loop.remove_reader(fd)
+            os.close(fd)
+            then()
+
+        loop.add_reader(fd, ended)
+
+    phone.watch_exit = watch_exit
     phone.boot()
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -185,7 +196,6 @@ async def serve(phone_dir: Path, port: int) -> None:
 
     server = await asyncio.start_server(accept, "127.0.0.1", port)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     # A phone's adbd starts its shells with SIGHUP at its default, so a closed stream ends them.
@@ -201,16 +211,6 @@ async def serve(phone_dir: Path, port: int) -> None:
                 print(f"monitor tick failed: {error!r}", file=sys.stderr, flush=True)
             await asyncio.sleep(TICK_S)
 
-    oom_fd = phone.oom_eventfd()
-    if oom_fd is not None:  # the kernel found the phone out of memory: act at once
-        def out_of_memory() -> None:
-            with contextlib.suppress(OSError):
-                os.eventfd_read(oom_fd)
-            phone.relieve_oom()
-            for delay in OOM_RECHECK_S:  # a victim may need a moment; notices may coalesce
-                loop.call_later(delay, phone.relieve_oom)
-
-        loop.add_reader(oom_fd, out_of_memory)
     tasks.add(asyncio.create_task(monitor()))
     tasks.add(asyncio.create_task(phone.throttle_loop()))
     tasks.add(asyncio.create_task(phone.uptime_loop()))
@@ -224,10 +224,7 @@ async def serve(phone_dir: Path, port: int) -> None:
         phone.signal_sessions(signal.SIGCONT)
         phone.kill_everything()
         drop_all()
-        if oom_fd is not None:
-            loop.remove_reader(oom_fd)
-            os.close(oom_fd)
-        cgroups.remove(phone.groups)
+        release(phone.config)  # its cgroups and its own disk (harness sim stop does it too)
         (sandbox.state / "ready").unlink(missing_ok=True)
 
 

@@ -31,6 +31,7 @@ import math
 import os
 import random
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -38,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.virtual import cgroups, formats, logstore, procs, thermal
+from harness.virtual import balloons, cgroups, formats, logstore, procs, thermal
 from harness.virtual import power as powermodel
 from harness.virtual.config import (
     CHARGING,
@@ -81,6 +82,12 @@ LOG_MAX_BYTES = 1_000_000  # power.log / thermal.log keep their newest half past
 POWER_LOG = "power.log"  # truth for tests: "<uptime_s> <load_w> <charging 0|1>" per tick
 STATUS_LOG = "thermal.log"  # "<uptime_s> <status>" whenever the model's status changes
 LMKD_REASON = "min watermark is breached"
+# With the cgroup model and system_server as the OOM victim, a stand-in holds 1% of the limit
+# (at least SYSTEM_SERVER_KB) at the kernel score 990, the bottom of the apps' (balloons.py):
+# with that memory it outweighs any engine that fits the limit, so the kernel takes it before
+# the engine and (apps of a few MB and up) after the apps.
+SYSTEM_SERVER_ADJ = 990
+SYSTEM_SERVER_KB = 1024
 SERVICE_MODULE = "harness.virtual.phonetools"  # the module the phone's tools run (sandbox.py)
 
 
@@ -167,6 +174,9 @@ class Phone:
     faults: Faults = field(default_factory=Faults)
     sessions: set[int] = field(default_factory=set)
     on_drop: Callable[[], None] = lambda: None
+    # the daemon's event loop: call back when the pidfd given turns readable (its process
+    # ended), so an app the kernel killed is logged at once, not at the next tick
+    watch_exit: Callable[[int, Callable[[], None]], None] | None = None
     _ignore: set[int] = field(default_factory=set)
     _ignore_at: float = 0.0
     _cpu: dict[int, int] = field(default_factory=dict)
@@ -186,9 +196,13 @@ class Phone:
     _interval_start: float = 0.0  # monotonic time the last tick's interval began
     _logged_status: int | None = None  # the thermal status thermal.log last recorded
     _log_bytes: dict[str, int] = field(default_factory=dict)
-    _anon_kb: int = 0  # cgroup model: the phone's unreclaimable memory at the last reading
-    _refaults: int = 0  # cgroup model: the kernel's refault count at the last reading
-    _oom_since_tick: bool = False  # cgroup model: the phone ran out of memory since the tick
+    # the cgroup model: the kernel's counts at the last reading, and the processes that hold
+    # the live apps' memory (and system_server's, when the profile makes it the OOM victim)
+    _anon_kb: int = 0
+    _refaults: int = 0
+    _oom_kills: int = 0
+    _balloons: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _system_server: subprocess.Popen[bytes] | None = None
 
     def __post_init__(self) -> None:
         self.groups = (cgroups.PhoneCgroups.from_json(self.config.cgroups)
@@ -229,6 +243,7 @@ class Phone:
                 os.killpg(sid, signal.SIGKILL)
         self.signal_all(signal.SIGKILL)
         if self.groups is not None:  # a process that left the sessions (setsid) is still here
+            self._stop_balloons()
             for pid in cgroups.procs(self.groups.memory):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
@@ -274,6 +289,17 @@ class Phone:
             app.pid = 0
         self._restart_apps(0, self.config.limit_mb * 1024)
         self._write_apps()
+        if self.groups is not None and self.config.android.oom_victim == "system_server":
+            self._system_server = balloons.spawn(
+                self.groups.procs_files[0], SYSTEM_SERVER_ADJ,
+                max(SYSTEM_SERVER_KB, self.config.limit_mb * 1024 // 100))
+            if self._system_server is not None:
+                self._on_exit(self._system_server.pid, self._system_server_died)
+
+    def _system_server_died(self) -> None:
+        if self._system_server is not None and balloons.killed(self._system_server):
+            self._system_server = None
+            self.reboot()  # the kernel took system_server: the phone restarts
 
     def reboot(self) -> None:
         """system_server died: every process of the phone goes, every connection drops, and
@@ -347,15 +373,14 @@ class Phone:
 
     # ----- memory ------------------------------------------------------------------------------
     def footprint_kb(self) -> int:
-        """What the phone cannot reclaim: with the cgroup model, its processes' anonymous memory
-        (the kernel's count); simulated, the RSS of its processes (less those the OOM killer
-        just hit), file pages included. Plus the live apps, either way."""
-        apps = sum(a.rss_kb for a in self.apps if a.pid)
+        """What the phone cannot reclaim. With the cgroup model, its anonymous memory as the
+        kernel counts it (the live apps' balloons included); simulated, the RSS of its processes
+        (less those the OOM killer just hit), file pages included, plus the live apps."""
         if self.groups is not None:
-            return self._anon_kb + apps
+            return self._anon_kb
         used = sum(s.rss_kb for s in self._members
                    if s.pid not in self._killed and not _is_service(s))
-        return used + apps
+        return used + sum(a.rss_kb for a in self.apps if a.pid)
 
     def _memory(self, dt: float, now: float) -> None:
         self._killed = {p: t for p, t in self._killed.items() if now - t < KILLED_GRACE_S}
@@ -375,49 +400,67 @@ class Phone:
             self._restart_apps(footprint, limit)
 
     # ----- memory by the host kernel (cgroup model) ---------------------------------------------
-    def _cgroup_limit_kb(self) -> int:
-        """The cgroup's limit: what the phone leaves the shell's processes, less live apps."""
-        return self.config.limit_mb * 1024 - sum(a.rss_kb for a in self.apps if a.pid)
-
-    def oom_eventfd(self) -> int | None:
-        """The eventfd the kernel signals when the phone runs out of memory (cgroup model)."""
-        return cgroups.oom_eventfd(self.groups.memory) if self.groups is not None else None
-
     def _memory_cgroup(self, dt: float, now: float) -> None:
+        """The kernel reclaims and kills; the tick reads what it did: the phone's anonymous
+        memory, its refaults (thrashing), its OOM kills, and which apps those took."""
         assert self.groups is not None
         stat = cgroups.read_stat(self.groups.memory)
         self._anon_kb = cgroups.anon_bytes(stat) // 1024
         used_kb = self._anon_kb + cgroups.cache_bytes(stat) // 1024
         refaults = cgroups.refaults(stat)
         thrashing, self._refaults = refaults > self._refaults, refaults
-        oom = cgroups.under_oom(self.groups.memory) or self._oom_since_tick
-        self._oom_since_tick = False  # its stall counts in this tick's pressure
-        reclaiming = used_kb >= RECLAIM_AT * self._cgroup_limit_kb()
+        kills = cgroups.oom_kills(self.groups.memory)
+        oom, self._oom_kills = kills > self._oom_kills, kills
+        if self._system_server is not None and balloons.killed(self._system_server):
+            self._system_server_died()
+            return
+        self._reap_apps()
+        limit = self.config.limit_mb * 1024
+        reclaiming = used_kb >= RECLAIM_AT * limit
         self.pressure.step(dt, 1.0 if oom else 0.5 if thrashing else 0.2 if reclaiming else 0.0,
                            0.5 if oom else 0.25 if thrashing else 0.0)
         if oom:
-            self.relieve_oom(now)
-        elif now - self._pressure_at >= APP_RESTART_S:
-            self._restart_apps(self.footprint_kb(), self.config.limit_mb * 1024)
+            self._pressure_at = now
+        elif now - self._pressure_at >= APP_RESTART_S and self._restart_apps(
+                self.footprint_kb(), limit):
+            self._anon_kb = cgroups.anon_bytes(cgroups.read_stat(self.groups.memory)) // 1024
 
-    def relieve_oom(self, now: float | None = None) -> None:
-        """The kernel found nothing left to reclaim in the phone: lmkd kills one app (its memory
-        goes back to the cgroup's limit), or, with none left, the largest process goes."""
-        if self.groups is None or not cgroups.under_oom(self.groups.memory):
-            return
-        now = time.monotonic() if now is None else now
-        self._pressure_at = now
-        self._oom_since_tick = True
-        self._killed = {p: t for p, t in self._killed.items() if now - t < KILLED_GRACE_S}
-        if any(os.path.exists(f"/proc/{pid}") for pid in self._killed):
-            return  # a victim is still freeing its memory
-        live = [a for a in self.apps if a.pid]
-        if live:
-            self._kill_app(max(live, key=lambda a: (a.adj, a.rss_kb)))
+    def _reap_apps(self) -> None:
+        """Apps whose balloon the kernel's OOM killer took: lmkd's lines, in the order it
+        would have killed them (highest oom_score_adj first)."""
+        gone = [a for a in self.apps if a.pid and a.name in self._balloons
+                and balloons.killed(self._balloons[a.name])]
+        for app in sorted(gone, key=lambda a: (-a.adj, -a.rss_kb)):
+            del self._balloons[app.name]
+            self._kill_app(app)
+        if gone:
             self._write_apps()
-            cgroups.set_limit(self.groups.memory, self._cgroup_limit_kb() * 1024)
+
+    def _start_balloon(self, app: App) -> int:
+        """A live app's memory, for real (cgroup model): its balloon's pid, 0 if no room."""
+        assert self.groups is not None
+        process = balloons.spawn(self.groups.procs_files[0], balloons.kernel_adj(app.adj),
+                                 app.rss_kb)
+        if process is None:
+            return 0
+        self._balloons[app.name] = process
+        self._on_exit(process.pid, self._reap_apps)
+        return process.pid
+
+    def _on_exit(self, pid: int, then: Callable[[], None]) -> None:
+        if self.watch_exit is None:
+            return  # the tick looks
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
             return
-        self._out_of_memory(now)
+        self.watch_exit(fd, then)
+
+    def _stop_balloons(self) -> None:
+        for process in [*self._balloons.values(), *filter(None, [self._system_server])]:
+            balloons.stop(process)
+        self._balloons.clear()
+        self._system_server = None
 
     def _lmkd(self, footprint: int, limit: int) -> int:
         """lmkd kills apps, highest oom_score_adj first, until the footprint fits."""
@@ -441,22 +484,13 @@ class Phone:
                         f"Process {app.name} (pid {app.pid}) has died: cch CEM")
         app.pid = 0
 
-    def _oom_candidates(self) -> list[procs.ProcStat]:
-        """The phone's processes the kernel's OOM killer may pick: the cgroup's (the tick's list
-        may predate an engine that started since), else the sessions' members."""
-        if self.groups is not None:
-            found = (procs.read_stat(pid) for pid in cgroups.procs(self.groups.memory))
-            members = [s for s in found if s is not None and s.state != "Z"]
-        else:
-            members = self._members
-        return [s for s in members if s.pid not in self._killed and not _is_service(s)]
-
     def _out_of_memory(self, now: float) -> None:
         """The kernel's OOM killer: nothing in logcat, the shell sees SIGKILL (137)."""
         if self.config.android.oom_victim == "system_server":
             self.reboot()
             return
-        candidates = self._oom_candidates()
+        candidates = [s for s in self._members
+                      if s.pid not in self._killed and not _is_service(s)]
         if not candidates:
             return
         victim = max(candidates, key=lambda s: s.rss_kb)
@@ -464,15 +498,15 @@ class Phone:
             os.kill(victim.pid, signal.SIGKILL)
         self._killed[victim.pid] = now
 
-    def _restart_apps(self, footprint: int, limit: int) -> None:
+    def _restart_apps(self, footprint: int, limit: int) -> bool:
+        """Start the killed apps that fit again (lowest oom_score_adj first); True if any."""
         started = False
         for app in sorted((a for a in self.apps if not a.pid), key=lambda a: a.adj):
             if footprint + app.rss_kb > APP_FIT * limit:
                 continue
-            if self.groups is not None and not cgroups.set_limit(
-                    self.groups.memory, (self._cgroup_limit_kb() - app.rss_kb) * 1024):
-                continue  # the kernel could not make room for it (EBUSY)
-            app.pid = self._free_pid()
+            app.pid = self._start_balloon(app) if self.groups is not None else self._free_pid()
+            if not app.pid:
+                continue
             footprint += app.rss_kb
             started = True
             logstore.append(self.sandbox.state, "system", "I", "ActivityManager",
@@ -480,6 +514,7 @@ class Phone:
                             f"u0a{app.uid - 10000} for service {{{app.name}/.SyncService}}")
         if started:
             self._write_apps()
+        return started
 
     def _free_pid(self) -> int:
         """A pid no host process has: one the host used already, so it is not handed out soon."""

@@ -107,6 +107,11 @@ def test_status_names_the_memory_model_and_stop_removes_the_cgroups(
     (phone,) = virtual_phones(ram_mb=128, storage_mb_s=100, memory_model="cgroup")
     info = next(p for p in list_phones(phone.home) if p.serial == phone.serial)
     assert info.memory_model == "cgroup" and info.storage_read_mb_s == 100
+    data = phone.root / "data"
+    if info.readahead_kb is not None:  # its own disk: /data is a file system of its own
+        assert info.readahead_kb == 128 and os.path.ismount(data)
+    else:
+        assert info.disk_note.startswith("/data on the host's disk")
     config = json.loads((phone.sandbox / "state" / "config.json").read_text())
     groups = cgroups.PhoneCgroups.from_json(config["cgroups"])
     assert groups is not None and groups.memory.is_dir() and groups.blkio is not None
@@ -114,6 +119,7 @@ def test_status_names_the_memory_model_and_stop_removes_the_cgroups(
     assert limit <= 128 * 2**20  # the phone's limit, less its background apps
     stop_phones([phone.serial], home=phone.home)
     assert not groups.memory.exists() and not groups.blkio.exists()
+    assert not os.path.ismount(data)  # unmounted, its loop device detached
 
 
 def test_a_storage_speed_beyond_the_host_disk_is_refused_and_nothing_is_left(

@@ -1,0 +1,92 @@
+"""Did a trial's engine read its weights from storage while it decoded, and how much per token.
+
+An engine whose mmap'd model does not fit the phone's memory keeps running: the kernel reclaims
+weight pages and reads them back when they are needed again, once per token for a dense model
+whose every weight is touched per token. The on-device sampler reads the engine's major faults
+and its storage reads (``/proc/PID/io`` ``read_bytes``: bytes fetched from the block device,
+page-cache hits not counted) with its memory lines; this module turns that cumulative series and
+the decode window into per-token figures and the trial's ``paging`` label. Pure functions.
+
+Per token: the slope of the series inside the decode window (its last ``n_gen / tg_tps``
+seconds before the engine's end), times the seconds a token took. Storage read once at load (a
+cold start) is outside that window. The label: decoding read at least ``PAGING_SHARE`` of the
+model file per generated token; with no usable window, the trial read more than
+``PAGING_TOTAL`` times the file in all. A paging trial is labelled, not invalid: it is what the
+phone does with that model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+PAGING_SHARE = 0.02  # of the model file read from storage per generated token
+PAGING_TOTAL = 1.5  # times the model file read over the whole trial (no decode window)
+MIN_WINDOW_POINTS = 2
+
+
+@dataclass(frozen=True)
+class Point:
+    """The engine's cumulative paging counters at ``t_ms`` after its launch."""
+
+    t_ms: int
+    major_faults: int | None
+    read_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Paging:
+    major_faults: int | None = None  # over the trial (the last reading)
+    read_bytes: int | None = None
+    read_bytes_per_token: float | None = None  # while decoding
+    major_faults_per_token: float | None = None
+    paging: bool | None = None
+
+    def columns(self) -> dict[str, object]:
+        return {"major_faults": self.major_faults, "read_bytes": self.read_bytes,
+                "read_bytes_per_token": self.read_bytes_per_token,
+                "major_faults_per_token": self.major_faults_per_token, "paging": self.paging}
+
+
+def _last(points: Sequence[Point], name: str) -> int | None:
+    values = [getattr(p, name) for p in points if getattr(p, name) is not None]
+    return max(values) if values else None  # cumulative: the largest is the latest
+
+
+def _slope(points: Sequence[Point], name: str, start_ms: float, end_ms: float) -> float | None:
+    """Units per second of a cumulative counter between the first and last point inside
+    [start_ms, end_ms]; None with fewer than two."""
+    inside = [(p.t_ms, getattr(p, name)) for p in points
+              if getattr(p, name) is not None and start_ms <= p.t_ms <= end_ms]
+    if len(inside) < MIN_WINDOW_POINTS or inside[-1][0] <= inside[0][0]:
+        return None
+    return (inside[-1][1] - inside[0][1]) / ((inside[-1][0] - inside[0][0]) / 1000)
+
+
+def analyse(points: Sequence[Point], end_ms: float | None, n_gen: int,
+            tg_tps: float | None, model_bytes: int | None) -> Paging:
+    """The paging columns of one trial; ``end_ms``: the engine's end since its launch."""
+    faults, read = _last(points, "major_faults"), _last(points, "read_bytes")
+    per_token_bytes = per_token_faults = None
+    if end_ms is not None and n_gen > 0 and tg_tps and tg_tps > 0 and math.isfinite(tg_tps):
+        token_s = 1 / tg_tps
+        start_ms = end_ms - n_gen * token_s * 1000
+        rate = _slope(points, "read_bytes", start_ms, end_ms)
+        per_token_bytes = rate * token_s if rate is not None else None
+        fault_rate = _slope(points, "major_faults", start_ms, end_ms)
+        per_token_faults = fault_rate * token_s if fault_rate is not None else None
+    return Paging(faults, read, per_token_bytes, per_token_faults,
+                  label(per_token_bytes, read, model_bytes))
+
+
+def label(per_token_bytes: float | None, read_bytes: int | None,
+          model_bytes: int | None) -> bool | None:
+    """True when decoding read the weights from storage (see the module's rule)."""
+    if not model_bytes:
+        return None
+    if per_token_bytes is not None:
+        return per_token_bytes >= PAGING_SHARE * model_bytes
+    if read_bytes is not None:
+        return read_bytes > PAGING_TOTAL * model_bytes
+    return None
