@@ -105,6 +105,8 @@ class PlannedCell:
             "config_id": cell.config_id,
             "label": display_label(cell),
             **cell.identity(),
+            "load_mode": cell.resolved_load_mode,
+            "cache": cell.cache or None,
             "repetitions": cell.repetitions,
             "predicted_peak_bytes": pred.total if pred else None,
             "predicted": pred.terms() if pred else None,
@@ -194,8 +196,9 @@ def _verdict(
         return _Verdict(*found)
     if paging.read_per_token == 0:  # only weights no token reads are left out
         return _Verdict(found[0], Reason.FITS, f"predicted {mib(found[0].total)} > budget "
-                        f"{mib(budget)}, but what a token reads fits: {paging.describe()}",
-                        paging)
+                        f"{mib(budget)}, but the weights its tokens read "
+                        f"({mib(paging.working_set)}) fit the {mib(paging.cache)} left: pages "
+                        "it never reads need not be resident", paging)
     return _Verdict(found[0], Reason.PAGING, f"predicted {mib(found[0].total)} > budget "
                     f"{mib(budget)}; {paging.describe()}", paging)
 

@@ -340,3 +340,38 @@ def test_fill_depth_puts_the_workload_at_the_end_of_a_full_context(tmp_path: Pat
     )
     cells = expand(load_matrix(path))
     assert sorted((c.n_ctx, c.n_depth) for c in cells) == [(256, 208), (1024, 976)]
+
+
+def test_load_mode_and_cache_are_axes_that_keep_older_cells_ids() -> None:
+    plain = expand(parse_matrix(matrix_with(mmap=[True, False]), "m.yaml"))
+    named = expand(parse_matrix(matrix_with(load_mode=["mmap", "none", "dio"]), "m.yaml"))
+    # mmap true/false and load_mode mmap/none are the same cells, ids included
+    assert [c.cell_id for c in plain] == [c.cell_id for c in named if c.load_mode != "dio"]
+    dio = [c for c in named if c.load_mode == "dio"]
+    assert dio and all(not c.mmap and c.resolved_load_mode == "dio" for c in dio)
+    cold = expand(parse_matrix(matrix_with(cache=["cold", "warm"]), "m.yaml"))
+    assert {c.cache for c in cold} == {"cold", "warm"}
+    assert not {c.cell_id for c in cold} & {c.cell_id for c in expand(parse_matrix(BASE, "m"))}
+
+
+def test_mmap_and_load_mode_together_and_unknown_knob_values_are_refused() -> None:
+    with pytest.raises(ConfigError, match="declare mmap or load_mode, not both"):
+        parse_matrix(matrix_with(mmap=[True], load_mode=["dio"]), "m.yaml")
+    with pytest.raises(ConfigError, match='unknown cache state "hot"'):
+        parse_matrix(matrix_with(cache=["hot"]), "m.yaml")
+    with pytest.raises(ConfigError, match='unknown load_mode "lazy"'):
+        parse_matrix(matrix_with(load_mode=["lazy"]), "m.yaml")
+
+
+def test_a_cache_knob_on_an_engine_that_cannot_honour_it_is_one_line_exit_2(
+        tmp_path: Path) -> None:
+    engine = tmp_path / "mlc.yaml"
+    engine.write_text('name: mlc\nargv: ["{binary}", "--config", "mlc.json"]\n'
+                      "output: {format: regex, gen_tps: 'decode ([0-9.]+)'}\n")
+    data = matrix_with(engine=[str(engine)], cache=["cold"])
+    path = tmp_path / "cold.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(main, ["plan", str(path), "--memory", "1GiB"])
+    assert result.exit_code == 2
+    assert "axes.cache" in result.output and "cannot honour a cache knob" in result.output
+    assert len(result.output.strip().splitlines()) == 1

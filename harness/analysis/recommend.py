@@ -14,6 +14,13 @@ the worst case; per trial it is the larger of the sampled PSS and the kernel's h
 (VmHWM), which a trial shorter than the sampling interval cannot slip past. When nothing is
 eligible, ``knobs.suggest`` says which knob to turn first.
 
+A candidate whose trials ran by paging their weights from storage (``paging``: its mmap'd model
+did not fit, harness.run.paging) is checked against the memory by what must stay resident (its
+anonymous peak), not its mapped pages, which the kernel reclaims, and is ranked after every
+candidate that fits unless ``allow_paging``; its pick names the bytes a token reads and the
+storage-bound speed. Planned cells that run by paging (``runs_by_paging``) follow the planned
+ones that fit the same way, ranked by their predicted storage-bound speed.
+
 Two objectives rank other figures than speed, and only the candidates that have them:
 ``sustained_tg`` ranks sustained workloads (``sustained_s`` > 0, part of the config) by the
 median ``sustained_tg_tps`` of their trials, throttled ones included since heating up is what
@@ -26,6 +33,7 @@ workloads to ``sustained_tg``. Which trials count per candidate is ``sustained.c
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -48,6 +56,7 @@ from harness.analysis.sustained import (
     sustained_mask,
 )
 from harness.errors import ConfigError
+from harness.paging import MB, PagingPrediction
 from harness.units import mib
 
 Objective = Literal["tg_tps", "pp_tps", "ttft", "sustained_tg", "energy"]
@@ -61,8 +70,9 @@ _OBJECTIVE_TEXT: dict[str, tuple[str, str, str]] = {
     "tg_tps": ("tg_tps", "tok/s", ".1f"), "pp_tps": ("pp_tps", "tok/s", ".1f"),
     "ttft": ("TTFT", "ms", ".1f"), "sustained_tg": ("sustained tg", "tok/s", ".1f"),
     "energy": ("energy", "J per generated token", ".3g")}
-SCHEMA_VERSION = 3  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
+SCHEMA_VERSION = 4  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
 #                     3: objectives sustained_tg and energy, their figures on picks, unranked
+#                     4: paging picks (paging, read_bytes_per_token, storage_bound_tg_tps)
 DEFAULT_RESERVE = "1.5GiB"  # memory left free for the rest of the phone (`--reserve`)
 #: What identifies a candidate: (config_id, build_id, engine).
 CandidateKey = tuple[str, str, str]
@@ -98,6 +108,9 @@ class Pick:
     time_to_throttle_s: float | None = None  # median over the trials that throttled
     tg_j_per_token: float | None = None  # medians over the trials whose energy is valid
     pp_j_per_token: float | None = None
+    paging: bool = False  # its weights page from storage (measured, or planned runs_by_paging)
+    read_bytes_per_token: float | None = None  # storage bytes per generated token (median)
+    storage_bound_tg_tps: float | None = None  # storage speed / bytes per token
 
     @property
     def candidate(self) -> CandidateKey:
@@ -183,6 +196,7 @@ class _Measured:
     n_trials: int
     sustained: SustainedFigures | None = None  # set for a sustained workload
     energy: EnergyFigures | None = None  # None: energy never measured
+    paging: Paging | None = None  # set when its weights paged from storage
 
     @property
     def key(self) -> CandidateKey:
@@ -238,7 +252,8 @@ def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, res
     unhealthy = _health(row, rows, applied, max_throttled)
     if unhealthy is not None:
         return None, unhealthy, None
-    peak = _worst_peak(applied)
+    paging = paging_of(applied)
+    peak = _worst_anon_peak(applied) if paging is not None else _worst_peak(applied)
     if available is not None and peak is not None and peak + reserve > available:
         over = peak + reserve - available
         return None, _reject(row, "over_budget", f"peak {mib(peak)} + reserve {mib(reserve)} "
@@ -246,7 +261,37 @@ def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, res
     rejected = _quality_rejection(row, quality, max_loss)
     if rejected:
         return None, rejected, None
-    return _measured(key, row, rows, peak), None, None
+    return dataclasses.replace(_measured(key, row, rows, peak), paging=paging), None, None
+
+
+@dataclass(frozen=True)
+class Paging:
+    """What a candidate that pages its weights reads, and the speed storage allows it."""
+
+    read_bytes_per_token: float | None
+    storage_mb_s: float | None
+    storage_bound_tg_tps: float | None
+
+
+def paging_of(ok: pd.DataFrame) -> Paging | None:
+    """The candidate's paging, when most of its trials were labelled paging (else None)."""
+    if "paging" not in ok or ok.empty:
+        return None
+    labels = ok["paging"].dropna()
+    if labels.empty or labels.astype(bool).mean() <= 0.5:
+        return None
+    read = _median(ok["read_bytes_per_token"]) if "read_bytes_per_token" in ok else None
+    speed = _median(ok["storage_read_mb_s"]) if "storage_read_mb_s" in ok else None
+    bound = speed * MB / read if read and speed else None
+    return Paging(read, speed, bound)
+
+
+def _worst_anon_peak(ok: pd.DataFrame) -> int | None:
+    """What a paging candidate must keep resident: its anonymous memory (PSS), at its worst."""
+    if "peak_pss_anon_bytes" not in ok:
+        return None
+    peaks = ok["peak_pss_anon_bytes"].dropna()
+    return _int(peaks.max()) if not peaks.empty else None
 
 
 def _measured(key: CandidateKey, row: dict[str, Any], rows: pd.DataFrame,
@@ -328,6 +373,20 @@ def _sustained_text(m: _Measured) -> str:
     return f" ({ratio}, {throttle}, {s.sustained_s:g} s runs)"
 
 
+def _paging_text(paging: Paging | None, measured_tg: float | None) -> str:
+    if paging is None:
+        return ""
+    read = (f"{paging.read_bytes_per_token / 2**20:.0f} MiB read from storage per token"
+            if paging.read_bytes_per_token else "storage reads per token not measured")
+    bound = ""
+    if paging.storage_bound_tg_tps is not None and paging.storage_mb_s:
+        bound = (f", storage-bound {paging.storage_bound_tg_tps:.2f} tok/s at "
+                 f"{paging.storage_mb_s:g} MB/s")
+        if measured_tg:
+            bound += f" ({measured_tg / paging.storage_bound_tg_tps:.0%} of it measured)"
+    return f"runs by paging its weights: {read}{bound}"
+
+
 def _explain(m: _Measured | None, peak: int | None, headroom: int | None, score: QualityScore |
              None, objective: str, pareto: bool, reserve: int) -> str:
     parts = []
@@ -344,8 +403,11 @@ def _explain(m: _Measured | None, peak: int | None, headroom: int | None, score:
         parts.append(text)
     else:
         parts.append("predicted to fit, not measured: run it to know its speed")
+    if m is not None and m.paging is not None:
+        parts.append(_paging_text(m.paging, m.speeds.get("tg_tps")))
     if peak is not None:
-        kind = "peak" if m is not None else "predicted peak"
+        kind = ("resident peak (anonymous)" if m is not None and m.paging is not None
+                else "peak" if m is not None else "predicted peak")
         room = f", {mib(headroom)} headroom after the {mib(reserve)} reserve" \
             if headroom is not None else ""
         parts.append(f"{kind} {mib(peak)}{room}")
@@ -375,11 +437,14 @@ def _scope_note(device: str, builds: Sequence[str], engines: Sequence[str]) -> s
     return f"no trials for device {device!r}{which}"
 
 
-def _ranked(measured: list[_Measured], objective: str) -> list[_Measured]:
-    """Best objective first (ties: smaller peak, then config, build and engine)."""
+def _ranked(measured: list[_Measured], objective: str,
+            allow_paging: bool = False) -> list[_Measured]:
+    """Best objective first (ties: smaller peak, then config, build and engine); candidates
+    that page their weights after those that fit, unless ``allow_paging``."""
     key = OBJECTIVE_COLUMNS[objective]
     sign = 1.0 if objective in LOWER_IS_BETTER else -1.0
-    return sorted(measured, key=lambda m: (m.speeds.get(key) is None,
+    return sorted(measured, key=lambda m: (m.paging is not None and not allow_paging,
+                                           m.speeds.get(key) is None,
                                            sign * (m.speeds.get(key) or 0.0),
                                            m.peak if m.peak is not None else 0, m.key))
 
@@ -397,6 +462,7 @@ def recommend(
     builds: Sequence[str] = (),
     engines: Sequence[str] = (),
     max_throttled_fraction: float = 0.5,
+    allow_paging: bool = False,
 ) -> Recommendation:
     """Rank the (config, build, engine) candidates of ``device`` (a serial or a ``device_model``).
 
@@ -435,7 +501,12 @@ def recommend(
             if rej.reason_code in ("over_budget", "oom_killed"):
                 memory_rejects.append({**candidate.iloc[0].to_dict(), "config_id": rej.config_id,
                                        "label": rej.label, "over_bytes": over})
-    measured = _ranked(measured, objective)
+    measured = _ranked(measured, objective, allow_paging)
+    pages = sum(m.paging is not None for m in measured)
+    if pages and not allow_paging and pages < len(measured):
+        notes.append(f"{pages} of {len(measured)} configs run by paging their weights from "
+                     "storage: ranked after those that fit (--allow-paging ranks them by speed "
+                     "with the others)")
     key_name = OBJECTIVE_COLUMNS[objective]
     sign = 1.0 if objective in LOWER_IS_BETTER else -1.0
     front = _pareto([(m.key, -sign * (m.speeds[key_name] or 0.0), m.peak)
@@ -449,7 +520,7 @@ def recommend(
                and (not engines or p.cell.engine in engines) and _plannable(p, objective)]
     predicted_picks = _predicted(planned, seen, available_bytes, reserve_bytes, scores,
                                  max_quality_loss, rejected)
-    for row, peak in sorted(predicted_picks, key=lambda rp: rp[1]):
+    for row, peak in sorted(predicted_picks, key=_predicted_order):
         picks.append(_pick(len(picks) + 1, row, None, peak, available_bytes, reserve_bytes,
                            scores, objective, False))
     fitting = [{**m.row, "peak_bytes": m.peak} for m in measured if m.peak is not None]
@@ -458,6 +529,15 @@ def recommend(
     return Recommendation(device, objective, available_bytes, reserve_bytes, max_quality_loss,
                           tuple(picks), tuple(p.candidate for p in picks if p.pareto),
                           tuple(rejected), suggestion, tuple(notes), tuple(unranked))
+
+
+def _predicted_order(entry: tuple[dict[str, Any], int]) -> tuple[bool, float, int]:
+    """Planned picks: those that fit by their peak, then those that page, fastest first."""
+    row, peak = entry
+    paging = row.get("paging")
+    if isinstance(paging, PagingPrediction):
+        return (True, -(paging.tg_tps or 0.0), peak)
+    return (False, 0.0, peak)
 
 
 def _plannable(planned: Any, objective: str) -> bool:
@@ -526,6 +606,11 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
     headroom = available - reserve - peak if available is not None and peak is not None else None
     speeds = m.speeds if m else {}
     seconds = m.sustained.sustained_s if m and m.sustained else None
+    planned = row.get("paging") if isinstance(row.get("paging"), PagingPrediction) else None
+    paging = m.paging if m else None
+    explanation = _explain(m, peak, headroom, score, objective, pareto, reserve)
+    if planned is not None:
+        explanation = f"{_planned_paging_text(planned)}; {explanation}"
     return Pick(
         rank=rank, config_id=str(row["config_id"]), label=str(row["label"]),
         model=str(row["model_name"]), quant=str(row["quant"]), n_ctx=int(row["n_ctx"]),
@@ -535,12 +620,24 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
         source="measured" if m else "predicted", build_id=str(row["build_id"]),
         engine=str(row["engine"]), n_trials=m.n_trials if m else 0,
         kl=score.kl if score else None, top1=score.top1 if score else None, pareto=pareto,
-        explanation=_explain(m, peak, headroom, score, objective, pareto, reserve),
+        explanation=explanation,
         sustained_s=seconds, sustained_tg_tps=speeds.get("sustained_tg_tps"),
         steady_state_ratio=speeds.get("steady_state_ratio"),
         time_to_throttle_s=speeds.get("time_to_throttle_s"),
         tg_j_per_token=speeds.get("tg_j_per_token"), pp_j_per_token=speeds.get("pp_j_per_token"),
+        paging=paging is not None or planned is not None,
+        read_bytes_per_token=(paging.read_bytes_per_token if paging
+                              else float(planned.read_per_token) if planned else None),
+        storage_bound_tg_tps=(paging.storage_bound_tg_tps if paging
+                              else planned.tg_tps if planned else None),
     )
+
+
+def _planned_paging_text(paging: PagingPrediction) -> str:
+    speed = (f", storage-bound {paging.tg_tps:.2f} tok/s at {paging.storage_mb_s:g} MB/s"
+             if paging.tg_tps and paging.storage_mb_s else "")
+    return (f"predicted to run by paging its weights: "
+            f"{paging.read_per_token / 2**20:.0f} MiB read from storage per token{speed}")
 
 
 def _predicted(predictions: Sequence[Any], seen: set[CandidateKey], available: int | None,
@@ -561,10 +658,14 @@ def _predicted(predictions: Sequence[Any], seen: set[CandidateKey], available: i
                "type_v": cell.type_v, "threads": cell.threads, "build_id": cell.build,
                "engine": cell.engine}
         named = {**row, "label": f"{cell.label()} (predicted)"}
-        if planned.prediction is None or planned.reason_code not in ("fits", "over_budget"):
+        if planned.prediction is None or planned.reason_code not in (
+                "fits", "over_budget", "runs_by_paging"):
             rejected.append(_reject(named, "predicted_unsupported", planned.reason))
             continue
         peak = int(planned.prediction.total)
+        if planned.reason_code == "runs_by_paging" and planned.paging is not None:
+            row["paging"] = planned.paging  # what must stay resident is what has to fit
+            peak = int(planned.paging.resident)
         if available is not None and peak + reserve > available:
             rejected.append(_reject(named, "predicted_over_budget",
                                     f"predicted peak {mib(peak)} + reserve {mib(reserve)} > "

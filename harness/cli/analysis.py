@@ -220,18 +220,23 @@ def history_command(results: Path, metric: str, device: str | None, config_id: s
               help="Only candidates of this build (repeatable; default: every build).")
 @click.option("--engine", "engines", multiple=True, metavar="ENGINE",
               help="Only candidates run by this engine (repeatable; default: every engine).")
+@click.option("--allow-paging", is_flag=True,
+              help="Rank configs whose mmap'd weights page from storage (bigger than the "
+                   "phone's free memory) by speed with the others, not after those that fit.")
 @click.option("--top", default=10, show_default=True, help="Picks to show.")
 @JSON
 def recommend_command(device_name: str, results: Path, reserve: str, memory: str | None,
                       objective: str, max_quality_loss: float | None, matrix: Path | None,
-                      builds: tuple[str, ...], engines: tuple[str, ...], top: int,
-                      as_json: bool) -> None:
+                      builds: tuple[str, ...], engines: tuple[str, ...], allow_paging: bool,
+                      top: int, as_json: bool) -> None:
     """Rank the configs that fit this device without OOM or throttling, best first.
 
     A pick is a whole configuration: the config's knobs, the build and the engine that ran it;
     each (config, build, engine) measured on the device is a candidate of its own. Candidates
     that fit but lack the objective's figure (no sustained trial, energy invalid or not
-    measured) are listed as not ranked, with the reason.
+    measured) are listed as not ranked, with the reason. Configs that ran (or, with --matrix,
+    would run) by paging their mmap'd weights from storage come after those that fit, each
+    with the bytes a token reads and its storage-bound speed, unless --allow-paging.
 
     \b
     Example:
@@ -240,6 +245,7 @@ def recommend_command(device_name: str, results: Path, reserve: str, memory: str
       harness recommend --device SYN0000 --build release --engine llama-bench
       harness recommend --device SYN0000 --objective sustained_tg
       harness recommend --device SYN0000 --objective energy --json
+      harness recommend --device 127.0.0.1:40123 --allow-paging
     """
     from harness.analysis.recommend import cached_scores, recommend_device
 
@@ -248,10 +254,12 @@ def recommend_command(device_name: str, results: Path, reserve: str, memory: str
     rec, target = recommend_device(
         trials, device_name, reserve_bytes=reserve_bytes,
         memory_bytes=parse_size(memory, "--memory") if memory else None,
-        predictions_for=(lambda available: _predictions(matrix, available, reserve_bytes))
+        predictions_for=(lambda available: _predictions(
+            matrix, available, reserve_bytes, _storage_speed(trials, device_name)))
         if matrix else None,
         objective=objective, max_quality_loss=max_quality_loss,
-        quality=cached_scores(trials), builds=builds, engines=engines)
+        quality=cached_scores(trials), builds=builds, engines=engines,
+        allow_paging=allow_paging)
     if as_json:
         click.echo(json.dumps({**rec.to_json(), "memory_source": target.source}, indent=2))
         return
@@ -264,8 +272,10 @@ def recommend_command(device_name: str, results: Path, reserve: str, memory: str
     for note in rec.notes:
         click.echo(f"note: {note}")
     unranked = f", {len(rec.unranked)} not ranked by {objective}" if rec.unranked else ""
-    click.echo(f"{len(rec.picks)} configs fit, {len(rec.rejected)} rejected{unranked}; "
-               f"Pareto front: {len(rec.pareto)}")
+    pages = sum(p.paging for p in rec.picks)
+    paging = f" ({pages} by paging their weights)" if pages else ""
+    click.echo(f"{len(rec.picks)} configs fit{paging}, {len(rec.rejected)} rejected"
+               f"{unranked}; Pareto front: {len(rec.pareto)}")
     if rec.suggestion is not None:
         click.echo(f"nothing fits; turn {rec.suggestion.knob} first: {rec.suggestion.text}")
 
@@ -306,13 +316,31 @@ def _unranked_table(rec: Recommendation, top: int) -> Table:
     return table
 
 
-def _predictions(matrix: Path, available: int | None, reserve: int) -> list[Any]:
+def _predictions(matrix: Path, available: int | None, reserve: int,
+                 storage_mb_s: float | None) -> list[Any]:
     from harness.matrix import expand, load_matrix
     from harness.plan import plan_cells, resolve_models
 
     loaded = load_matrix(matrix)
     cells = expand(loaded)
-    return plan_cells(cells, resolve_models(loaded, cells), available or 0, reserve)
+    return plan_cells(cells, resolve_models(loaded, cells), available or 0, reserve,
+                      storage_mb_s=storage_mb_s)
+
+
+def _storage_speed(trials: Any, device: str) -> float | None:
+    """The device's storage read speed: what its trials recorded, else its profile's."""
+    if "storage_read_mb_s" in trials:
+        mine = trials[(trials["device_serial"] == device) | (trials["device_model"] == device)]
+        speeds = mine["storage_read_mb_s"].dropna()
+        if not speeds.empty:
+            return float(speeds.median())
+    from harness.errors import ConfigError
+    from harness.profiles import find_profile
+
+    try:
+        return find_profile(device).storage_read_mb_s
+    except ConfigError:
+        return None
 
 
 @click.command("quality")

@@ -492,6 +492,7 @@ def build_report_data(
         options.results, trials, names, options.top))
     energy = _timed(timings, "energy", lambda: workloads.energy_section(trials, names))
     valid = _timed(timings, "validity", lambda: workloads.validity_section(trials, names))
+    paged = _timed(timings, "paging", lambda: workloads.paging_section(trials, names))
     scope = (f"run {options.run_id}" if options.run_id else
              f"since {options.since}" if options.since else "whole store")
     return ReportData(
@@ -502,4 +503,4 @@ def build_report_data(
         throttled_trials=_failure_rows(throttled), comparison=comparison, history=history,
         recommendations=recs, timings=timings, conditions=ran_as, quality=scored,
         heatmap_engine=side.engine if side else None, engines=engines, sustained=sustained,
-        energy=energy, validity=valid, changes=changed, noise=noise)
+        energy=energy, validity=valid, changes=changed, noise=noise, paging=paged)

@@ -45,6 +45,11 @@ TRIAL_COLUMNS = (
     "valid", "invalid_reason", "sustained_s", "time_to_throttle_s", "steady_state_ratio",
     "sustained_tg_tps", "energy_source", "energy_units", "energy_valid", "energy_invalid_reason",
     "idle_power_w", "tg_power_w", "pp_j_per_token", "tg_j_per_token",
+    # schema 8: paging and storage (the paging section, and recommend's paging candidates)
+    "mmap", "model_file_bytes", "peak_pss_anon_bytes", "memory_model", "storage_read_mb_s",
+    "load_mode", "cache", "cache_resident_bytes", "major_faults", "read_bytes",
+    "read_bytes_per_token", "major_faults_per_token", "load_ms", "paging",
+    "predicted_paging_tg_tps",
 )
 # strings with few distinct values: read as categoricals (trial_id, error, evidence stay strings)
 DICTIONARY_COLUMNS = frozenset(

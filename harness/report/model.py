@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from harness.analysis.paging_table import PagingRow
 from harness.analysis.recommend import Pick
 
 Number = float | None
@@ -427,6 +428,18 @@ class EnergySection:
 
 
 @dataclass(frozen=True)
+class PagingSection:
+    """Shown only when the scope holds trials that paged, set their page cache or load mode
+    (``analysis.paging_table``; rows carry the report's device and config labels)."""
+
+    rows: tuple[PagingRow, ...] = ()
+
+    @property
+    def present(self) -> bool:
+        return bool(self.rows)
+
+
+@dataclass(frozen=True)
 class InvalidRow:
     """A device and (config, build, engine) with ok trials that failed a validity gate."""
 
@@ -598,6 +611,7 @@ class ReportData:
     sustained: SustainedSection = field(default_factory=SustainedSection)
     energy: EnergySection = field(default_factory=EnergySection)
     validity: ValiditySection = field(default_factory=ValiditySection)
+    paging: PagingSection = field(default_factory=PagingSection)
     changes: ChangesSection = field(default_factory=ChangesSection)
     noise: NoiseFloorSection = field(default_factory=NoiseFloorSection)
 

@@ -1,14 +1,16 @@
-"""The report's sustained-performance, energy and validity sections.
+"""The report's sustained-performance, energy, validity and paging sections.
 
 Each is the answer of a ``harness.analysis`` function, labelled for people:
 ``sustained.sustained_table`` (and the throughput series of a few of its trials, read from the
-samples), ``energy_table.energy_table`` and ``validity_table.validity``. No median or selection
+samples), ``energy_table.energy_table``, ``validity_table.validity`` and
+``paging_table.paging_table``. No median or selection
 of trials is made here; this module only picks which sustained trials to plot (the newest few
 of each candidate) and maps serials and config ids to the report's labels.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pandas as pd
 
 from harness.analysis.energy_table import energy_table
 from harness.analysis.frames import engine_column, usable
+from harness.analysis.paging_table import paging_table
 from harness.analysis.sustained import (
     SustainedFigures,
     series,
@@ -28,6 +31,7 @@ from harness.report.model import (
     EnergyRow,
     EnergySection,
     InvalidRow,
+    PagingSection,
     SustainedDevice,
     SustainedLine,
     SustainedRow,
@@ -120,3 +124,11 @@ def validity_section(trials: pd.DataFrame, labels: Labels) -> ValiditySection:
     rows = tuple(InvalidRow(labels.device(r.device), labels.config(r.config_id), r.build_id,
                             r.engine, r.checked, r.invalid, r.reasons) for r in found.rows)
     return ValiditySection(found.checked, found.invalid, rows)
+
+
+def paging_section(trials: pd.DataFrame, labels: Labels) -> PagingSection:
+    """``paging_table`` with the report's device and config labels."""
+    rows = tuple(dataclasses.replace(r, device=labels.device(r.device),
+                                     label=labels.config(r.config_id))
+                 for r in paging_table(trials))
+    return PagingSection(rows)

@@ -351,8 +351,6 @@ class TrialRunner:
                                         self.policy.energy.enabled,
                                         conditions.preflight.charging)
         engine_log = parse_memory_log(stderr)
-        storage = _storage_columns(spec, ctx, ticks, timing, headline(measurements, spec.cell),
-                                   after.get("cache", ""), engine_log)
         mems = [t.memory for t in ticks if t.memory]
         top = peak([*(m.rss_kb for m in mems), *(m.vm_hwm_kb for m in mems)])
         engine_line, app_kills = _new_kills(baseline, after.get("lmkd", ""), pid)
@@ -370,6 +368,9 @@ class TrialRunner:
             pressure_full_us=_pressure_growth(baseline, after.get("pressure", "")),
             lmkd_app_kills=app_kills,
         ))
+        storage = _storage_columns(spec, ctx, ticks, timing, headline(measurements, spec.cell),
+                                   after.get("cache", ""), engine_log,
+                                   verdict.outcome == Outcome.OK)
         readback = parse_readback(watcher_threads(after.get("mem", "")), after.get("aff", ""))
         applied = check_applied(affinity_mask(spec.cell, ctx.cpu_mask), spec.cell.threads,
                                 readback) if after else None
@@ -615,9 +616,10 @@ def cache_prelude(ctx: TrialContext, cache: str) -> str:
 
 def _storage_columns(spec: TrialSpec, ctx: TrialContext, ticks: Sequence[Tick],
                      timing: Timing, rates: Measurement | None, cache_text: str,
-                     log: EngineMemoryLog) -> dict[str, Any]:
-    """The schema-8 columns a trial keeps whatever its outcome: the model's residency at the
-    launch, the engine's load time, its storage reads and faults, and whether it paged."""
+                     log: EngineMemoryLog, ok: bool) -> dict[str, Any]:
+    """The schema-8 columns: the model's residency at the launch, the engine's load time and
+    its storage reads and faults (kept whatever the outcome: a killed engine's reads are
+    evidence), and whether it paged while decoding (only an ``ok`` trial decoded)."""
     found = parse_residency(cache_text)
     points = [Point(t.t_ms, t.memory.major_faults, t.memory.read_bytes)
               for t in ticks if t.memory is not None
@@ -627,8 +629,9 @@ def _storage_columns(spec: TrialSpec, ctx: TrialContext, ticks: Sequence[Tick],
     cell = spec.cell
     result = paging.analyse(points, end_ms, 0 if cell.sustained_s else cell.n_gen,
                             rates.gen_tps if rates else None, ctx.model_meta.file_bytes)
+    columns = {**result.columns(), "paging": result.paging if ok else None}
     return {"cache_resident_bytes": found[0].resident_bytes if found else None,
-            "load_ms": log.load_ms, **result.columns(),
+            "load_ms": log.load_ms, **columns,
             "predicted_paging_tg_tps": ctx.predicted_paging_tg_tps}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from pathlib import Path
 
@@ -265,7 +266,7 @@ def test_sustained_objective_ranks_sustained_workloads_and_lists_the_rest(tmp_pa
     assert rec.notes[-1] == ("2 ranked by sustained_tg; not ranked for it: 1 without sustained "
                              "trials")
     doc = rec.to_json()
-    assert doc["schema_version"] == 3 and doc["objective"] == "sustained_tg"
+    assert doc["schema_version"] == 4 and doc["objective"] == "sustained_tg"
     assert [p["sustained_tg_tps"] for p in doc["picks"]] == [16.0, 12.0]
     assert doc["unranked"][0]["reason_code"] == "burst_only"
 
@@ -369,3 +370,55 @@ def test_recommend_command_takes_the_new_objectives(tmp_path: Path,
     assert "--objective sustained_tg" in _cli("--help").output
     bad = _cli(*base, "--objective", "joules")
     assert bad.exit_code == 2
+
+
+def _paging(c, tg: float, n: int = 3):  # type: ignore[no-untyped-def]
+    """Trials whose mmap'd weights paged: resident at the phone's limit, little of it anon."""
+    return [trial(c, rep=i, tg_tps=tg, peak_pss_bytes=4 * GIB, peak_pss_anon_bytes=GIB // 2,
+                  paging=True, read_bytes_per_token=200 * MIB, storage_read_mb_s=1500.0,
+                  major_faults=900) for i in range(n)]
+
+
+def test_configs_that_page_rank_after_those_that_fit_unless_allowed(tmp_path: Path) -> None:
+    fits, pages = cell(quant="Q4_K_M"), cell(quant="F16")
+    frame = _frame(tmp_path, [*_reps(fits, 6.0, 2 * GIB), *_paging(pages, 7.0)])
+    # the paging config's mapped pages are not what has to fit: its anonymous peak is
+    rec = recommend(frame, "SER1", reserve_bytes=GIB, available_bytes=3 * GIB)
+    assert [p.config_id for p in rec.picks] == [fits.config_id, pages.config_id]
+    paged = rec.picks[1]
+    assert paged.paging and not rec.picks[0].paging
+    assert paged.peak_bytes == GIB // 2 and paged.read_bytes_per_token == 200 * MIB
+    assert paged.storage_bound_tg_tps == pytest.approx(1500e6 / (200 * MIB))
+    assert "runs by paging its weights: 200 MiB read from storage per token" in \
+        paged.explanation and "storage-bound 7.15 tok/s at 1500 MB/s" in paged.explanation
+    assert any("ranked after those that fit" in n for n in rec.notes)
+    allowed = recommend(frame, "SER1", reserve_bytes=GIB, available_bytes=3 * GIB,
+                        allow_paging=True)
+    assert [p.config_id for p in allowed.picks] == [pages.config_id, fits.config_id]
+    assert allowed.to_json()["picks"][0]["paging"] is True
+
+
+def test_planned_cells_that_page_follow_the_planned_ones_that_fit(tmp_path: Path) -> None:
+    from harness.paging import PagingPrediction
+
+    measured = cell(quant="Q8_0")
+    frame = _frame(tmp_path, _reps(measured, 10.0, GIB))
+    small, big = cell(quant="Q4_K_M"), cell(quant="F16")
+    prediction = MemoryPrediction(weights=GIB, kv=0, compute=0, overhead=0, n_ctx=512,
+                                  n_ubatch=512, flash_attn=True, weights_source="gguf")
+    paging = PagingPrediction(resident=256 * MIB, cache=GIB, dense_bytes=3 * GIB,
+                              expert_bytes=0, active_expert_bytes=0,
+                              read_per_token=3 * GIB, storage_mb_s=1500.0, tg_tps=0.47)
+    planned = [
+        PlannedCell(big, dataclasses.replace(prediction, weights=4 * GIB), 3 * GIB, True,
+                    "runs_by_paging", "runs by paging", 9.0, paging),
+        PlannedCell(small, prediction, 3 * GIB, True, "fits", "fits", 3.0),
+    ]
+    rec = recommend(frame, "SER1", reserve_bytes=0, available_bytes=3 * GIB,
+                    predictions=planned)
+    assert [p.config_id for p in rec.picks] == [measured.config_id, small.config_id,
+                                                big.config_id]
+    last = rec.picks[-1]
+    assert last.source == "predicted" and last.paging and last.storage_bound_tg_tps == 0.47
+    assert last.peak_bytes == 256 * MIB  # what must stay resident
+    assert last.explanation.startswith("predicted to run by paging its weights: 3072 MiB")

@@ -116,3 +116,20 @@ def test_bad_declarations_name_the_file_and_key(data: dict[str, object], message
 def test_unknown_engine_name_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="unknown engine 'mlc'"):
         get_engine("mlc")
+
+
+def test_load_mode_and_cache_need_the_placeholders_that_honour_them(
+        mnn: Path, tmp_path: Path) -> None:
+    engine = load_generic_engine(mnn)  # passes {model}, but no {load_mode}
+    assert engine.supports(dataclasses.replace(CELL, cache="cold")) is None
+    reason = engine.supports(dataclasses.replace(CELL, load_mode="dio"))
+    assert reason is not None and "no {load_mode}" in reason
+    modes = tmp_path / "modes.yaml"
+    modes.write_text(MNN_YAML.replace('"--mmap={mmap}"', '"--load={load_mode}"')
+                     .replace('"{model}", ', '"--config=m.json", '))
+    engine = load_generic_engine(modes)
+    dio = dataclasses.replace(CELL, load_mode="dio")
+    assert "--load=dio" in engine.argv(dio, "/d/b", "/d/m")
+    assert "--load=none" in engine.argv(CELL, "/d/b", "/d/m")  # mmap false, said its way
+    reason = engine.supports(dataclasses.replace(CELL, cache="warm"))
+    assert reason is not None and "cannot honour a cache knob" in reason

@@ -188,3 +188,16 @@ def test_real_llama_bench_of_the_host_build_runs_and_parses(
     first = parse_output(result.stdout)[0]
     assert first.build_commit == (host_build.manifest.commit or "")[:7]
     assert first.model_filename == str(tiny_ladder["Q4_K_M"])
+
+
+def test_load_mode_is_asked_with_the_build_s_own_flag_and_names() -> None:
+    dio = dataclasses.replace(CELL, mmap=False, load_mode="dio")
+    argv = LlamaBench().argv(dio, "lb", "m.gguf")
+    assert argv[argv.index("-lm") + 1] == "dio"
+    locked = dataclasses.replace(CELL, load_mode="mmap+mlock")
+    assert LlamaBench().argv(locked, "lb", "m.gguf")[argv.index("-lm") + 1] == "mmap+mlock"
+    # an older llama-bench knows only -mmp 0|1: other load modes are unsupported, with a reason
+    old = LlamaBench(Dialect(load_mode=False))
+    assert old.supports(dataclasses.replace(CELL, mmap=False)) is None
+    reason = old.supports(dio)
+    assert reason is not None and "no --load-mode" in reason and "dio" in reason

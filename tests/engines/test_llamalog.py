@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from harness.engines.llamalog import parse_memory_log
 
 MiB = 1024 * 1024
@@ -52,3 +54,11 @@ def test_a_silent_log_gives_nothing() -> None:
 
 def test_caches_before_any_context_line_still_count() -> None:
     assert parse_memory_log(kv(9.0, 512, 18)).kv_bytes == 9 * MiB
+
+
+def test_the_launch_s_load_time_is_the_first_one_llama_cpp_prints() -> None:
+    perf = ("llama_perf_context_print:        load time =    2790.61 ms\n"
+            "llama_perf_context_print: prompt eval time =     120.00 ms /    16 tokens\n")
+    later = perf.replace("2790.61", "9000.00")  # the next context counts from the same start
+    assert parse_memory_log(LOG + perf + later).load_ms == pytest.approx(2790.61)
+    assert parse_memory_log(LOG).load_ms is None

@@ -62,6 +62,8 @@ def test_every_device_command_runs_under_mksh_and_toybox(
     assert dict(summary.outcomes()) == {"ok": 16}
     trials = store.read_table(results, "trials")
     assert trials["vm_hwm_bytes"].notna().all()  # the watcher ran under mksh
+    assert trials["cache_resident_bytes"].notna().all()  # the page-cache tool ran under mksh
+    assert trials["read_bytes"].notna().all()  # and the sampler read /proc/PID/io
     with DeviceLease(device, run="audit") as lease:
         lease.renew()
     started = device.shell("sh -c 'exec sleep 30' >/data/local/tmp/o.txt "
@@ -100,6 +102,8 @@ def test_every_device_command_runs_under_mksh_and_toybox(
         "uptime": "/proc/uptime", "meminfo": "cat /proc/meminfo",
         "pressure": "/proc/pressure/memory", "thermal zones": "grep -H '' /sys/class/thermal",
         "affinity read-back": "Cpus_allowed_list", "watcher files": "/aff",
+        # issue 29: the model's page cache at every launch, and the engine's storage reads
+        "page cache": "/pagecache resident ", "cache file": "> cache 2>&1",
     }
     for kind, sign in kinds.items():
         assert any(sign in command for command, _ in device.ran), f"no {kind} command recorded"

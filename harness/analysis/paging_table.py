@@ -1,0 +1,100 @@
+"""Paging and storage, per device and candidate: what a model bigger than the phone costs.
+
+One row per (device, config, build, engine) whose trials say something about storage: ran by
+paging (``paging``), asked for a cold or warm page cache (``cache``), or loaded otherwise than
+by mmap (``load_mode``). Medians over its trials: what stayed resident against the model file,
+faults and bytes read from storage per generated token, the decode speed measured against the
+one the storage allows (storage speed / bytes per token) and the plan's prediction, the load
+time, and how much of the model was in the page cache at the launch. Pure: the report and
+scripts read the same rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from harness.analysis.frames import engine_column
+from harness.analysis.sustained import GROUP, candidate_label, column, median
+from harness.paging import MB
+
+SHOWN = ("paging", "cache", "load_mode", "read_bytes")
+
+
+@dataclass(frozen=True)
+class PagingRow:
+    device: str  # serial
+    config_id: str
+    build_id: str
+    engine: str
+    label: str
+    model: str
+    quant: str
+    load_mode: str
+    cache: str  # cold, warm or "" (as found)
+    trials: int
+    ok: int
+    paging: int  # ok trials labelled paging
+    killed: int  # oom_killed trials
+    file_bytes: float | None
+    resident_bytes: float | None  # the engine's peak PSS (its mapped pages included)
+    resident_share: float | None  # of the file
+    cache_share: float | None  # of the file in the page cache at the launch
+    load_ms: float | None
+    read_bytes_per_token: float | None
+    faults_per_token: float | None
+    tg_tps: float | None
+    storage_mb_s: float | None
+    storage_bound_tg_tps: float | None  # storage speed / bytes read per token
+    predicted_tg_tps: float | None  # the plan's storage-bound decode speed
+
+
+def _share(part: float | None, whole: float | None) -> float | None:
+    return part / whole if part is not None and whole else None
+
+
+def _row(key: tuple[str, ...], group: pd.DataFrame) -> PagingRow:
+    ok = group[group["outcome"] == "ok"]
+    first = group.iloc[0].to_dict()
+    size = median(column(group, "model_file_bytes"))
+    read = median(column(ok, "read_bytes_per_token"))
+    speed = median(column(group, "storage_read_mb_s"))
+    resident = median(column(ok, "peak_pss_bytes"))
+    cached = median(column(group, "cache_resident_bytes"))
+    load_mode = first.get("load_mode")
+    if not isinstance(load_mode, str) or not load_mode:
+        load_mode = "mmap" if bool(first.get("mmap", True)) else "none"
+    cache = first.get("cache")
+    return PagingRow(
+        device=key[0], config_id=key[1], build_id=key[2], engine=key[3],
+        label=candidate_label(first), model=str(first.get("model_name")),
+        quant=str(first.get("quant")), load_mode=load_mode,
+        cache=cache if isinstance(cache, str) else "", trials=len(group), ok=len(ok),
+        paging=int((column(ok, "paging").astype(object) == True).sum()),  # noqa: E712
+        killed=int((group["outcome"] == "oom_killed").sum()),
+        file_bytes=size, resident_bytes=resident, resident_share=_share(resident, size),
+        cache_share=_share(cached, size), load_ms=median(column(ok, "load_ms")),
+        read_bytes_per_token=read, faults_per_token=median(column(ok, "major_faults_per_token")),
+        tg_tps=median(column(ok, "tg_tps")), storage_mb_s=speed,
+        storage_bound_tg_tps=speed * MB / read if speed and read else None,
+        predicted_tg_tps=median(column(group, "predicted_paging_tg_tps")))
+
+
+def paging_table(trials: pd.DataFrame) -> tuple[PagingRow, ...]:
+    """The candidates whose trials paged, set their page cache or their load mode."""
+    if trials.empty or not any(name in trials for name in SHOWN):
+        return ()
+    paging = column(trials, "paging").astype(object) == True  # noqa: E712 - nullable
+    cache = column(trials, "cache").astype(object).isin(("cold", "warm"))
+    mode = column(trials, "load_mode").astype(object).isin(("none", "dio", "mlock",
+                                                            "mmap+mlock"))
+    wanted = (paging | cache | mode).to_numpy()
+    if not wanted.any():
+        return ()
+    scope = trials[wanted]
+    scope = scope.assign(engine=engine_column(scope).to_numpy())
+    rows = [_row(tuple(str(k) for k in key), group)
+            for key, group in scope.groupby(list(GROUP), sort=True, observed=True)]
+    return tuple(sorted(rows, key=lambda r: (r.device, r.model, r.quant, r.load_mode,
+                                             r.cache, r.build_id, r.engine)))

@@ -1,0 +1,135 @@
+"""Models bigger than the phone's RAM, end to end (issue 29): matrices/bigger-than-ram.yaml on
+the small-RAM virtual phone (devices/virtual/small-ram.yaml), whose memory the host kernel
+enforces (cgroup model) and whose storage reads at 100 MB/s from a disk of its own.
+
+Where the host cannot give a phone a memory cgroup these skip, naming why: the simulated model
+kills what a phone would page, which is what this issue is about.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from harness import store
+from harness.artifacts.builds import Build
+from harness.device import get_device
+from harness.run.runner import RunOptions, execute
+from harness.virtual import cgroups
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+MATRIX = REPO / "matrices" / "bigger-than-ram.yaml"
+SMALL = str(REPO / "devices" / "virtual" / "small-ram.yaml")
+MB = 1_000_000
+MiB = 2**20
+
+
+def _cgroups_or_skip(path: Path) -> None:
+    reason = cgroups.probe(path)
+    if reason is not None:
+        pytest.skip(f"no cgroup memory model here: {reason}")
+
+
+def _run(matrix: Path, phone: Any, results: Path, build: Build) -> pd.DataFrame:
+    execute(matrix, [get_device(phone.serial)],
+            RunOptions(results=results, builds=build.path.parent, reserve_bytes=0,
+                       no_skip=True))
+    return store.read_table(results, "trials")
+
+
+def _cells(trials: pd.DataFrame) -> dict[tuple[str, str, str, str], pd.DataFrame]:
+    keys = ["model_name", "quant", "load_mode", "cache"]
+    return {tuple(k): rows for k, rows in trials.groupby(keys)}  # type: ignore[misc]
+
+
+def test_bigger_than_ram_pages_with_mmap_is_killed_without_and_loads_at_storage_speed(
+        virtual_phones: Any, tmp_path: Path, host_build: Build, bench_ladder: Any,
+        moe_ladder: Any) -> None:
+    _cgroups_or_skip(tmp_path)
+    (phone,) = virtual_phones(1, profile=SMALL)
+    assert phone.info.memory_model == "cgroup" and phone.info.storage_read_mb_s == 100
+    cells = _cells(_run(MATRIX, phone, tmp_path / "r", host_build))
+    limit = 128 * MiB
+
+    dense = cells[("bench", "F16", "mmap", "cold")]
+    assert (dense["outcome"] == "ok").all(), dense[["outcome", "error"]]
+    assert dense["paging"].all() and (dense["memory_model"] == "cgroup").all()
+    assert (dense["storage_read_mb_s"] == 100).all()
+    size = int(dense["model_file_bytes"].iloc[0])
+    assert size > limit  # the file is bigger than what the phone leaves the engine
+    # resident never above the phone's limit: the engine's PSS (VmHWM also counts the host's
+    # shared libraries, which a phone counts as the system's, not the app's budget)
+    assert (dense["peak_pss_bytes"] <= limit).all(), dense[["peak_pss_bytes", "vm_hwm_bytes"]]
+    assert (dense["read_bytes"] >= 2 * size).all() and (dense["major_faults"] > 0).all()
+    # every token reads nearly every matrix again: more than half the file per token
+    assert (dense["read_bytes_per_token"] >= 0.5 * size).all(), dense["read_bytes_per_token"]
+    measured = dense["tg_tps"].median()
+    predicted = dense["predicted_paging_tg_tps"].iloc[0]
+    assert 0.65 <= predicted / measured <= 1.35, (predicted, measured)
+
+    killed = cells[("bench", "F16", "none", "cold")]
+    assert (killed["outcome"] == "oom_killed").all(), killed[["outcome", "error"]]
+    for signals in killed["oom_signals"]:
+        assert "sigkill" in signals.split(",") and {"vm_hwm_near_available",
+                                                    "memory_pressure"} & set(signals.split(","))
+    assert killed["paging"].isna().all()  # never decoded: no label
+
+    moe = cells[("moe", "F16", "mmap", "cold")]
+    assert (moe["outcome"] == "ok").all() and moe["paging"].all()
+    assert (moe["peak_pss_bytes"] < moe["model_file_bytes"]).all()
+
+    cold = cells[("bench", "Q8_0", "mmap", "cold")]
+    warm = cells[("bench", "Q8_0", "mmap", "warm")]
+    assert (cold["outcome"] == "ok").all() and (warm["outcome"] == "ok").all()
+    file_bytes = int(cold["model_file_bytes"].iloc[0])
+    at_storage_ms = file_bytes / (100 * MB) * 1000
+    assert (cold["cache_resident_bytes"] <= 0.05 * file_bytes).all()  # evicted at the launch
+    assert (warm["cache_resident_bytes"] >= 0.95 * file_bytes).all()  # read just before
+    assert (cold["load_ms"] >= 0.9 * at_storage_ms).all(), (cold["load_ms"], at_storage_ms)
+    assert (warm["load_ms"] <= 0.5 * at_storage_ms).all(), (warm["load_ms"], at_storage_ms)
+    assert not cold["paging"].any() and not warm["paging"].any()  # it fits: no paging
+
+
+HALVING = """
+name: halving
+axes:
+  build: [host-release]
+  model: [bench]
+  quant: [F16, Q8_0]
+  n_ctx: [256]
+  kv: [f16]
+  threads: [1]
+  load_mode: [mmap]
+  cache: [warm]
+  n_batch: [64]
+  n_ubatch: [64]
+models:
+  bench: {ladder: bench}
+workload: {n_prompt: 16, n_gen: 8}
+repetitions: 3
+cooldown: {max_thermal_status: 2, max_temperature_c: 45, min_battery_pct: 10, max_wait_s: 30}
+timeout: {trial_s: 240}
+"""
+
+
+def test_halving_the_storage_speed_slows_paging_and_leaves_a_fitting_cell_alone(
+        virtual_phones: Any, tmp_path: Path, host_build: Build, bench_ladder: Any) -> None:
+    _cgroups_or_skip(tmp_path)
+    matrix = tmp_path / "halving.yaml"
+    matrix.write_text(HALVING)
+    tg: dict[tuple[float, str], float] = {}
+    for speed in (100.0, 50.0):  # one phone after the other: neither slows the other down
+        (phone,) = virtual_phones(1, profile=SMALL, storage_mb_s=speed)
+        trials = _run(matrix, phone, tmp_path / f"r{speed:g}", host_build)
+        assert (trials["outcome"] == "ok").all(), trials[["outcome", "error"]]
+        for quant, rows in trials.groupby("quant"):
+            tg[(speed, str(quant))] = float(rows["tg_tps"].median())
+        paging = trials.set_index("quant")["paging"]
+        assert paging.loc["F16"].all() and not paging.loc["Q8_0"].any()
+    assert tg[(50.0, "F16")] <= 0.7 * tg[(100.0, "F16")], tg  # paging: storage-bound
+    assert 0.75 <= tg[(50.0, "Q8_0")] / tg[(100.0, "Q8_0")] <= 1.33, tg  # fits: unaffected

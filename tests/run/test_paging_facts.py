@@ -1,0 +1,53 @@
+"""What a trial's paging evidence becomes: per-token reads in the decode window, and the label."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.run.paging import PAGING_SHARE, PAGING_TOTAL, Point, analyse, label
+
+MB = 1_000_000
+
+
+def _series(rate_mb_s: float, start_ms: int, end_ms: int, step_ms: int = 500,
+            base: int = 0) -> list[Point]:
+    """Storage reads growing at ``rate_mb_s`` from ``start_ms``, 10 faults a second."""
+    return [Point(t, base // MB + (t - start_ms) // 100,
+                  base + round(rate_mb_s * MB * (t - start_ms) / 1000))
+            for t in range(start_ms, end_ms + 1, step_ms)]
+
+
+def test_reads_per_token_come_from_the_decode_window_only() -> None:
+    # load: 150 MB in the first 1.5 s (a cold start), then decoding at 2 tok/s reading 100 MB/s
+    load = [Point(t, t // 100, round(100 * MB * t / 1000)) for t in range(0, 1501, 500)]
+    decode = _series(100, 2000, 6000, base=150 * MB)
+    result = analyse([*load, *decode], end_ms=6000, n_gen=8, tg_tps=2.0, model_bytes=150 * MB)
+    assert result.read_bytes_per_token == pytest.approx(50 * MB)  # 100 MB/s / 2 tok/s
+    assert result.major_faults_per_token == pytest.approx(5.0)
+    assert result.read_bytes == decode[-1].read_bytes and result.paging is True
+
+
+def test_a_model_that_fits_reads_at_load_and_not_while_decoding() -> None:
+    load = [Point(t, 3, round(80 * MB * min(t, 1000) / 1000)) for t in range(0, 4001, 500)]
+    result = analyse(load, end_ms=4000, n_gen=16, tg_tps=8.0, model_bytes=80 * MB)
+    assert result.read_bytes_per_token == 0 and result.paging is False
+
+
+def test_a_decode_window_with_one_sample_falls_back_to_the_total() -> None:
+    points = [Point(0, 0, 0), Point(500, 10, 400 * MB)]
+    result = analyse(points, end_ms=600, n_gen=2, tg_tps=20.0, model_bytes=150 * MB)
+    assert result.read_bytes_per_token is None
+    assert result.paging is True  # 400 MB > 1.5 x 150 MB over the trial
+
+
+def test_label_thresholds() -> None:
+    assert label(PAGING_SHARE * 100 * MB, None, 100 * MB) is True
+    assert label(PAGING_SHARE * 100 * MB - 1, 10**12, 100 * MB) is False  # per token decides
+    assert label(None, round(PAGING_TOTAL * 100 * MB) + 1, 100 * MB) is True
+    assert label(None, 100 * MB, 100 * MB) is False
+    assert label(None, None, 100 * MB) is None and label(1.0, 1, None) is None
+
+
+def test_counters_missing_give_no_figures_and_no_label() -> None:
+    result = analyse([Point(0, None, None)], end_ms=1000, n_gen=4, tg_tps=4.0, model_bytes=MB)
+    assert (result.read_bytes, result.major_faults, result.paging) == (None, None, None)
