@@ -9,6 +9,7 @@ measured is what a user's ``harness run`` pays.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -158,12 +159,16 @@ class Lab:
 
     def run(self, matrix: Path, devices: Sequence[Any], results: Path,
             sample_interval_s: float = 0.5,
-            timeline: Callable[[str, str, dict[str, Any]], None] | None = None) -> Any:
-        """``harness run`` through the library: the path the CLI takes."""
+            timeline: Callable[[str, str, dict[str, Any]], None] | None = None,
+            reserve_bytes: int | None = None) -> Any:
+        """``harness run`` through the library: the path the CLI takes (``reserve_bytes``:
+        its --reserve, default 512 MiB)."""
         from harness.run.runner import RunOptions, execute
 
         options = RunOptions(results=results, builds=self.builds,
                              sample_interval_s=sample_interval_s)
+        if reserve_bytes is not None:
+            options = dataclasses.replace(options, reserve_bytes=reserve_bytes)
         return execute(matrix, list(devices), options, on_event=timeline)
 
 

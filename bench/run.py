@@ -31,7 +31,17 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import farm, memory, push, realmodel, sampler, scripts, sustained, validity
+from bench import (
+    farm,
+    memory,
+    paging,
+    push,
+    realmodel,
+    sampler,
+    scripts,
+    sustained,
+    validity,
+)
 from bench.common import RESULTS, Figure, Lab, machine, open_lab, parse_models_once
 
 PhoneFigure = Callable[[Lab, bool], tuple[list[Figure], dict[str, Any]]]
@@ -39,7 +49,7 @@ HostFigure = Callable[[Path, bool], tuple[list[Figure], dict[str, Any]]]
 PHONE_FIGURES: dict[str, PhoneFigure] = {
     "sampler": sampler.measure, "push": push.measure, "memory": memory.measure,
     "real": realmodel.measure, "farm": farm.measure,
-    "validity": validity.measure, "sustained": sustained.measure,
+    "validity": validity.measure, "sustained": sustained.measure, "paging": paging.measure,
 }
 HOST_FIGURES: dict[str, HostFigure] = {
     "report": scripts.report,

@@ -58,7 +58,7 @@ def load_command(model_path: str, cell: Cell) -> list[str]:
     return [sys.executable, "-m", "harness.engines.pybench", "--model", model_path,
             "--n-ctx", str(cell.n_ctx), "--n-batch", str(cell.n_batch),
             "--n-ubatch", str(cell.n_ubatch), "--type-k", cell.type_k, "--type-v", cell.type_v,
-            "--flash-attn", str(flash), "--mmap" if cell.mmap else "--no-mmap",
+            "--flash-attn", str(flash), "--load-mode", cell.resolved_load_mode,
             "--swa-full" if cell.swa_full else "--no-swa-full", "--threads", "1",
             "--verbose", "--load-only"]
 

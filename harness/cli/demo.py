@@ -11,6 +11,8 @@ from harness.demo import DemoPaths, demo_environment, prepare_artifacts, prepare
 BUILDS = Path("matrices/builds.yaml")
 SUSTAINED = Path("matrices/sustained.yaml")
 HOT_PHONE = Path("devices/virtual/hot-unplugged.yaml")
+BIGGER = Path("matrices/bigger-than-ram.yaml")
+SMALL_PHONE = Path("devices/virtual/small-ram.yaml")
 
 
 @click.command()
@@ -34,7 +36,9 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
     smoke matrix on the phones, then matrices/builds.yaml (the release build against one
     compiled without AVX2, compared in the report), matrices/engines.yaml (llama-bench and
     llama-cpp-python on the same cells), then matrices/sustained.yaml on one phone that heats
-    fast and runs on battery (sustained curves, energy per token), and writes
+    fast and runs on battery (sustained curves, energy per token), then
+    matrices/bigger-than-ram.yaml on a phone with 128 MB free and slow storage (models bigger
+    than its RAM: paging with mmap, killed without it, cold and warm loads), and writes
     reports/demo.html with host-release and host-slow compared.
 
     \b
@@ -56,6 +60,7 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
     sustained = matrix is None and not real  # and the sustained section, on a phone that heats
     if sustained:
         prepare_artifacts(paths, say, "bench")
+        prepare_artifacts(paths, say, "moe")
     if BUILDS in matrices:
         prepare_slow_build(paths, say)
     with demo_environment(paths):
@@ -68,6 +73,11 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
                 f"({HOT_PHONE}): 30 s of decode per configuration")
             ctx.invoke(run_command, matrix=SUSTAINED, devices_spec="sim:1",
                        results=paths.results, builds=paths.builds, profile=str(HOT_PHONE))
+            say(f"running {BIGGER} on a virtual phone with 128 MB free and 100 MB/s storage "
+                f"({SMALL_PHONE}): models bigger than its RAM, mapped and read in")
+            ctx.invoke(run_command, matrix=BIGGER, devices_spec="sim:1",
+                       results=paths.results, builds=paths.builds, profile=str(SMALL_PHONE),
+                       reserve="0", no_skip=True)
     from harness.cli import main
 
     report = main.get_command(ctx, "report")

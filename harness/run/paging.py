@@ -7,12 +7,14 @@ and its storage reads (``/proc/PID/io`` ``read_bytes``: bytes fetched from the b
 page-cache hits not counted) with its memory lines; this module turns that cumulative series and
 the decode window into per-token figures and the trial's ``paging`` label. Pure functions.
 
-Per token: the slope of the series inside the decode window (its last ``n_gen / tg_tps``
-seconds before the engine's end), times the seconds a token took. Storage read once at load (a
-cold start) is outside that window. The label: decoding read at least ``PAGING_SHARE`` of the
-model file per generated token; with no usable window, the trial read more than
-``PAGING_TOTAL`` times the file in all. A paging trial is labelled, not invalid: it is what the
-phone does with that model.
+Per token: the slope of the series over the decode window (its last ``n_gen / tg_tps``
+seconds before the engine's end, from the last reading before it), times the seconds a token
+took. Storage read once at load (a cold start) is before that window. The label: decoding read
+at least ``PAGING_SHARE`` of the model file per generated token. A decode too short for two
+readings is not paging when the storage could not have read that share per token at the speed
+measured (a fast decode of a model that fits); else, with no usable window, the trial paged if
+it read more than ``PAGING_TOTAL`` times the file in all. A paging trial is labelled, not
+invalid: it is what the phone does with that model.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+MB = 1_000_000  # storage speeds are MB/s
 PAGING_SHARE = 0.02  # of the model file read from storage per generated token
 PAGING_TOTAL = 1.5  # times the model file read over the whole trial (no decode window)
 MIN_WINDOW_POINTS = 2
@@ -55,17 +58,21 @@ def _last(points: Sequence[Point], name: str) -> int | None:
 
 
 def _slope(points: Sequence[Point], name: str, start_ms: float, end_ms: float) -> float | None:
-    """Units per second of a cumulative counter between the first and last point inside
-    [start_ms, end_ms]; None with fewer than two."""
-    inside = [(p.t_ms, getattr(p, name)) for p in points
-              if getattr(p, name) is not None and start_ms <= p.t_ms <= end_ms]
-    if len(inside) < MIN_WINDOW_POINTS or inside[-1][0] <= inside[0][0]:
+    """Units per second of a cumulative counter over the decode window [start_ms, end_ms]:
+    from the last reading at or before its start (a short window may hold one reading or none)
+    to the last one inside it; None without two such readings."""
+    known = sorted((p.t_ms, getattr(p, name)) for p in points if getattr(p, name) is not None)
+    before = [r for r in known if r[0] <= start_ms][-1:]
+    inside = [r for r in known if start_ms < r[0] <= end_ms]
+    span = before + inside
+    if len(span) < MIN_WINDOW_POINTS or span[-1][0] <= span[0][0]:
         return None
-    return (inside[-1][1] - inside[0][1]) / ((inside[-1][0] - inside[0][0]) / 1000)
+    return (span[-1][1] - span[0][1]) / ((span[-1][0] - span[0][0]) / 1000)
 
 
 def analyse(points: Sequence[Point], end_ms: float | None, n_gen: int,
-            tg_tps: float | None, model_bytes: int | None) -> Paging:
+            tg_tps: float | None, model_bytes: int | None,
+            storage_mb_s: float | None = None) -> Paging:
     """The paging columns of one trial; ``end_ms``: the engine's end since its launch."""
     faults, read = _last(points, "major_faults"), _last(points, "read_bytes")
     per_token_bytes = per_token_faults = None
@@ -77,16 +84,18 @@ def analyse(points: Sequence[Point], end_ms: float | None, n_gen: int,
         fault_rate = _slope(points, "major_faults", start_ms, end_ms)
         per_token_faults = fault_rate * token_s if fault_rate is not None else None
     return Paging(faults, read, per_token_bytes, per_token_faults,
-                  label(per_token_bytes, read, model_bytes))
+                  label(per_token_bytes, read, model_bytes, tg_tps, storage_mb_s))
 
 
-def label(per_token_bytes: float | None, read_bytes: int | None,
-          model_bytes: int | None) -> bool | None:
+def label(per_token_bytes: float | None, read_bytes: int | None, model_bytes: int | None,
+          tg_tps: float | None = None, storage_mb_s: float | None = None) -> bool | None:
     """True when decoding read the weights from storage (see the module's rule)."""
     if not model_bytes:
         return None
     if per_token_bytes is not None:
         return per_token_bytes >= PAGING_SHARE * model_bytes
+    if tg_tps and storage_mb_s and tg_tps * PAGING_SHARE * model_bytes > storage_mb_s * MB:
+        return False  # storage could not have fed a paging decode this fast
     if read_bytes is not None:
         return read_bytes > PAGING_TOTAL * model_bytes
     return None

@@ -628,7 +628,8 @@ def _storage_columns(spec: TrialSpec, ctx: TrialContext, ticks: Sequence[Tick],
               if timing.t0 is not None and timing.t1 is not None else None)
     cell = spec.cell
     result = paging.analyse(points, end_ms, 0 if cell.sustained_s else cell.n_gen,
-                            rates.gen_tps if rates else None, ctx.model_meta.file_bytes)
+                            rates.gen_tps if rates else None, ctx.model_meta.file_bytes,
+                            ctx.device_meta.storage_read_mb_s)
     columns = {**result.columns(), "paging": result.paging if ok else None}
     return {"cache_resident_bytes": found[0].resident_bytes if found else None,
             "load_ms": log.load_ms, **columns,

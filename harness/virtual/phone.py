@@ -8,16 +8,16 @@ Neither spins: both sleep between steps, and the throttle task idles when the ph
 
 Memory, as on a stock phone (VIRTUAL_PHONE.md, "Android fidelity"). With the ``cgroup`` memory
 model (harness.virtual.cgroups) the host kernel enforces it: the phone's processes live in a
-memory cgroup whose limit is what the phone leaves them (its simulated background apps take
-their share of it), clean file pages are reclaimed and read back from the phone's throttled
-storage, and only memory the kernel cannot reclaim runs the phone out of it; the kernel then
-tells the daemon (its own OOM killer is off in that cgroup). With the ``simulated`` model the
-footprint is the RSS of the phone's processes (file pages included) plus the apps, checked every
-tick. Either way, out of memory: lmkd kills apps first, highest oom_score_adj first, each with
-its ``lowmemorykiller`` line; with no app left, the kernel's OOM killer SIGKILLs the largest
-process and logs nothing a shell can read (user builds have no kernel lines in logcat), or, if
-the profile makes system_server the victim, the phone reboots. Killed apps restart a few seconds
-after the pressure is gone.
+memory cgroup with the phone's limit, its background apps hold real memory there
+(harness.virtual.balloons), clean file pages are reclaimed and read back from the phone's own
+throttled disk, and when nothing is left to reclaim the kernel's OOM killer takes the apps
+first, then the largest process; the daemon only reads what happened (the tick, and a pidfd per
+app) and logs lmkd's lines for the apps. With the ``simulated`` model the footprint is the RSS
+of the phone's processes (file pages included) plus simulated apps, checked every tick: over the
+limit, lmkd kills apps, highest oom_score_adj first, then the largest process is SIGKILLed.
+Either way the engine's kill leaves nothing a shell can read (user builds have no kernel lines
+in logcat), or, if the profile makes system_server the victim, the phone reboots. Killed apps
+restart a few seconds after the pressure is gone.
 """
 
 from __future__ import annotations
@@ -49,8 +49,7 @@ from harness.virtual.config import (
     PhoneConfig,
     PowerConfig,
 )
-from harness.virtual.phonetools import SYSTEM_CGROUPS
-from harness.virtual.sandbox import TOOLS, Sandbox, write_atomic
+from harness.virtual.sandbox import SYSTEM_CGROUPS, TOOLS, Sandbox, write_atomic
 from harness.virtual.userland import (
     NO_SMAPS_ROLLUP,
     exec_env,
@@ -199,8 +198,8 @@ class Phone:
     # the cgroup model: the kernel's counts at the last reading, and the processes that hold
     # the live apps' memory (and system_server's, when the profile makes it the OOM victim)
     _anon_kb: int = 0
-    _refaults: int = 0
-    _oom_kills: int = 0
+    _refaults: int | None = None  # None until the first reading: what came before is not ours
+    _oom_kills: int | None = None
     _balloons: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _system_server: subprocess.Popen[bytes] | None = None
 
@@ -408,9 +407,10 @@ class Phone:
         self._anon_kb = cgroups.anon_bytes(stat) // 1024
         used_kb = self._anon_kb + cgroups.cache_bytes(stat) // 1024
         refaults = cgroups.refaults(stat)
-        thrashing, self._refaults = refaults > self._refaults, refaults
+        thrashing = self._refaults is not None and refaults > self._refaults
         kills = cgroups.oom_kills(self.groups.memory)
-        oom, self._oom_kills = kills > self._oom_kills, kills
+        oom = self._oom_kills is not None and kills > self._oom_kills
+        self._refaults, self._oom_kills = refaults, kills
         if self._system_server is not None and balloons.killed(self._system_server):
             self._system_server_died()
             return

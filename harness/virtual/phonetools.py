@@ -17,7 +17,6 @@ from typing import Any
 from harness.virtual import formats, logstore, procs
 from harness.virtual.config import PhoneConfig
 
-SYSTEM_CGROUPS = "HARNESS_SIM_SYSTEM_CGROUPS"  # where the tools' memory goes (see main)
 FORCE_FILE = "force-thermal"  # written by `cmd thermalservice override-status N`
 LEVELS = "VDIWEFS"
 
@@ -347,19 +346,7 @@ TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
 }
 
 
-def _leave_phone_cgroups() -> None:
-    """A system service's memory is not the shell's: these stand-ins leave the phone's cgroups
-    (their parents' cgroup.procs files are named by the phone's shell environment)."""
-    for path in filter(None, os.environ.get(SYSTEM_CGROUPS, "").split("\n")):
-        try:
-            with open(path, "w") as handle:
-                handle.write(f"{os.getpid()}\n")
-        except OSError:
-            pass
-
-
 def main(argv: Sequence[str]) -> int:
-    _leave_phone_cgroups()
     if not argv or argv[0] not in TOOLS:
         print(f"phonetools: unknown tool {argv[:1]}", file=sys.stderr)
         return 127

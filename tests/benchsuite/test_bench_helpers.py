@@ -104,3 +104,23 @@ def test_table_and_markdown_show_every_figure_with_its_verdict() -> None:
     assert "0.980" in text and "NO" in text and "n/a" in text
     md = markdown(rows, {"1": "3.1-3.4"}, "quick")
     assert "| 1 sampler: x | 0.980 | 0.9-1.0 (n=10) | >= 0.99 | NO | 3.1-3.4 |" in md
+
+
+def test_paging_figure_is_the_worst_cell_and_needs_four_within() -> None:
+    from bench import paging
+
+    trials = pd.DataFrame({
+        "model_name": ["bench", "bench", "moe"], "outcome": ["ok", "ok", "ok"],
+        "tg_tps": [0.8, 0.9, 2.0], "predicted_paging_tg_tps": [0.79, 0.79, 2.6],
+        "paging": [True, True, True], "read_bytes_per_token": [120 * 2**20, 126 * 2**20, 3e7]})
+    rows = paging.cell_rows(trials, 100.0)
+    assert [(r["model"], r["paging"]) for r in rows] == [("bench", 2), ("moe", 1)]
+    assert [r["measured_tg_tps"] for r in rows] == pytest.approx([0.85, 2.0])
+    assert rows[0]["read_mib_per_token"] == 123.0
+    two = paging.figure(rows)
+    assert two.value == pytest.approx(30.0) and two.met is False  # 2 cells, 4 wanted
+    assert "2/2 within" in two.note and "moe at 100 MB/s" in two.note
+    four = paging.figure(rows + paging.cell_rows(trials, 50.0))
+    assert four.met is True
+    far = paging.figure([{**rows[1], "predicted_tg_tps": 3.0}, *rows[:1], *rows, *rows])
+    assert far.met is False and "+50%" in far.spread

@@ -51,3 +51,22 @@ def test_label_thresholds() -> None:
 def test_counters_missing_give_no_figures_and_no_label() -> None:
     result = analyse([Point(0, None, None)], end_ms=1000, n_gen=4, tg_tps=4.0, model_bytes=MB)
     assert (result.read_bytes, result.major_faults, result.paging) == (None, None, None)
+
+
+def test_a_short_decode_window_is_measured_from_the_reading_before_it() -> None:
+    # a cold start read the file at load; 32 tokens at 64 tok/s decode in half a second, with
+    # one reading inside the window: from the one before it, nothing more was read
+    load = [Point(t, 2, round(150 * MB * min(t, 1500) / 1500)) for t in range(0, 2001, 500)]
+    points = [*load, Point(2600, 2, 150 * MB)]
+    result = analyse(points, end_ms=2700, n_gen=32, tg_tps=64.0, model_bytes=150 * MB)
+    assert result.read_bytes_per_token == 0 and result.paging is False
+
+
+def test_a_decode_faster_than_storage_could_feed_paging_is_not_paging() -> None:
+    # 8 tokens at 120 tok/s, no reading in the window, a cold load that read 2 x the file
+    points = [Point(0, 3, 80 * MB), Point(880, 61, 166 * MB)]
+    fast = analyse(points, end_ms=1000, n_gen=8, tg_tps=120.0, model_bytes=80 * MB,
+                   storage_mb_s=100.0)
+    assert fast.read_bytes_per_token is None and fast.paging is False  # 1.6 MB x 120 > 100 MB/s
+    unknown = analyse(points, end_ms=1000, n_gen=8, tg_tps=120.0, model_bytes=80 * MB)
+    assert unknown.paging is True  # no storage speed: the total rule

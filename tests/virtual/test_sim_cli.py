@@ -67,3 +67,29 @@ def test_sim_fault_rejects_bad_power_values(kind: str, value: str | None, words:
     args = ["sim", "fault", "127.0.0.1:1", kind] + ([value] if value else [])
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and words in result.output and "Traceback" not in result.output
+
+
+def test_sim_status_names_the_memory_model_and_an_impossible_cgroup_is_one_line(
+        adb_server: AdbServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.virtual import cgroups
+
+    monkeypatch.setenv("HARNESS_HOME", str(tmp_path / "harness-home"))
+    runner = CliRunner()
+    nowhere = {c: tmp_path / "no-such-mount" / c for c in cgroups.CONTROLLERS}
+    monkeypatch.setattr(cgroups, "controller_dirs", lambda: nowhere)
+    refused = runner.invoke(main, ["sim", "start", "--memory-model", "cgroup"])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert len(refused.output.strip().splitlines()) == 1
+    assert "cannot make the phone's cgroup" in refused.output and "--memory-model" in \
+        refused.output
+    status = json.loads(runner.invoke(main, ["sim", "status", "--json"]).output)
+    assert not [p for p in status if p["running"]]  # nothing started, nothing half made
+    # auto falls back to the simulated model and says why
+    started = runner.invoke(main, ["sim", "start", "--profile", "budget-4gb"])
+    try:
+        assert started.exit_code == 0, started.output
+        status = runner.invoke(main, ["sim", "status"]).output
+        assert "memory: simulated (simulated: " in status and "not writable" in status
+        assert "storage: not throttled: the simulated memory model" in status
+    finally:
+        runner.invoke(main, ["sim", "stop", "--all"])
