@@ -38,7 +38,7 @@ class PagingRow:
     paging: int  # ok trials labelled paging
     killed: int  # oom_killed trials
     file_bytes: float | None
-    resident_bytes: float | None  # the engine's peak PSS (its mapped pages included)
+    resident_bytes: float | None  # the engine's peak resident set (VmHWM; else sampled PSS)
     resident_share: float | None  # of the file
     cache_share: float | None  # of the file in the page cache at the launch
     load_ms: float | None
@@ -60,7 +60,9 @@ def _row(key: tuple[str, ...], group: pd.DataFrame) -> PagingRow:
     size = median(column(group, "model_file_bytes"))
     read = median(column(ok, "read_bytes_per_token"))
     speed = median(column(group, "storage_read_mb_s"))
-    resident = median(column(ok, "peak_pss_bytes"))
+    # the kernel's high-water mark never under-reads (a trial shorter than the sampler's rollup
+    # interval has a PSS from before the model was mapped); it counts shared libraries too
+    resident = median(column(ok, "vm_hwm_bytes").fillna(column(ok, "peak_pss_bytes")))
     cached = median(column(group, "cache_resident_bytes"))
     load_mode = first.get("load_mode")
     if not isinstance(load_mode, str) or not load_mode:

@@ -26,7 +26,7 @@ def _store(root: Path) -> None:
     for rep, (tg, per_token) in enumerate(((0.80, 118 * MiB), (0.76, 124 * MiB),
                                            (0.78, 121 * MiB))):
         records.append(trial(mapped, rep=rep, serial="<b>SER</b>", tg_tps=tg,
-                             model_file_bytes=FILE, peak_pss_bytes=120 * MiB, paging=True,
+                             model_file_bytes=FILE, vm_hwm_bytes=120 * MiB, paging=True,
                              read_bytes_per_token=float(per_token), major_faults_per_token=210.0,
                              storage_read_mb_s=100.0, load_ms=2900.0, cache_resident_bytes=0,
                              predicted_paging_tg_tps=0.79, load_mode="mmap"))
