@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.testing.adbserver import AdbServer, private_adb_server
+from harness.device.adb import adb_version
+from harness.testing.adbserver import AdbServer, adb_clients, private_adb_server
 
 # leakcheck: the run fails if it leaves an adb server or a virtual-phone daemon alive
 pytest_plugins = ["leakcheck", "fixtures_models", "fixtures_phones", "fixtures_builds"]
@@ -20,10 +21,23 @@ os.environ.setdefault("HARNESS_CACHE", str(Path.home() / ".cache" / "harness"))
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures" / "android"
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests marked ``each_adb_client`` run once per adb this machine has: the wheel's, and
+    Debian's 29.0.6 (or any other) when one is on PATH (``./dev test`` installs it)."""
+    if "adb_server" in metafunc.fixturenames and \
+            metafunc.definition.get_closest_marker("each_adb_client"):
+        clients = adb_clients()
+        ids = ["bundled-adb" if i == 0 else f"adb-{adb_version(c)}" for i, c in enumerate(clients)]
+        metafunc.parametrize("adb_server", clients, ids=ids, indirect=True)
+
+
 @pytest.fixture
-def adb_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AdbServer]:
-    """A private adb server on its own port and HOME; the environment points at it."""
-    with private_adb_server(tmp_path / "adb-home") as server:
+def adb_server(request: pytest.FixtureRequest, tmp_path: Path,
+               monkeypatch: pytest.MonkeyPatch) -> Iterator[AdbServer]:
+    """A private adb server on its own port and HOME; the environment points at it. The adb
+    is the wheel's, or each one in turn for tests marked ``each_adb_client``."""
+    binary = getattr(request, "param", None)
+    with private_adb_server(tmp_path / "adb-home", binary) as server:
         for key, value in server.env.items():
             monkeypatch.setenv(key, value)
         yield server

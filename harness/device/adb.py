@@ -107,6 +107,35 @@ def adb_client(port: int | None = None) -> AdbClient:
     return AdbClient(host="127.0.0.1", port=port)
 
 
+def adb_version(binary: str) -> str:
+    """What ``adb version`` says of itself, e.g. ``36.0.0-13206524`` or ``29.0.6-debian``."""
+    import subprocess
+
+    try:
+        text = subprocess.run([binary, "version"], capture_output=True, text=True, timeout=30,
+                              check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    for line in text.splitlines():
+        if line.startswith("Version "):
+            return line.split(None, 1)[1].strip()
+    return text.splitlines()[0].strip() if text.strip() else "unknown"
+
+
+def adb_identity() -> dict[str, Any]:
+    """Which adb a run went through, for its meta: the server's protocol version (what the
+    harness speaks to) and the adb program this machine's adb clients resolve (adbutils' rule:
+    ``ADBUTILS_ADB_PATH``, else the first on PATH, else the one in its wheel) with its version.
+    The wheel's adb and Debian's 29.0.6 both work (tests/virtual/test_adb_path.py runs each)."""
+    found: dict[str, Any] = {"server_version": None, "program": None, "program_version": None}
+    with contextlib.suppress(Exception):
+        found["server_version"] = adb_client().server_version()
+    with contextlib.suppress(Exception):
+        program = str(adbutils.adb_path())
+        found.update(program=program, program_version=adb_version(program))
+    return found
+
+
 SHOWN_CHARS = 160  # of a command, in an error message
 
 

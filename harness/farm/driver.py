@@ -166,7 +166,8 @@ def execute_farm(matrix_path: Path, scheduler: str, options: RunOptions,
         if not any(s in present for s in chosen):
             raise ConfigError(f"none of {', '.join(chosen)} has a worker on the scheduler at "
                               f"{scheduler} (known: {', '.join(sorted(present)) or 'none'})")
-        session.write_meta(chosen, backend="dask", scheduler=scheduler)
+        session.write_meta(chosen, backend="dask", scheduler=scheduler,
+                           adb="on each agent host (its own adb server)")
         with ArtifactService(shipped.files, host, port) as service:
             run = _FarmRun(distributed, client, shipped, service.url, session.run_id, options,
                            session.done, chosen,

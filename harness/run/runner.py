@@ -628,7 +628,7 @@ def execute(matrix_path: Path, devices: Sequence[Device], options: RunOptions,
             run_id: str | None = None, on_event: Event | None = None) -> RunSummary:
     """Run a matrix on devices (one thread each); ``run_id`` given = resume that run."""
     session = RunSession.open(matrix_path, options, run_id)
-    session.write_meta([d.serial for d in devices])
+    session.write_meta([d.serial for d in devices], adb=_adb_identity(devices))
     events = on_event or (lambda kind, serial, details: None)
     workers = [DeviceWorker(d, session.prepared, session.run_id, options, session.done, events)
                for d in devices]
@@ -642,6 +642,13 @@ def execute(matrix_path: Path, devices: Sequence[Device], options: RunOptions,
         raise DeviceBusyError(f"{refused[0]}; the other devices finished, "
                               f"--resume {session.run_id} runs this one's trials later")
     return session.summary([w.summary for w in workers])
+
+
+def _adb_identity(devices: Sequence[Device]) -> dict[str, Any] | None:
+    """The adb the run's phones are reached through (None: only this host, no adb)."""
+    from harness.device.adb import AdbDevice, adb_identity
+
+    return adb_identity() if any(isinstance(d, AdbDevice) for d in devices) else None
 
 
 def load_run_meta(results: Path, run_id: str) -> dict[str, Any]:

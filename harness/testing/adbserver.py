@@ -2,11 +2,17 @@
 
 Tests and the demo never touch a user's adb server on 5037. The server runs in the foreground
 (``adb nodaemon server``) as our own child, so we know its pid and stop it by that pid.
+
+Which adb: ``ADBUTILS_ADB_PATH`` when set, else the one inside the adbutils wheel, not the first
+on PATH (which adbutils would prefer): a private server is the same program wherever it runs.
+``adb_clients`` lists every adb this machine has (the wheel's, and a different one on PATH such
+as Debian's 29.0.6, what many users have), so tests can run against each.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -19,14 +25,26 @@ from pathlib import Path
 from harness.errors import DeviceError
 
 
-def adb_binary() -> str:
-    """The adb inside the adbutils wheel (a version mismatch would restart the server)."""
-    configured = os.environ.get("ADBUTILS_ADB_PATH")
-    if configured:
-        return configured
+def bundled_adb() -> str:
+    """The adb inside the adbutils wheel."""
     import adbutils
 
-    return str(adbutils.adb_path())
+    return str(Path(adbutils.__file__).resolve().parent / "binaries" / "adb")
+
+
+def adb_binary() -> str:
+    """``ADBUTILS_ADB_PATH`` when set, else the wheel's adb (module docstring)."""
+    return os.environ.get("ADBUTILS_ADB_PATH") or bundled_adb()
+
+
+def adb_clients() -> list[str]:
+    """Every adb this machine offers, the default first: the wheel's (or ADBUTILS_ADB_PATH),
+    then the first one on PATH when it is another program (Debian's, a platform-tools)."""
+    found = [adb_binary()]
+    on_path = shutil.which("adb")
+    if on_path and os.path.realpath(on_path) != os.path.realpath(found[0]):
+        found.append(on_path)
+    return found
 
 
 def free_port() -> int:
@@ -44,13 +62,14 @@ class AdbServer:
     port: int
     home: Path
     process: subprocess.Popen[bytes]
+    binary: str = ""  # the adb the server runs, and its clients use (a mismatch restarts it)
 
     @property
     def env(self) -> dict[str, str]:
         """Variables that point adb, adbutils and harness at this server."""
         return {
             "ANDROID_ADB_SERVER_PORT": str(self.port),
-            "ADBUTILS_ADB_PATH": adb_binary(),
+            "ADBUTILS_ADB_PATH": self.binary,
             "HOME": str(self.home),
             "ADB_MDNS": "0",
             "ADB_EMU": "0",
@@ -63,9 +82,15 @@ class AdbServer:
         of starting a daemon of its own there, which nobody would stop.
         """
         return subprocess.run(
-            [adb_binary(), "-H", "127.0.0.1", "-P", str(self.port), *args],
+            [self.binary, "-H", "127.0.0.1", "-P", str(self.port), *args],
             env={**os.environ, **self.env}, capture_output=True, text=True, timeout=timeout,
         )
+
+    @staticmethod
+    def said(result: subprocess.CompletedProcess[str]) -> str:
+        """What the adb client printed, on either stream: its own errors ("adb: error: ...",
+        "remote open failed: ...") go to stderr in recent adbs, to stdout in 29.0.6."""
+        return result.stdout + result.stderr
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -77,7 +102,9 @@ class AdbServer:
                 self.process.wait(timeout=10)
 
 
-def start_adb_server(home: Path | None = None, port: int | None = None) -> AdbServer:
+def start_adb_server(home: Path | None = None, port: int | None = None,
+                     binary: str | None = None) -> AdbServer:
+    binary = binary or adb_binary()
     home = home or Path(tempfile.mkdtemp(prefix="harness-adb-home-"))
     home.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
@@ -86,11 +113,11 @@ def start_adb_server(home: Path | None = None, port: int | None = None) -> AdbSe
     env.pop("ANDROID_ADB_SERVER_ADDRESS", None)  # a server given a host name aborts at start
     log = open(home / "adb-server.log", "ab")  # noqa: SIM115 - lives as long as the server
     process = subprocess.Popen(
-        [adb_binary(), "-P", str(port), "nodaemon", "server"],
+        [binary, "-P", str(port), "nodaemon", "server"],
         env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )
     log.close()
-    server = AdbServer(port=port, home=home, process=process)
+    server = AdbServer(port=port, home=home, process=process, binary=binary)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -106,9 +133,11 @@ def start_adb_server(home: Path | None = None, port: int | None = None) -> AdbSe
 
 
 @contextmanager
-def private_adb_server(home: Path | None = None) -> Iterator[AdbServer]:
-    """Start a private adb server and stop it (by its pid) however the block ends."""
-    server = start_adb_server(home)
+def private_adb_server(home: Path | None = None,
+                       binary: str | None = None) -> Iterator[AdbServer]:
+    """Start a private adb server (``binary``, else ``adb_binary``) and stop it (by its pid)
+    however the block ends."""
+    server = start_adb_server(home, binary=binary)
     try:
         yield server
     finally:

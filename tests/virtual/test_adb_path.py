@@ -13,6 +13,9 @@ from fixtures_phones import PhoneFactory, VirtualPhone
 
 from harness.testing.adbserver import AdbServer
 
+# every test here runs once per adb client this machine has (tests/conftest.py)
+pytestmark = pytest.mark.each_adb_client
+
 
 def _device(server: AdbServer, phone: VirtualPhone) -> adbutils.AdbDevice:
     return adbutils.AdbClient(host="127.0.0.1", port=server.port).device(phone.serial)
@@ -100,7 +103,7 @@ def test_sync_refuses_a_push_when_the_disk_is_full(adb_server: AdbServer,
     virtual_phone.fault("disk-full")
     push = adb_server.adb("-s", virtual_phone.serial, "push", str(source), "/data/local/tmp/s.bin")
     assert push.returncode != 0
-    assert "No space left on device" in push.stderr
+    assert "No space left on device" in adb_server.said(push)
     assert not (virtual_phone.root / "data/local/tmp/s.bin").exists()
     virtual_phone.fault("disk-ok")
     again = adb_server.adb("-s", virtual_phone.serial, "push", str(source), "/data/local/tmp/s.bin")
@@ -126,7 +129,7 @@ def test_small_virtual_disk_fills_up(adb_server: AdbServer, virtual_phones: Phon
     source = tmp_path / "two-mb.bin"
     source.write_bytes(b"y" * 2 * 1024 * 1024)
     push = adb_server.adb("-s", phone.serial, "push", str(source), "/sdcard/two.bin")
-    assert "No space left on device" in push.stderr
+    assert push.returncode != 0 and "No space left on device" in adb_server.said(push)
 
 
 def test_drop_fault_takes_the_phone_offline_until_it_reconnects(

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import adbutils
+import pytest
 from fixtures_phones import PhoneFactory, VirtualPhone
 
 from harness.profiles import find_profile
@@ -91,6 +92,7 @@ def test_lmkd_kills_apps_then_the_kernel_kills_the_largest_process_silently(
     assert _available_kb(adb_server, phone) <= 100 * 1024
 
 
+@pytest.mark.each_adb_client
 def test_system_server_as_oom_victim_reboots_the_phone(
         adb_server: AdbServer, virtual_phones: PhoneFactory,
         phone_programs: dict[str, Path]) -> None:
@@ -107,7 +109,9 @@ def test_system_server_as_oom_victim_reboots_the_phone(
     sleeper = _sh(adb_server, phone, "sleep 300 >/dev/null 2>&1 & echo $!").stdout.strip()
     hog = _push(adb_server, phone, phone_programs["hog"])
     run = _sh(adb_server, phone, f"{hog} 400")
-    assert run.returncode not in (0, 137) and "allocated" not in run.stdout  # the link dropped
+    # the link dropped: not the hog's SIGKILL (137); adb 29.0.6 reports a stream that ends
+    # without an exit status as 0, recent ones as an error; the new boot id below proves it
+    assert run.returncode != 137 and "allocated" not in run.stdout
     assert not alive(int(sleeper)), "a process of the phone survived its reboot"
 
     def back() -> bool:

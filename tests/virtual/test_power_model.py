@@ -283,6 +283,7 @@ def test_a_busy_phone_draws_more_and_its_gauge_agrees_with_the_truth_log(
     assert "  status: 2\n" in device.shell("dumpsys battery")
 
 
+@pytest.mark.each_adb_client
 def test_a_phone_with_unreadable_power_supply_files_and_a_vendor_gauge(
         adb_server: AdbServer, virtual_phones: PhoneFactory, tmp_path: Path) -> None:
     flagship = find_profile("flagship-16gb")
@@ -301,7 +302,7 @@ def test_a_phone_with_unreadable_power_supply_files_and_a_vendor_gauge(
     # ... and the shell user cannot read them, by sync or in the shell
     pulled = adb_server.adb("-s", phone.serial, "pull", f"{SUPPLY}/battery/current_now",
                             str(tmp_path / "current_now"))
-    assert pulled.returncode != 0 and "Permission denied" in pulled.stderr
+    assert pulled.returncode != 0 and "Permission denied" in adb_server.said(pulled)
     denied = adb_server.adb("-s", phone.serial, "shell",
                             "cat sys/class/power_supply/battery/current_now")
     assert denied.returncode == 1 and "Permission denied" in denied.stderr
