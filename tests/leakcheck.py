@@ -1,4 +1,5 @@
-"""The session must leave no adb server and no virtual-phone daemon behind (a pytest plugin).
+"""The session must leave no adb server, virtual-phone daemon or app, phone cgroup or phone disk
+behind (a pytest plugin).
 
 At the start, the session puts a token of its own into the environment (``HARNESS_TEST_SESSION``),
 which every process it starts inherits: subprocesses, virtual-phone daemons, and adb servers that
@@ -8,7 +9,10 @@ virtual-phone daemon (by its command line) that carries the token or descends fr
 process fails the run, naming the process; it is then stopped by its pid, since this session
 started it. Nothing without the token is ever signalled. An adb server listening on 5037 that was
 not there at the start is named too: a failure if this session started it, a warning otherwise
-(another session on the same machine may have).
+(another session on the same machine may have). A virtual phone of this session's (its slot
+under the session's temporary folder) whose cgroups or /data mount are still there at the end
+is a leak too, and they are removed (harness.virtual.cgroups, harness.virtual.disk); another
+session's phones are never looked at.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from typing import Any
 
 import pytest
 
+from harness.virtual import balloons, cgroups, disk
 from harness.virtual.control import DAEMON_MODULE
+from harness.virtual.provision import cgroup_name
 
 TOKEN_VAR = "HARNESS_TEST_SESSION"
 USER_ADB_PORT = 5037
@@ -47,6 +53,20 @@ class Baseline:
     token: str
     procs: set[tuple[int, int]]
     user_port_owners: set[int]
+
+
+def phone_leftovers(base: Path) -> tuple[list[Path], list[Path]]:
+    """(cgroup directories, /data mounts) still there of the virtual phones whose slots are
+    under ``base`` (this session's temporary folder)."""
+    groups: list[Path] = []
+    mounts: list[Path] = []
+    parents = list(cgroups.controller_dirs().values())
+    for slot in sorted(base.glob("**/phones/*")):
+        name = cgroups.PREFIX + cgroup_name(slot)
+        groups += [parent / name for parent in parents if (parent / name).is_dir()]
+        if os.path.ismount(slot / "root" / "data"):
+            mounts.append(slot / "root" / "data")
+    return groups, mounts
 
 
 _BASELINE = pytest.StashKey[Baseline]()
@@ -72,6 +92,8 @@ def _kind(pid: int, argv: list[str]) -> str | None:
         return "adb"
     if DAEMON_MODULE in argv:
         return "virtual-phone daemon"
+    if argv and argv[-1] == balloons.MARKER:
+        return "virtual-phone app"
     return None
 
 
@@ -213,6 +235,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         messages.append(f"left alive by this test session: {proc.describe()}{where}")
     for proc in leaked:
         _stop(proc)
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    groups, mounts = phone_leftovers(factory.getbasetemp()) if factory else ([], [])
+    for mount in mounts:
+        messages.append(f"left mounted by this test session: a virtual phone's /data at {mount}")
+        image = mount.parent.parent / disk.IMAGE
+        disk.release(disk.PhoneDisk(image, "", mount, disk.DEFAULT_READAHEAD_KB))
+    for group in groups:
+        messages.append(f"left by this test session: a virtual phone's cgroup {group}")
+        cgroups.remove_dir(group)
     session.config.stash[_LEAKS] = messages
     session.config.stash[_NOTES] = notes
     if messages:
@@ -226,10 +257,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     messages = config.stash.get(_LEAKS, [])
     notes = config.stash.get(_NOTES, [])
     if messages:
-        terminalreporter.write_sep("=", "processes leaked by the test session (run FAILED)",
+        terminalreporter.write_sep("=", "leaked by the test session (run FAILED)",
                                    red=True, bold=True)
         for message in messages:
             terminalreporter.write_line(message, red=True)
-        terminalreporter.write_line("(each was stopped by its pid after being reported)")
+        terminalreporter.write_line("(each was stopped by its pid, or removed, after being "
+                                    "reported)")
     for note in notes:
         terminalreporter.write_line(f"note: {note}", yellow=True)

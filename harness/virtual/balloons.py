@@ -28,6 +28,7 @@ import subprocess
 import sys
 
 READY_S = 10.0  # a balloon that has not touched its memory by then is given up
+MARKER = "harness-app-balloon"  # its last argument: how a leak check knows one
 
 # argv: the phone's memory cgroup.procs file, the app's oom_score_adj, its RSS in kB
 _CODE = r"""
@@ -56,7 +57,7 @@ def spawn(procs_file: str, adj: int, rss_kb: int) -> subprocess.Popen[bytes] | N
     """Start a balloon holding ``rss_kb`` at kernel score ``adj`` and wait until it holds its
     memory; None if it could not (the kernel may have killed it already: no room for it)."""
     process = subprocess.Popen(
-        [sys.executable, "-S", "-c", _CODE, procs_file, str(adj), str(rss_kb)],
+        [sys.executable, "-S", "-c", _CODE, procs_file, str(adj), str(rss_kb), MARKER],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         start_new_session=True)
     assert process.stdout is not None

@@ -41,11 +41,11 @@ def _simulated(config: PhoneConfig, note: str) -> PhoneConfig:
     return dataclasses.replace(done, props=_props(done))
 
 
-def cgroup_name(config: PhoneConfig, phone_dir: Path) -> str:
+def cgroup_name(phone_dir: Path) -> str:
     """The phone's cgroup name: its slot, and its folder's hash (two sim homes may both have a
     ``midrange-8gb-1``; a stale cgroup of this very phone is the only one a start replaces)."""
     digest = hashlib.sha256(str(phone_dir.resolve()).encode()).hexdigest()[:10]
-    return f"{config.name}-{digest}"
+    return f"{phone_dir.name}-{digest}"
 
 
 def provision(config: PhoneConfig, phone_dir: Path, requested: str = "auto",
@@ -82,8 +82,7 @@ def provision(config: PhoneConfig, phone_dir: Path, requested: str = "auto",
                                       "on a disk (HARNESS_HOME) or drop storage.read_mb_s")
         read_bps, storage_note = None, f"not throttled: {reason}"
     try:
-        groups = cgroups.make(cgroup_name(config, phone_dir), config.limit_mb * MIB, read_bps,
-                              data)
+        groups = cgroups.make(cgroup_name(phone_dir), config.limit_mb * MIB, read_bps, data)
     except cgroups.CgroupError as error:
         disk.release(own)
         if requested == "cgroup":

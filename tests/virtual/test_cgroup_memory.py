@@ -8,7 +8,6 @@ host cannot give a phone a cgroup they skip, naming why, and the simulated model
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -21,6 +20,7 @@ from harness.errors import ConfigError
 from harness.testing.adbserver import AdbServer
 from harness.virtual import cgroups
 from harness.virtual.control import list_phones, stop_phones
+from harness.virtual.provision import cgroup_name
 
 MB = 1_000_000
 
@@ -132,6 +132,5 @@ def test_a_storage_speed_beyond_the_host_disk_is_refused_and_nothing_is_left(
         virtual_phones(ram_mb=128, storage_mb_s=10_000_000)
     assert not [p for p in list_phones(tmp_path / "sim") if p.running]
     slot = tmp_path / "sim" / "phones" / "midrange-8gb-1"
-    digest = hashlib.sha256(str(slot.resolve()).encode()).hexdigest()[:10]
     parent = cgroups.controller_dirs()["memory"]  # where this process's phones would nest
-    assert not (parent / f"{cgroups.PREFIX}midrange-8gb-1-{digest}").exists()
+    assert not (parent / (cgroups.PREFIX + cgroup_name(slot))).exists()
