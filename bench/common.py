@@ -180,7 +180,7 @@ def open_lab(work: Path) -> Iterator[Lab]:
     when a figure fails half-way.
     """
     from harness.artifacts.cmake_build import ensure_host_build
-    from harness.artifacts.testmodels import default_cache_root
+    from harness.artifacts.ladder import default_cache_root
     from harness.testing.adbserver import private_adb_server
     from harness.virtual.control import stop_phones
 

@@ -41,7 +41,7 @@ class DemoPaths:
 @contextmanager
 def demo_environment(paths: DemoPaths) -> Iterator[None]:
     """A private adb server and sim state for the demo; restored and stopped afterwards."""
-    from harness.artifacts.testmodels import default_cache_root
+    from harness.artifacts.ladder import default_cache_root
 
     paths.home.mkdir(parents=True, exist_ok=True)
     saved = dict(os.environ)

@@ -111,7 +111,7 @@ def test_the_installed_chunks_match_the_pinned_digests() -> None:
 @pytest.mark.slow
 def test_every_rung_of_the_real_ladder_records_its_source_and_chain(
         gemma_ladder: dict[str, Path]) -> None:
-    from harness.artifacts.testmodels import default_cache_root
+    from harness.artifacts.ladder import default_cache_root
 
     manifest = realmodel.read_manifest(default_cache_root())
     assert manifest is not None and manifest["source"]["sha256"] == realmodel.SOURCE_SHA256

@@ -339,7 +339,7 @@ def load_quality_files(files: Iterable[Path]) -> dict[str, QualityScore]:
 
 
 def cached_quality_files(cache_dir: Path | None = None) -> list[Path]:
-    from harness.artifacts.testmodels import default_cache_root
+    from harness.artifacts.ladder import default_cache_root
 
     root = cache_dir if cache_dir is not None else default_cache_root()
     return sorted((root / "models").glob(f"*/{QUALITY_FILE}"))

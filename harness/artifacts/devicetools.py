@@ -40,8 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from harness.artifacts.cmake_build import NDK_TOOLCHAIN
-from harness.artifacts.ladder import atomic_output
-from harness.artifacts.testmodels import default_cache_root, exclusive
+from harness.artifacts.ladder import atomic_output, default_cache_root, exclusive
 from harness.errors import BuildError
 from harness.virtual.userland import ABI_MACHINES, host_abi
 

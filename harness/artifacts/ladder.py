@@ -9,6 +9,7 @@ interrupted run never leaves a half-written file that looks finished.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -33,6 +34,23 @@ LADDER_SIZES: tuple[str, ...] = SYNTHETIC_SIZES + REAL_LADDERS
 # experts, which needs an unquantised, an 8-bit and a 4-bit file, not seven quantisations of a
 # quarter-GB model (each costs CI time).
 _LADDER_RUNGS: dict[str, tuple[str, ...]] = {"moe": ("F16", "Q8_0", "Q4_K_M")}
+
+
+def default_cache_root() -> Path:
+    """Where made files are cached: $HARNESS_CACHE, else ``~/.cache/harness``."""
+    return Path(os.environ.get("HARNESS_CACHE") or Path.home() / ".cache" / "harness")
+
+
+@contextmanager
+def exclusive(directory: Path) -> Iterator[None]:
+    """Hold a lock on the ladder directory so concurrent sessions do not quantise twice."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def ladder_quants(size: str) -> tuple[str, ...]:

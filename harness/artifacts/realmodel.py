@@ -26,6 +26,7 @@ from harness.artifacts.hashing import BLOCK, file_sha256
 from harness.artifacts.ladder import (
     LADDER_QUANTS,
     atomic_output,
+    exclusive,
     llama_cpp_python_version,
     quantize,
 )
@@ -167,8 +168,6 @@ def ensure_real_ladder(cache_root: Path, progress: Progress = None) -> dict[str,
     The cached ladder is used as is when its manifest exists (it is written last); otherwise the
     chunks are verified, the source assembled, the F16 dequantised and the rest requantised.
     """
-    from harness.artifacts.testmodels import exclusive
-
     paths = ladder_paths(cache_root)
     directory = ladder_dir(cache_root)
     if (directory / MANIFEST).is_file() and all(p.exists() for p in paths.values()):

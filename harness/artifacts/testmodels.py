@@ -18,18 +18,16 @@ The ladder (F16 base plus llama.cpp quantisations) is cached by content under
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
 import numpy as np
 
+from harness.artifacts import realmodel
 from harness.artifacts.ladder import (
     FILE_TYPES,
     LADDER_QUANTS,
@@ -37,6 +35,8 @@ from harness.artifacts.ladder import (
     REAL_LADDERS,
     SYNTHETIC_SIZES,
     atomic_output,
+    default_cache_root,
+    exclusive,
     ladder_quants,
     llama_cpp_python_version,
     quantize_ladder,
@@ -365,16 +365,10 @@ def cache_key(spec: ModelSpec) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def default_cache_root() -> Path:
-    return Path(os.environ.get("HARNESS_CACHE") or Path.home() / ".cache" / "harness")
-
-
 def ladder_dir(size: str = "tiny", cache_dir: Path | None = None) -> Path:
     """Where the ladder of ``size`` lives: ``<cache root>/models/<key>/``."""
     root = cache_dir if cache_dir is not None else default_cache_root()
     if size in REAL_LADDERS:
-        from harness.artifacts import realmodel
-
         return realmodel.ladder_dir(root)
     return root / "models" / cache_key(spec_for(size))
 
@@ -383,23 +377,9 @@ def ladder_paths(size: str = "tiny", cache_dir: Path | None = None) -> dict[str,
     """quant -> file path of each rung of the ``size`` ladder (whether or not made yet); a
     ladder with fewer rungs than LADDER_QUANTS (``ladder_quants``) has no entry for the rest."""
     if size in REAL_LADDERS:
-        from harness.artifacts import realmodel
-
         return realmodel.ladder_paths(cache_dir if cache_dir is not None else default_cache_root())
     directory = ladder_dir(size, cache_dir)
     return {q: directory / f"harness-{size}-{q}.gguf" for q in ladder_quants(size)}
-
-
-@contextmanager
-def exclusive(directory: Path) -> Iterator[None]:
-    """Hold a lock on the ladder directory so concurrent sessions do not quantise twice."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def ensure_ladder(
@@ -413,8 +393,6 @@ def ensure_ladder(
     they are, so a second call returns at once without rewriting anything.
     """
     if size in REAL_LADDERS:
-        from harness.artifacts import realmodel
-
         root = cache_dir if cache_dir is not None else default_cache_root()
         return realmodel.ensure_real_ladder(root, progress)
     paths = ladder_paths(size, cache_dir)

@@ -129,7 +129,7 @@ def _build_repack(matrix: Any) -> dict[str, frozenset[str]]:
     """What each of the matrix's builds repacks, for the builds found under builds/ (others:
     nothing is assumed)."""
     from harness.artifacts.builds import builds_root, open_build
-    from harness.run.runner import build_repack
+    from harness.run.worker import build_repack
 
     found = {}
     for name in matrix.axes.get("build", ()):

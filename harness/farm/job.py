@@ -34,7 +34,8 @@ from harness.farm.artifacts import ArtifactCache, Fetched, FileRef, default_cach
 from harness.records import AdaptiveRecord, SampleRecord, TrialRecord
 from harness.run.events import Kind
 from harness.run.order import TrialSpec
-from harness.run.runner import DeviceWorker, Prepared, RunOptions
+from harness.run.session import Prepared, RunOptions
+from harness.run.worker import DeviceWorker
 
 TrialResult = tuple[TrialRecord, tuple[SampleRecord, ...]]
 _KEEP_DEVICES = 8  # prepared devices kept per worker process (runs x phones)

@@ -1,23 +1,116 @@
 """A run session: what both backends (local threads, the Dask farm) share about one run.
 
-It owns the run id (new, or the one being resumed), the prepared matrix, the trials already
-stored (for ``--resume``), the run's meta file and the summary at the end. The backends only
-decide where each device's jobs run.
+The run's shared types live here (options, the prepared matrix, the summaries), so the backends
+and the device worker import them without importing each other. A session owns the run id (new,
+or the one being resumed), the prepared matrix, the trials already stored (for ``--resume``), the
+run's meta file and the summary at the end. The backends only decide where each device's jobs
+run.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from harness.artifacts.builds import Build, builds_root, open_build
+from harness.cell import DEVICE_PYTHON_BUILD, Cell
+from harness.device.lease import DEFAULT_TTL_S
+from harness.engines import get_engine
+from harness.matrix import Matrix, expand, load_matrix
+from harness.plan import DEFAULT_RESERVE_BYTES, resolve_models
+from harness.records import AdaptiveRecord
 from harness.run import store_io
 
-if TYPE_CHECKING:
-    from harness.run.runner import DeviceSummary, Prepared, RunOptions, RunSummary
+
+@dataclass(frozen=True)
+class RunOptions:
+    results: Path
+    builds: Path | None = None
+    reserve_bytes: int = DEFAULT_RESERVE_BYTES
+    no_skip: bool = False
+    sample_interval_s: float = 0.5  # <= 0 disables the sampler (bench/sampler.py)
+    status_interval_s: float = 0.0  # dumpsys thermalservice during a trial (0: before/after)
+    dumpsys_interval_s: float = 0.0  # dumpsys meminfo <pid> during a trial (0: never)
+    reconnect_s: float = 60.0  # how long a lost device is waited for before its jobs stop
+    lease_ttl_s: float = DEFAULT_TTL_S  # a device lease not renewed for this long expires
+
+
+@dataclass
+class DeviceSummary:
+    serial: str
+    outcomes: Counter[str] = field(default_factory=Counter)
+    bytes_pushed: int = 0
+    not_run: int = 0
+    error: str | None = None
+    adaptive: list[AdaptiveRecord] = field(default_factory=list)  # why each A/B pair stopped
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    matrix: str
+    devices: tuple[DeviceSummary, ...]
+    wall_s: float
+
+    def outcomes(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for device in self.devices:
+            total.update(device.outcomes)
+        return total
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "matrix": self.matrix,
+            "wall_s": round(self.wall_s, 1),
+            "trials_by_outcome": dict(sorted(self.outcomes().items())),
+            "devices": [
+                {"serial": d.serial, "trials_by_outcome": dict(sorted(d.outcomes.items())),
+                 "bytes_pushed": d.bytes_pushed, "not_run": d.not_run, "error": d.error,
+                 **({"adaptive": [adaptive_json(r) for r in d.adaptive]} if d.adaptive else {})}
+                for d in self.devices
+            ],
+        }
+
+
+def adaptive_json(record: AdaptiveRecord) -> dict[str, Any]:
+    return {"config_id": record.config_id, "baseline": record.baseline_build,
+            "candidate": record.candidate_build, "metric": record.metric, "step": record.step,
+            "reason": record.reason, "repetitions": record.repetitions,
+            "ratio": record.ratio}
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    now = now or datetime.now(UTC)
+    return f"{now:%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+
+@dataclass
+class Prepared:
+    matrix: Matrix
+    cells: list[Cell]
+    models: Mapping[tuple[str, str], Any]
+    builds: dict[str, Build]
+
+
+def prepare_matrix(matrix_path: Path, options: RunOptions) -> Prepared:
+    matrix = load_matrix(matrix_path)
+    cells = expand(matrix)
+    models = resolve_models(matrix, cells)
+    root = builds_root(options.builds)
+    names = sorted({c.build for c in cells if c.build != DEVICE_PYTHON_BUILD})
+    builds = {name: open_build(root, name) for name in names}
+    for cell in cells:  # every engine of the matrix loads (a generic one names its file)
+        get_engine(cell.engine)
+    return Prepared(matrix, cells, models, builds)
+
 
 
 @dataclass
@@ -34,11 +127,8 @@ class RunSession:
     def open(cls, matrix_path: Path, options: RunOptions, run_id: str | None = None,
              prepare: Callable[[Path, RunOptions], Prepared] | None = None) -> RunSession:
         """Prepare the matrix (fails before anything is written) and find what is done."""
-        from harness.run.runner import new_run_id
-        from harness.run.runner import prepare as default_prepare
-
         started = datetime.now(UTC)
-        prepared = (prepare or default_prepare)(matrix_path, options)
+        prepared = (prepare or prepare_matrix)(matrix_path, options)
         resumed = run_id is not None
         run_id = run_id or new_run_id(started)
         done = store_io.finished_trials(options.results, run_id) if resumed else set()
@@ -53,7 +143,5 @@ class RunSession:
         })
 
     def summary(self, devices: Sequence[DeviceSummary]) -> RunSummary:
-        from harness.run.runner import RunSummary
-
         wall = (datetime.now(UTC) - self.started).total_seconds()
         return RunSummary(self.run_id, str(self.matrix_path), tuple(devices), wall)

@@ -21,9 +21,9 @@ from pathlib import Path
 from harness.errors import ConfigError, DeviceError
 from harness.profiles import DeviceProfile, find_profile
 from harness.testing.adbserver import free_port
-from harness.virtual.config import PhoneConfig, config_from_profile
+from harness.virtual.config import PhoneConfig
 from harness.virtual.phone import FAULT_KINDS, FAULT_VALUES
-from harness.virtual.provision import provision, release
+from harness.virtual.provision import config_from_profile, provision, release
 from harness.virtual.sandbox import Sandbox
 
 DEFAULT_PROFILE = "midrange-8gb"

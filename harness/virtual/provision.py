@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 
 from harness.errors import ConfigError
+from harness.profiles import DeviceProfile
 from harness.virtual import cgroups, disk, storage
-from harness.virtual.config import MEMORY_MODEL_CHOICES, PhoneConfig
+from harness.virtual.config import MEMORY_MODEL_CHOICES, ClusterConfig, PhoneConfig
+from harness.virtual.userland import ABI_LISTS, ABI_MACHINES, ABI_QEMU, SHELLS, host_abi
 
 MIB = 1024 * 1024
 
@@ -126,3 +129,49 @@ def release(config: PhoneConfig) -> None:
     detach its own disk."""
     cgroups.remove(cgroups.PhoneCgroups.from_json(config.cgroups))
     disk.release(disk.PhoneDisk.from_json(dict(config.disk) if config.disk else None))
+
+
+def config_from_profile(profile: DeviceProfile, name: str, ram_mb: int | None = None,
+                        storage_mb: int | None = None, abi: str | None = None,
+                        shell: str = "mksh", storage_mb_s: float | None = None) -> PhoneConfig:
+    """``ram_mb`` overrides the memory the low-memory killer allows (tests use small values).
+
+    ``abi`` makes a variant of the profile's phone with another CPU ABI (an x86_64 phone runs
+    host builds natively, as Android's emulator images do); a phone whose ABI is not the host's
+    runs its binaries in qemu-user and says so in ``ro.harness.emulated_cpu``.
+    ``storage_mb_s`` overrides the profile's storage read speed (MB/s); the memory model is
+    resolved when the phone starts (``harness.virtual.control``).
+    """
+    abi = abi or profile.abi
+    if abi not in ABI_MACHINES:
+        raise ConfigError(f"{profile.source or profile.name}: a virtual phone's ABI must be one "
+                          f"of {', '.join(ABI_MACHINES)}, not '{abi}' (use --abi)")
+    if shell not in SHELLS:
+        raise ConfigError(f"unknown phone shell '{shell}' (known: {', '.join(SHELLS)})")
+    props = dict(profile.props)
+    if abi != profile.abi:
+        props["ro.product.cpu.abi"] = abi
+        props["ro.product.cpu.abilist"] = ABI_LISTS[abi]
+    if abi != host_abi():
+        props["ro.harness.emulated_cpu"] = ABI_QEMU[abi]
+    props.setdefault("ro.serialno", name)
+    props.setdefault("sys.boot_completed", "1")
+    props.setdefault("ro.build.type", "user")
+    props.setdefault("ro.kernel.qemu", "0")
+    props.setdefault("ro.logd.kernel", "false")  # user builds: no kernel lines in logcat
+    limit_mb = ram_mb if ram_mb is not None else profile.available_mb
+    android = replace(profile.android, background_apps=profile.android.apps(limit_mb))
+    return PhoneConfig(
+        name=name, profile=profile.name, props=props,
+        ram_mb=max(profile.ram_mb, ram_mb or 0),
+        limit_mb=limit_mb,
+        storage_mb=storage_mb if storage_mb is not None else profile.storage_free_mb,
+        clusters=tuple(ClusterConfig(c.name, c.cores, c.max_khz, c.min_khz, c.capacity, c.part)
+                       for c in profile.clusters),
+        thermal=dict(profile.thermal), battery_level=profile.battery_level,
+        abi=abi, shell=shell, android=android,
+        python=abi == host_abi(),  # the host's Python stands in for one: only on its ABI
+        power_model=dict(getattr(profile, "power_model", {})),
+        storage_read_mb_s=storage_mb_s if storage_mb_s is not None else profile.storage_read_mb_s,
+        storage_readahead_kb=getattr(profile, "storage_readahead_kb", None) or 128,
+    )

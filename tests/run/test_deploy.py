@@ -98,7 +98,7 @@ def test_names_with_shell_metacharacters_stay_names(tmp_path: Path) -> None:
 def test_a_build_of_another_abi_is_refused_before_the_push(tmp_path: Path) -> None:
     from harness.artifacts.builds import Build, Manifest
     from harness.device.base import DeviceFacts
-    from harness.run.runner import abi_refusal
+    from harness.run.worker import abi_refusal
 
     def build(abi: str) -> Build:
         return Build(tmp_path / f"b-{abi}", Manifest(

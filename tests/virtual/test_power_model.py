@@ -20,8 +20,8 @@ from harness.profiles import find_profile, parse_profile
 from harness.testing.adbserver import AdbServer
 from harness.virtual import phone as phone_module
 from harness.virtual import power, thermal
-from harness.virtual.config import config_from_profile
 from harness.virtual.phone import Phone
+from harness.virtual.provision import config_from_profile
 from harness.virtual.sandbox import Sandbox
 from virtual.procwait import wait_for
 
