@@ -13,6 +13,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.labels import config_label
+
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 # How an engine reads its weights (llama.cpp's --load-mode names): mapped from the file (pages
 # read on demand, reclaimable: a model bigger than RAM can run by paging), read into memory
@@ -107,19 +109,20 @@ class Cell:
             return self.engine
         return f"{self.engine}@{self.build}"
 
+    def row(self) -> dict[str, Any]:
+        """The configuration as a trial stores it (``harness.labels`` reads this form)."""
+        return {"model_name": self.model, "quant": self.quant, "n_ctx": self.n_ctx,
+                "type_k": self.type_k, "type_v": self.type_v, "threads": self.threads,
+                "affinity": self.affinity, "flash_attn": self.flash_attn,
+                "n_prompt": self.n_prompt, "n_gen": self.n_gen, "n_depth": self.n_depth,
+                "n_batch": self.n_batch, "n_ubatch": self.n_ubatch, "mmap": self.mmap,
+                "load_mode": self.resolved_load_mode, "cache": self.cache or None,
+                "swa_full": self.swa_full, "sustained_s": self.sustained_s or None}
+
     def label(self) -> str:
-        """A short human label, e.g. ``tiny Q4_K_M ctx512 kv=q8_0/q8_0 t4 fa=auto``."""
-        kv = self.type_k if self.type_k == self.type_v else f"{self.type_k}/{self.type_v}"
-        depth = f"/d{self.n_depth}" if self.n_depth else ""
-        mmap = f" lm={self.load_mode}" if self.load_mode else "" if self.mmap else " no-mmap"
-        mmap += f" {self.cache}" if self.cache else ""
-        swa = " swa-full" if self.swa_full else ""
-        swa += f" sustained{self.sustained_s:g}s" if self.sustained_s else ""
-        return (
-            f"{self.model} {self.quant} ctx{self.n_ctx} kv={kv} t{self.threads}"
-            f"@{self.affinity} fa={self.flash_attn} p{self.n_prompt}/g{self.n_gen}{depth}{mmap}"
-            f"{swa}"
-        )
+        """Every knob of the configuration (``harness.labels.config_label``), e.g.
+        ``tiny Q4_K_M ctx512 kv=q8_0 t4 fa=auto p32/g16 b256/ub128``."""
+        return config_label(self.row())
 
 
 def _digest(data: dict[str, Any]) -> str:

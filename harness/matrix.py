@@ -33,6 +33,7 @@ from harness.cell import (
 )
 from harness.errors import ConfigError
 from harness.memory import BITS_PER_WEIGHT, ModelCard
+from harness.metrics import ADAPTIVE_METRICS
 
 # Axes in expansion order (the last one varies fastest).
 AXES = (
@@ -59,7 +60,6 @@ SUSTAINED_KEYS = ("duration_s",)
 ENERGY_KEYS = ("idle_s",)
 ADAPTIVE_KEYS = ("baseline", "metric", "effect", "alpha", "beta", "min_repetitions",
                  "max_repetitions")
-ADAPTIVE_METRICS = ("tg_tps", "pp_tps")
 TOP_KEYS = (
     "name", "description", "axes", "models", "workload", "repetitions", "cooldown", "timeout",
     "require", "include", "exclude", "energy", "adaptive",

@@ -33,6 +33,16 @@ class Outcome(StrEnum):
 
 
 OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
+#: Outcomes of a trial that ran (or tried to) and failed: what the report's "What changed", the
+#: nightly alert and every other reader call a failure, in Outcome's order.
+FAILED: tuple[str, ...] = tuple(o.value for o in (
+    Outcome.OOM_KILLED, Outcome.CRASHED, Outcome.TIMEOUT, Outcome.DEVICE_LOST,
+    Outcome.PUSH_FAILED))
+#: Outcomes of a trial never attempted: the plan, the engine, the build's ABI or the phone's
+#: state ruled it out before anything ran. Neither ok nor failed.
+NOT_ATTEMPTED: tuple[str, ...] = tuple(o.value for o in (
+    Outcome.SKIPPED_INFEASIBLE, Outcome.UNSUPPORTED, Outcome.ENGINE_MISMATCH,
+    Outcome.ABI_MISMATCH, Outcome.PRECONDITION_FAILED))
 
 
 @dataclass(frozen=True)
@@ -253,18 +263,13 @@ def new_trial(ids: TrialIdentity, cell: Cell, outcome: str, *,
         "device_sdk": device.sdk, "device_ram_bytes": device.ram_bytes,
         "build_id": cell.build, "build_engine": build.engine, "build_version": build.version,
         "build_commit": build.commit, "build_abi": build.abi,
-        "model_name": cell.model, "model_sha256": model.sha256, "quant": cell.quant,
+        "model_sha256": model.sha256,
         "model_n_params": model.n_params, "model_file_bytes": model.file_bytes,
-        "n_ctx": cell.n_ctx, "n_prompt": cell.n_prompt, "n_gen": cell.n_gen,
-        "n_depth": cell.n_depth, "type_k": cell.type_k, "type_v": cell.type_v,
-        "flash_attn": cell.flash_attn, "threads": cell.threads, "affinity": cell.affinity,
-        "mmap": cell.mmap, "n_batch": cell.n_batch, "n_ubatch": cell.n_ubatch,
+        **cell.row(),  # every knob of the configuration, as harness.labels reads them
         "outcome": Outcome(outcome).value,
         "device_abi": device.abi, "cpu_emulation": device.cpu_emulation,
         "memory_model": device.memory_model, "storage_read_mb_s": device.storage_read_mb_s,
-        "load_mode": cell.resolved_load_mode, "cache": cell.cache or None,
         "engine": cell.engine,
-        "sustained_s": cell.sustained_s or None,
     }
     return TrialRecord(**(columns | measured))
 

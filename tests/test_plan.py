@@ -256,7 +256,7 @@ def test_plan_human_output_has_a_table_and_a_summary(
     smoke = REPO / "matrices" / "smoke.yaml"
     result = CliRunner().invoke(main, ["plan", str(smoke), "--device", "budget-4gb"])
     assert result.exit_code == 0, result.output
-    assert "tiny Q4_K_M ctx512 kv=q8_0 t1@all fa=auto p32/g16" in result.output
+    assert "tiny Q4_K_M ctx512 kv=q8_0 t1 fa=auto p32/g16/dfill b256/ub128" in result.output
     assert "8 of 8 cells fit; estimated " in result.output
     assert "budget-4gb: available 1,792 MiB - reserve 512 MiB = budget 1,280 MiB" in result.output
 

@@ -58,7 +58,7 @@ def test_a_trial_takes_its_cell_columns_from_the_cell_and_the_rest_from_the_part
         "ab" * 32, 7, 9)
     assert trial.outcome == "ok" and type(trial.outcome) is str
     assert trial.tg_tps == 12.5 and trial.pp_tps is None and trial.throttled is False
-    assert trial.swa_full is None  # a cell knob only the trial runner records
+    assert trial.swa_full is True  # every knob of the configuration comes from the cell
 
 
 def test_unknown_parts_are_null_and_an_unknown_outcome_is_refused() -> None:

@@ -22,7 +22,6 @@ import pandas as pd
 from harness import store
 from harness.analysis.compare import Comparison, compare_many, higher_is_better
 from harness.analysis.frames import (
-    DEFAULT_METRICS,
     CellKey,
     SampleGroup,
     Side,
@@ -39,6 +38,7 @@ from harness.analysis.noise import (
     noise_floors,
 )
 from harness.cell import DEFAULT_ENGINE
+from harness.metrics import DEFAULT_METRICS
 
 SCHEMA_VERSION = 2  # 2: both sides name their engine (baseline_engine, candidate_engine)
 #: The order verdicts are listed in when the worst comes first.

@@ -11,9 +11,9 @@ comparisons, the nightly history with and without tonight's run, the trials fram
   history without it. A level shift is confirmed only once a few nights sit on the new level
   (``changepoints.min_size``), so its change night is usually a night or two before tonight;
 * **failures**: a phone and configuration (and engine) whose latest earlier run had an ``ok``
-  trial and no failure, and which tonight ended ``oom_killed``, ``crashed``, ``timeout``,
-  ``device_lost``, ``push_failed`` or ``precondition_failed`` (plan decisions such as
-  ``skipped_infeasible`` or ``unsupported`` are not failures);
+  trial and no failure, and which tonight ended in a failure (``records.FAILED``: it ran, or
+  tried to, and failed; what was never attempted, ``records.NOT_ATTEMPTED`` such as
+  ``skipped_infeasible`` or ``precondition_failed``, is none);
 * **missing data**: a phone that produced trials in other runs of the last ``lookback`` nights
   but nothing tonight, and, for the phones that did run, a configuration (and engine) they ran in
   that window but not tonight. A missing phone is listed once, not once per configuration;
@@ -33,14 +33,14 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.ab import BuildComparison, CellComparison
-from harness.analysis.frames import DEFAULT_METRICS, config_label, engine_column, nights
+from harness.analysis.frames import engine_column, nights
 from harness.analysis.noise import NoiseGrowth, noise_grew
 from harness.analysis.trend import Change, Series
+from harness.labels import config_label
+from harness.metrics import DEFAULT_METRICS
+from harness.records import FAILED
 
 SCHEMA_VERSION = 2  # 2: the list noise_grew (and its count)
-#: Outcomes that mean a trial ran (or tried to) and failed; the rest are plan decisions.
-FAILURE_OUTCOMES = ("oom_killed", "crashed", "timeout", "device_lost", "push_failed",
-                    "precondition_failed")
 DEFAULT_LOOKBACK_NIGHTS = 7
 _KEY = ["device_serial", "config_id", "engine"]
 _ERROR_CHARS = 200
@@ -319,15 +319,15 @@ def _short(error: Any) -> str | None:
 def _failure(key: tuple[str, str, str], now: pd.DataFrame,
              before: pd.DataFrame) -> NewFailure | None:
     """The failure of one cell tonight, when its latest earlier run was ok and failure-free."""
-    failed = now[now["outcome"].isin(FAILURE_OUTCOMES)]
+    failed = now[now["outcome"].isin(FAILED)]
     if failed.empty or before.empty:
         return None
     last_run = before.loc[before["started_at"].idxmax(), "run_id"]
     last = before[before["run_id"] == last_run]
-    if not (last["outcome"] == "ok").any() or last["outcome"].isin(FAILURE_OUTCOMES).any():
+    if not (last["outcome"] == "ok").any() or last["outcome"].isin(FAILED).any():
         return None
     counts = failed["outcome"].astype(str).value_counts()
-    outcomes = {o: int(counts[o]) for o in FAILURE_OUTCOMES if o in counts}
+    outcomes = {o: int(counts[o]) for o in FAILED if o in counts}
     first = failed.sort_values("started_at").iloc[0]
     return NewFailure(
         device=key[0], config_id=key[1], label=config_label(first.to_dict()), engine=key[2],

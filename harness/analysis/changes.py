@@ -11,8 +11,8 @@ Definitions (a *cell* here is a phone, config and engine):
 - **regression / improvement**: a cell and metric whose ``compare_builds`` verdict is
   ``regression`` / ``improvement``; nothing when no comparison was made.
 - **new failure**: a cell whose newest trial (by ``started_at``) ended in a failure outcome
-  (``FAILURES``: every outcome but ``ok`` and the not-attempted ``skipped_infeasible`` and
-  ``precondition_failed``) while an earlier trial of it ended ``ok``.
+  (``records.FAILED``: it ran, or tried to, and failed; an outcome of ``records.NOT_ATTEMPTED``
+  is none) while an earlier trial of it ended ``ok``.
 - **missing data**: a cell with trials on an earlier night but none on the latest night in scope
   (nights are UTC dates of ``started_at``, ``frames.nights``, as ``harness history`` has them),
   so a phone absent from the latest night has each of its cells missing.
@@ -28,12 +28,7 @@ import pandas as pd
 
 from harness.analysis.ab import BuildComparison
 from harness.analysis.frames import engine_column, nights
-from harness.records import OUTCOMES
-
-#: Outcomes that say the cell was not attempted: never a failure, never an ok.
-NOT_ATTEMPTED = frozenset({"skipped_infeasible", "precondition_failed"})
-#: Outcomes a new failure can end in.
-FAILURES = frozenset(o for o in OUTCOMES if o != "ok" and o not in NOT_ATTEMPTED)
+from harness.records import FAILED
 
 
 @dataclass(frozen=True)
@@ -149,7 +144,7 @@ def new_failures(trials: pd.DataFrame, cells: pd.DataFrame | None = None) -> lis
         return []
     frame = _cells(trials) if cells is None else cells
     newest = frame.loc[frame.groupby(KEY, sort=True)["started_at"].idxmax()]
-    failed = newest[newest["outcome"].isin(FAILURES)]
+    failed = newest[newest["outcome"].isin(FAILED)]
     if failed.empty:
         return []
     ok = frame[frame["outcome"] == "ok"].groupby(KEY, sort=True)["started_at"].max()

@@ -29,30 +29,16 @@ from numpy.typing import ArrayLike
 
 from harness.analysis import stats
 from harness.errors import ConfigError
+from harness.metrics import metric
 from harness.units import pct
 
 Verdict = Literal["regression", "improvement", "same", "unstable"]
 K = TypeVar("K", bound=Hashable)
 
-#: Which direction is good for the metrics the harness stores; used when the caller has only a name.
-METRIC_HIGHER_IS_BETTER: dict[str, bool] = {
-    "tg_tps": True,
-    "pp_tps": True,
-    "ttft": False,
-    "ttft_ms": False,
-    "peak_pss": False,
-    "peak_rss": False,
-    "peak_swap": False,
-}
-
-
-def higher_is_better(metric: str) -> bool:
-    """Direction of a known metric; a ConfigError naming the known ones otherwise."""
-    try:
-        return METRIC_HIGHER_IS_BETTER[metric]
-    except KeyError:
-        known = ", ".join(sorted(METRIC_HIGHER_IS_BETTER))
-        raise ConfigError(f"unknown metric {metric!r}; known metrics: {known}") from None
+def higher_is_better(name: str) -> bool:
+    """Direction of a known metric (``harness.metrics``); a ConfigError naming the known ones
+    otherwise."""
+    return metric(name).higher_is_better
 
 
 @dataclass(frozen=True)

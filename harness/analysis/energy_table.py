@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.analysis.frames import config_label
-from harness.analysis.sustained import GROUP, candidate_label, column, counted_mask, median, narrow
+from harness.analysis.sustained import GROUP, column, counted_mask, median, narrow
+from harness.labels import config_label
 
 
 def _texts(values: pd.Series) -> str:
@@ -90,7 +90,7 @@ def energy_table(trials: pd.DataFrame) -> tuple[EnergyFigures, ...]:
     out = []
     for key, group in rows.groupby(list(GROUP), sort=True, observed=True):
         found = energy_of((str(key[0]), str(key[1]), str(key[2]), str(key[3])), group,
-                          candidate_label(group.iloc[0].to_dict()))
+                          config_label(group.iloc[0].to_dict()))
         if found is not None:
             out.append(found)
     return tuple(out)

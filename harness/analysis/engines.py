@@ -19,14 +19,14 @@ import pandas as pd
 
 from harness.analysis.ab import BuildComparison, compare_builds
 from harness.analysis.frames import (
-    DEFAULT_METRICS,
     Side,
-    config_label,
     medians,
     sides,
     with_engine,
 )
 from harness.cell import DEFAULT_ENGINE
+from harness.labels import config_label
+from harness.metrics import DEFAULT_METRICS
 
 #: The figures shown per side, as (metric name, trials column).
 #: The peak is the kernel's high-water mark (VmHWM, read on the phone until the engine exits):

@@ -26,43 +26,15 @@ import pandas as pd
 
 from harness.cell import DEFAULT_ENGINE
 from harness.errors import ConfigError, StoreError
+from harness.labels import config_label
+from harness.metrics import DEFAULT_METRICS, METRIC_COLUMNS, metric
 from harness.store import read_table
-
-#: Canonical short metric names (as gates and ``compare.METRIC_HIGHER_IS_BETTER`` spell them)
-#: and the trials column each one reads.
-METRIC_COLUMNS: dict[str, str] = {
-    "tg_tps": "tg_tps",
-    "pp_tps": "pp_tps",
-    "ttft_ms": "ttft_ms",
-    "peak_pss": "peak_pss_bytes",
-    "peak_rss": "peak_rss_bytes",
-}
-_ALIASES: dict[str, str] = {
-    "tg": "tg_tps",
-    "pp": "pp_tps",
-    "ttft": "ttft_ms",
-    "peak_pss_bytes": "peak_pss",
-    "peak_rss_bytes": "peak_rss",
-    "pss": "peak_pss",
-    "rss": "peak_rss",
-}
-DEFAULT_METRICS = ("tg_tps", "pp_tps", "peak_pss")
-
-#: Columns that describe a configuration, used for its human label.
-CONFIG_COLUMNS = (
-    "model_name", "quant", "n_ctx", "type_k", "type_v", "threads", "affinity", "flash_attn",
-    "n_prompt", "n_gen", "n_depth", "mmap",
-)
 
 
 def metric_name(name: str) -> str:
-    """The canonical short name of a metric or alias (``peak_pss_bytes`` -> ``peak_pss``)."""
-    key = name.strip().lower()
-    key = _ALIASES.get(key, key)
-    if key not in METRIC_COLUMNS:
-        known = ", ".join([*METRIC_COLUMNS, *sorted(_ALIASES)])
-        raise ConfigError(f"unknown metric {name!r}; known: {known}")
-    return key
+    """The canonical short name of a comparable metric or alias (``peak_pss_bytes`` ->
+    ``peak_pss``), from ``harness.metrics``."""
+    return metric(name, comparable=True).name
 
 
 def parse_metrics(text: str | Iterable[str]) -> tuple[str, ...]:
@@ -85,18 +57,6 @@ def load_trials(results: Path) -> pd.DataFrame:
     from harness.analysis.monitor import with_stored_energy  # it imports harness.store too
 
     return with_stored_energy(results, frame)
-
-
-def config_label(row: Mapping[str, object]) -> str:
-    """A short label of a configuration, e.g. ``tiny Q4_K_M ctx512 kv=q8_0 t4``."""
-    k, v = row.get("type_k"), row.get("type_v")
-    kv = k if k == v else f"{k}/{v}"
-    depth = row.get("n_depth")
-    depth_text = f"/d{depth}" if depth and not pd.isna(depth) else ""
-    return (
-        f"{row.get('model_name')} {row.get('quant')} ctx{row.get('n_ctx')} kv={kv} "
-        f"t{row.get('threads')} p{row.get('n_prompt')}/g{row.get('n_gen')}{depth_text}"
-    )
 
 
 @dataclass(frozen=True)

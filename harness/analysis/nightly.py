@@ -35,7 +35,6 @@ import pandas as pd
 from harness.analysis.ab import BuildComparison, compare_builds, load_sequential
 from harness.analysis.alerts import AlertDocument, build_alerts
 from harness.analysis.frames import (
-    DEFAULT_METRICS,
     Side,
     engine_column,
     load_trials,
@@ -47,6 +46,7 @@ from harness.analysis.gates import Gate
 from harness.analysis.trend import Change, Series, nightly_history
 from harness.cell import DEFAULT_ENGINE
 from harness.errors import ConfigError
+from harness.metrics import DEFAULT_METRICS
 
 
 class RunResult(Protocol):

@@ -62,15 +62,14 @@ from scipy import stats
 
 from harness.analysis.compare import Policy
 from harness.analysis.frames import (
-    DEFAULT_METRICS,
-    METRIC_COLUMNS,
-    config_label,
     engine_column,
     metric_name,
     nights,
     usable_mask,
 )
 from harness.errors import ConfigError
+from harness.labels import config_label
+from harness.metrics import DEFAULT_METRICS, METRIC_COLUMNS
 
 DEFAULT_NIGHTS = 7
 DEFAULT_ALPHA = Policy(higher_is_better=True).alpha

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.analysis.frames import engine_column
-from harness.analysis.sustained import GROUP, candidate_label, column, median
+from harness.analysis.sustained import GROUP, column, median
+from harness.labels import config_label
 from harness.paging import MB
 
 SHOWN = ("paging", "cache", "load_mode", "read_bytes")
@@ -70,7 +71,7 @@ def _row(key: tuple[str, ...], group: pd.DataFrame) -> PagingRow:
     cache = first.get("cache")
     return PagingRow(
         device=key[0], config_id=key[1], build_id=key[2], engine=key[3],
-        label=candidate_label(first), model=str(first.get("model_name")),
+        label=config_label(first), model=str(first.get("model_name")),
         quant=str(first.get("quant")), load_mode=load_mode,
         cache=cache if isinstance(cache, str) else "", trials=len(group), ok=len(ok),
         paging=int((column(ok, "paging").astype(object) == True).sum()),  # noqa: E712

@@ -50,26 +50,16 @@ from harness.analysis.knobs import Suggestion, suggest
 from harness.analysis.quality import QualityScore
 from harness.analysis.sustained import (
     SustainedFigures,
-    candidate_label,
     counted,
     figures,
     sustained_mask,
 )
-from harness.errors import ConfigError
+from harness.labels import config_label
+from harness.metrics import objective as metric_of
 from harness.paging import MB, PagingPrediction
 from harness.units import mib
 
 Objective = Literal["tg_tps", "pp_tps", "ttft", "sustained_tg", "energy"]
-#: objective -> the figure it ranks by (a key of a candidate's figures)
-OBJECTIVE_COLUMNS: dict[str, str] = {"tg_tps": "tg_tps", "pp_tps": "pp_tps", "ttft": "ttft_ms",
-                                     "sustained_tg": "sustained_tg_tps",
-                                     "energy": "tg_j_per_token"}
-LOWER_IS_BETTER = frozenset({"ttft", "energy"})
-#: objective -> (name in explanations, unit, format)
-_OBJECTIVE_TEXT: dict[str, tuple[str, str, str]] = {
-    "tg_tps": ("tg_tps", "tok/s", ".1f"), "pp_tps": ("pp_tps", "tok/s", ".1f"),
-    "ttft": ("TTFT", "ms", ".1f"), "sustained_tg": ("sustained tg", "tok/s", ".1f"),
-    "energy": ("energy", "J per generated token", ".3g")}
 SCHEMA_VERSION = 4  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
 #                     3: objectives sustained_tg and energy, their figures on picks, unranked
 #                     4: paging picks (paging, read_bytes_per_token, storage_bound_tg_tps)
@@ -247,7 +237,7 @@ def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, res
             max_loss: float | None) -> tuple[_Measured | None, Rejected | None, int | None]:
     """(eligible measurement, or rejection; bytes over budget when rejected for memory)."""
     row = rows.iloc[0].to_dict()
-    row.update(config_id=key[0], build_id=key[1], engine=key[2], label=candidate_label(row))
+    row.update(config_id=key[0], build_id=key[1], engine=key[2], label=config_label(row))
     applied = usable(rows, include_throttled=True)
     unhealthy = _health(row, rows, applied, max_throttled)
     if unhealthy is not None:
@@ -391,10 +381,10 @@ def _explain(m: _Measured | None, peak: int | None, headroom: int | None, score:
              None, objective: str, pareto: bool, reserve: int) -> str:
     parts = []
     if m is not None:
-        value = m.speeds.get(OBJECTIVE_COLUMNS[objective])
-        name, unit, form = _OBJECTIVE_TEXT[objective]
-        text = (f"{name} {value:{form}} {unit} measured" if value is not None
-                else f"{name} not measured")
+        ranked_by = metric_of(objective)
+        value = m.speeds.get(ranked_by.column)
+        text = (f"{ranked_by.title} {ranked_by.text(value)} measured" if value is not None
+                else f"{ranked_by.title} not measured")
         if objective == "sustained_tg":
             text += _sustained_text(m)
         elif objective == "energy" and value is not None and m.energy is not None:
@@ -441,8 +431,9 @@ def _ranked(measured: list[_Measured], objective: str,
             allow_paging: bool = False) -> list[_Measured]:
     """Best objective first (ties: smaller peak, then config, build and engine); candidates
     that page their weights after those that fit, unless ``allow_paging``."""
-    key = OBJECTIVE_COLUMNS[objective]
-    sign = 1.0 if objective in LOWER_IS_BETTER else -1.0
+    ranked_by = metric_of(objective)
+    key = ranked_by.column
+    sign = -1.0 if ranked_by.higher_is_better else 1.0
     return sorted(measured, key=lambda m: (m.paging is not None and not allow_paging,
                                            m.speeds.get(key) is None,
                                            sign * (m.speeds.get(key) or 0.0),
@@ -471,8 +462,7 @@ def recommend(
     measured on this device is ignored (evidence wins). ``available_bytes`` None means only OOM
     evidence counts.
     """
-    if objective not in OBJECTIVE_COLUMNS:
-        raise ConfigError(f"objective {objective!r}: use one of {', '.join(OBJECTIVE_COLUMNS)}")
+    metric_of(objective)  # a ConfigError naming the objectives
     scores = quality or {}
     notes: list[str] = []
     rows = _device_rows(trials, device, builds, engines)
@@ -507,8 +497,9 @@ def recommend(
         notes.append(f"{pages} of {len(measured)} configs run by paging their weights from "
                      "storage: ranked after those that fit (--allow-paging ranks them by speed "
                      "with the others)")
-    key_name = OBJECTIVE_COLUMNS[objective]
-    sign = 1.0 if objective in LOWER_IS_BETTER else -1.0
+    ranked_by = metric_of(objective)
+    key_name = ranked_by.column
+    sign = -1.0 if ranked_by.higher_is_better else 1.0
     front = _pareto([(m.key, -sign * (m.speeds[key_name] or 0.0), m.peak)
                      for m in measured if m.speeds.get(key_name) is not None
                      and m.peak is not None])

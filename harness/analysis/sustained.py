@@ -12,14 +12,14 @@ samples whose ``tg_tps`` is set) is cut into one line per trial.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from harness.analysis.frames import CONFIG_COLUMNS, config_label, engine_column, usable_mask
+from harness.analysis.frames import engine_column, usable_mask
+from harness.labels import CONFIG_COLUMNS, config_label
 
 #: What identifies a candidate's rows: device, configuration, build, engine.
 GROUP = ("device_serial", "config_id", "build_id", "engine")
@@ -60,15 +60,8 @@ def counted(rows: pd.DataFrame) -> pd.DataFrame:
     return rows[counted_mask(rows, by=()).to_numpy()]
 
 
-def candidate_label(row: Mapping[str, Any]) -> str:
-    """``frames.config_label``, with ``sustained60s`` appended for a sustained workload."""
-    label = config_label(row)
-    seconds = pd.to_numeric(pd.Series([row.get("sustained_s")]), errors="coerce").iloc[0]
-    return f"{label} sustained{float(seconds):g}s" if seconds > 0 else label
-
-
 #: What the per-candidate tables read once the counted trials are chosen.
-TABLE_COLUMNS = (*GROUP, *CONFIG_COLUMNS, "started_at", "sustained_s", "time_to_throttle_s",
+TABLE_COLUMNS = (*GROUP, *CONFIG_COLUMNS, "started_at", "time_to_throttle_s",
                  "steady_state_ratio", "sustained_tg_tps", "max_thermal_status", "outcome",
                  "valid", "invalid_reason", "energy_valid", "energy_invalid_reason",
                  "energy_source", "energy_units", "pp_j_per_token", "tg_j_per_token",
@@ -122,7 +115,7 @@ def figures(key: Sequence[str], rows: pd.DataFrame) -> SustainedFigures | None:
     throttle = pd.to_numeric(column(rows, "time_to_throttle_s"), errors="coerce").dropna()
     return SustainedFigures(
         device=str(key[0]), config_id=str(key[1]), build_id=str(key[2]), engine=str(key[3]),
-        label=candidate_label(first), sustained_s=seconds,
+        label=config_label(first), sustained_s=seconds,
         trials=len(rows), sustained_tg_tps=median(column(rows, "sustained_tg_tps")),
         steady_state_ratio=median(column(rows, "steady_state_ratio")),
         throttled_trials=len(throttle), time_to_throttle_s=median(throttle),

@@ -21,14 +21,14 @@ import pandas as pd
 
 from harness.analysis.changepoints import detect_change_points
 from harness.analysis.frames import (
-    METRIC_COLUMNS,
-    config_label,
     engine_column,
     metric_name,
     nights,
     usable,
 )
 from harness.cell import DEFAULT_ENGINE
+from harness.labels import config_label
+from harness.metrics import METRIC_COLUMNS
 
 SCHEMA_VERSION = 1
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.analysis.sustained import GROUP, candidate_label, column, narrow
+from harness.analysis.sustained import GROUP, column, narrow
+from harness.labels import config_label
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def validity(trials: pd.DataFrame) -> Validity:
                                                             observed=True):
             bad = group[(group["valid"].astype(object) == False).to_numpy()]  # noqa: E712
             rows.append(ValidityRow(str(key[0]), str(key[1]), str(key[2]), str(key[3]),
-                                    candidate_label(group.iloc[0].to_dict()), len(group),
+                                    config_label(group.iloc[0].to_dict()), len(group),
                                     len(bad), _reasons(column(bad, "invalid_reason"))))
     rows.sort(key=lambda r: (-r.invalid, r.device, r.label, r.build_id, r.engine))
     return Validity(int(checked.sum()), int(failed.sum()), tuple(rows))

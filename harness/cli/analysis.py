@@ -30,8 +30,9 @@ from harness.analysis.nightly import (
     run_on_alert,
     write_alerts,
 )
-from harness.analysis.recommend import DEFAULT_RESERVE, OBJECTIVE_COLUMNS, Recommendation
+from harness.analysis.recommend import DEFAULT_RESERVE, Recommendation
 from harness.errors import ConfigError
+from harness.metrics import DEFAULT_METRICS, METRIC_COLUMNS, OBJECTIVES
 from harness.plan import parse_size
 from harness.units import mib, pct
 
@@ -40,6 +41,9 @@ RESULTS = click.option("--results", type=click.Path(path_type=Path), default=Pat
 JSON = click.option("--json", "as_json", is_flag=True, help="Print a JSON document for scripts.")
 GATE = click.option("--gate", "gate_specs", multiple=True, metavar="SPEC",
                     help="Regression gate, e.g. tg_tps:-3% or peak_pss:+5% (repeatable).")
+
+_DEFAULT_METRICS = ",".join(DEFAULT_METRICS)
+_METRIC_NAMES = ", ".join(METRIC_COLUMNS)
 
 
 def _console() -> Console:
@@ -106,8 +110,8 @@ def _gate_lines(result: BuildComparison) -> list[str]:
 @click.option("--candidate-engine", default=None, metavar="ENGINE",
               help="Engine of the judged side (default: the only engine of its build).")
 @RESULTS
-@click.option("--metric", "metric_text", default="tg_tps,pp_tps,peak_pss", show_default=True,
-              help="Comma-separated metrics: tg_tps, pp_tps, ttft_ms, peak_pss, peak_rss.")
+@click.option("--metric", "metric_text", default=_DEFAULT_METRICS, show_default=True,
+              help=f"Comma-separated metrics: {_METRIC_NAMES}.")
 @GATE
 @click.option("--junit", type=click.Path(path_type=Path), default=None,
               help="Also write JUnit XML here (one testcase per device x config x metric).")
@@ -207,7 +211,7 @@ def history_command(results: Path, metric: str, device: str | None, config_id: s
               help="Memory left free for the rest of the phone.")
 @click.option("--memory", default=None, metavar="SIZE",
               help="Available memory, instead of the profile's or the estimate.")
-@click.option("--objective", type=click.Choice(list(OBJECTIVE_COLUMNS)), default="tg_tps",
+@click.option("--objective", type=click.Choice(list(OBJECTIVES)), default="tg_tps",
               show_default=True,
               help="What to rank by: tg_tps / pp_tps (highest median tok/s of burst trials), "
                    "ttft (lowest), sustained_tg (highest median sustained tok/s of sustained "
@@ -473,7 +477,7 @@ def report_step() -> Reporter | None:
               help="Profile of phones started by --devices sim:N.")
 @RESULTS
 @GATE
-@click.option("--metric", "metric_text", default="tg_tps,pp_tps,peak_pss", show_default=True,
+@click.option("--metric", "metric_text", default=_DEFAULT_METRICS, show_default=True,
               help="Metrics to compare and follow.")
 @click.option("--reports", type=click.Path(path_type=Path), default=Path("reports"),
               show_default=True, help="Folder of the dated report and the alert document.")
@@ -544,8 +548,8 @@ def nightly_command(matrix: Path, baseline: str, devices_spec: str, profile: str
 @click.command("noise")
 @RESULTS
 @click.option("--device", default=None, help="Only this serial (or device model).")
-@click.option("--metric", "metric_text", default="tg_tps,pp_tps,peak_pss", show_default=True,
-              help="Comma-separated metrics: tg_tps, pp_tps, ttft_ms, peak_pss, peak_rss.")
+@click.option("--metric", "metric_text", default=_DEFAULT_METRICS, show_default=True,
+              help=f"Comma-separated metrics: {_METRIC_NAMES}.")
 @click.option("--reps", type=int, default=None, metavar="N",
               help="Repetitions per side the detectable change assumes "
                    "[default: each cell's usual trials per night].")

@@ -9,6 +9,7 @@ selection and medians; the comparison, history, recommendations and engine table
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from harness.analysis.frames import (
 )
 from harness.analysis.sustained import sustained_mask
 from harness.errors import StoreError
+from harness.labels import CONFIG_COLUMNS, distinct_labels, knob_text, varied_knobs
 from harness.memory import quant_rank
 from harness.records import OUTCOMES
 from harness.report import floors, trends, workloads
@@ -107,18 +109,6 @@ def _group_labels(df: pd.DataFrame, columns: list[str], name: Callable[..., str]
     return _labelled(codes, labels)
 
 
-def _config_label(several_models: bool) -> Callable[..., str]:
-    def label(model_name: Any, quant: Any, n_ctx: Any, type_k: Any, type_v: Any, threads: Any,
-              affinity: Any = "all", sustained_s: Any = None) -> str:
-        kv = type_k if type_k == type_v else f"{type_k}/{type_v}"
-        pinned = f" @{affinity}" if isinstance(affinity, str) and affinity != "all" else ""
-        base = f"{quant} · ctx {n_ctx} · KV {kv} · {threads}t{pinned}"
-        if sustained_s is not None and not pd.isna(sustained_s) and sustained_s > 0:
-            base = f"{base} · sustained {float(sustained_s):g} s"
-        return f"{model_name} {base}" if several_models else base
-    return label
-
-
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
     """Add the label and flag columns every section uses; labels are categoricals made once
     per distinct value, never per row (a million rows, a few hundred labels)."""
@@ -142,13 +132,11 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
         return f"{label} · emulated CPU ({emulator})" if isinstance(emulator, str) else label
 
     df["device"] = _group_labels(df, ["device_serial"], device_label)
-    several = df["model_name"].nunique() > 1
-    config_cols = ["model_name", "quant", "n_ctx", "type_k", "type_v", "threads",
-                   *[c for c in ("affinity", "sustained_s") if c in df]]
+    # one row per config_id, one label each: the knobs that differ within the report are named
+    config_cols = [c for c in CONFIG_COLUMNS if c in df]
     per_config = df.groupby("config_id", observed=True, sort=True)[config_cols].first()
-    make = _config_label(several)
-    df["config"] = _group_labels(df, ["config_id"],
-                                 lambda c: make(**per_config.loc[c].to_dict()))
+    named = distinct_labels({c: row.to_dict() for c, row in per_config.iterrows()})
+    df["config"] = _group_labels(df, ["config_id"], lambda c: named[c])
     df["kv"] = _group_labels(df, ["type_k", "type_v"],
                              lambda k, v: str(k) if k == v else f"{k}/{v}")
     days = df["started_at"].dt.tz_convert(None).to_numpy().astype("datetime64[D]")
@@ -241,14 +229,17 @@ def heatmaps(df: pd.DataFrame, side: Side | None, top: int) -> tuple[Heatmap, ..
     if good.empty:
         return ()
     out: list[Heatmap] = []
-    by = ["device", "kv", "quant", "n_ctx"]
+    scope = scope.assign(variant=_variants(scope))
+    by = ["device", "kv", "variant", "quant", "n_ctx"]
+    variants = sorted(str(v) for v in scope["variant"].unique())
     for metric in ("tg_tps", "pp_tps"):
         med = best_medians(scope, by, "threads", metric)
         iqr = spread(scope, by, "threads", metric)
         for device in top_devices(good, top):
-            for kv in sorted(str(k) for k in good["kv"].unique()):
+            for kv, variant in itertools.product(sorted(str(k) for k in good["kv"].unique()),
+                                                 variants):
                 try:
-                    grid = med.loc[(device, kv)].unstack("n_ctx")
+                    grid = med.loc[(device, kv, variant)].unstack("n_ctx")
                 except KeyError:
                     continue
                 rows = quant_order([str(q) for q in grid.index])
@@ -258,12 +249,28 @@ def heatmaps(df: pd.DataFrame, side: Side | None, top: int) -> tuple[Heatmap, ..
                                for r in grid.to_numpy())
                 ends = []
                 for end in ("low", "high"):
-                    part = iqr[end].loc[(device, kv)].unstack("n_ctx").reindex(
+                    part = iqr[end].loc[(device, kv, variant)].unstack("n_ctx").reindex(
                         index=rows, columns=list(cols))
                     ends.append(tuple(tuple(None if pd.isna(v) else float(v) for v in r)
                                       for r in part.to_numpy()))
-                out.append(Heatmap(device, kv, metric, tuple(rows), cols, values, *ends))
-    return tuple(sorted(out, key=lambda h: (h.device, h.metric != "tg_tps", h.kv)))
+                out.append(Heatmap(device, kv, metric, tuple(rows), cols, values,
+                                   low=ends[0], high=ends[1], variant=variant))
+    return tuple(sorted(out, key=lambda h: (h.device, h.metric != "tg_tps", h.kv, h.variant)))
+
+
+#: The knobs a heatmap lays out (quant x n_ctx), faces (KV) or picks the best of (threads).
+GRID_KNOBS = ("quant", "n_ctx", "kv", "threads")
+
+
+def _variants(frame: pd.DataFrame) -> pd.Series:
+    """Per trial: its values of the knobs off the heatmap's grid that differ within ``frame``
+    ("" when none does), so configurations that differ in them get heatmaps of their own."""
+    config_cols = [c for c in CONFIG_COLUMNS if c in frame]
+    per_config = frame.groupby("config_id", observed=True, sort=True)[config_cols].first()
+    rows = {c: row.to_dict() for c, row in per_config.iterrows()}
+    varied = varied_knobs(list(rows.values()), skip=GRID_KNOBS)
+    text = {c: knob_text(row, varied) for c, row in rows.items()}
+    return frame["config_id"].astype(object).map(text).astype(object)
 
 
 def spread(frame: pd.DataFrame, by: Sequence[str], over: str, column: str) -> pd.DataFrame:

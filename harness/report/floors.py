@@ -19,8 +19,6 @@ import pandas as pd
 
 from harness.analysis.compare import Policy
 from harness.analysis.frames import (
-    DEFAULT_METRICS,
-    METRIC_COLUMNS,
     metric_name,
     usable_mask,
 )
@@ -35,6 +33,7 @@ from harness.analysis.noise import (
     noise_floors,
     recent_trials,
 )
+from harness.metrics import DEFAULT_METRICS, METRIC_COLUMNS
 from harness.report.model import (
     CellFloor,
     ComparisonSection,

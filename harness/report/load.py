@@ -24,13 +24,14 @@ import pyarrow.parquet as pq
 
 from harness.analysis.monitor import with_stored_energy
 from harness.errors import StoreError
+from harness.labels import CONFIG_COLUMNS
 from harness.store import SCHEMA_VERSION, SCHEMAS, migrate, part_files, part_version
 
 log = logging.getLogger(__name__)
 
 # trial_id is left out on purpose: a million unique ids cost more to read than everything else;
 # the few trials whose samples are plotted are looked up by ``find_trial_ids``.
-TRIAL_COLUMNS = (
+TRIAL_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((
     "run_id", "config_id", "started_at", "device_serial", "device_model",
     "device_manufacturer", "device_soc", "device_ram_bytes", "build_id", "model_name", "quant",
     "n_ctx", "type_k", "type_v", "threads", "outcome", "error", "evidence", "pp_tps", "tg_tps",
@@ -50,7 +51,9 @@ TRIAL_COLUMNS = (
     "load_mode", "cache", "cache_resident_bytes", "major_faults", "read_bytes",
     "read_bytes_per_token", "major_faults_per_token", "load_ms", "paging",
     "predicted_paging_tg_tps",
-)
+    # every knob of a configuration, so labels name whatever differs (harness.labels)
+    *CONFIG_COLUMNS,
+)))
 # strings with few distinct values: read as categoricals (trial_id, error, evidence stay strings)
 DICTIONARY_COLUMNS = frozenset(
     f.name for f in SCHEMAS["trials"] if f.type == pa.string()

@@ -104,6 +104,9 @@ class Heatmap:
     # the interquartile range of the trials each median is of (None: fewer than 2 trials)
     low: tuple[tuple[Number, ...], ...] = ()
     high: tuple[tuple[Number, ...], ...] = ()
+    # the knobs off the grid that differ within the report, this table's values of them (e.g.
+    # "no-mmap fa=on"): configurations that differ in them are never one median
+    variant: str = ""
 
     def spread(self, row: int, col: int) -> tuple[float, float] | None:
         """(25th, 75th percentile) of a cell, or None when not known."""

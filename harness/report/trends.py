@@ -18,9 +18,10 @@ import pandas as pd
 from harness.analysis.ab import BuildComparison, compare_builds
 from harness.analysis.changes import Changes, MetricChange
 from harness.analysis.engines import EngineTable, engine_table
-from harness.analysis.frames import DEFAULT_METRICS, Side, resolve_side, sides
+from harness.analysis.frames import Side, resolve_side, sides
 from harness.analysis.recommend import DEFAULT_RESERVE, cached_scores, recommend_device
 from harness.analysis.trend import Series, by_largest_change, nightly_history
+from harness.metrics import DEFAULT_METRICS
 from harness.plan import parse_size
 from harness.report.model import (
     ChangeMark,

@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 
+import numpy as np
 import pandas as pd
 
+from harness.analysis.frames import usable_mask
 from harness.analysis.sequential import Decision, SequentialRule, next_step
 from harness.cell import Cell
 from harness.matrix import AdaptivePolicy
-from harness.records import AdaptiveRecord, Outcome, TrialRecord
+from harness.metrics import metric as metric_of
+from harness.records import AdaptiveRecord, TrialRecord
 from harness.run.order import TrialSpec
 
 
@@ -37,23 +40,21 @@ def rule_of(policy: AdaptivePolicy) -> SequentialRule:
 
 def value_of(trial: TrialRecord, metric: str) -> float:
     """The trial's metric if it counts, else NaN (a repetition spent without a value)."""
-    value = getattr(trial, metric, None)
-    if (trial.outcome != Outcome.OK or trial.valid is False or trial.config_not_applied
-            or value is None or not math.isfinite(value) or value <= 0):
-        return math.nan
-    return float(value)
+    return values_from_frame(pd.DataFrame([asdict(trial)]), metric)[trial.cell_id][0]
 
 
 def values_from_frame(trials: pd.DataFrame, metric: str) -> dict[str, list[float]]:
-    """``value_of`` for stored trials (a resumed run), per cell in the order they started."""
+    """Per cell, in the order they started: each trial's metric where it counts (the commands'
+    rule, ``frames.usable_mask``, throttled ones included: the rule weighs those itself), and
+    NaN where it does not (a repetition spent without a value)."""
+    ordered = trials.sort_values("started_at", kind="stable")
+    values = pd.to_numeric(ordered[metric_of(metric).column], errors="coerce").astype(float)
+    counts = usable_mask(ordered, include_throttled=True).to_numpy() & (values > 0).to_numpy() \
+        & np.isfinite(values.to_numpy())
     out: dict[str, list[float]] = {}
-    for row in trials.sort_values("started_at").to_dict("records"):
-        value = row.get(metric)
-        ok = (row.get("outcome") == Outcome.OK and row.get("valid") is not False
-              and not (isinstance(row.get("config_not_applied"), str)
-                       and row["config_not_applied"]))
-        good = ok and value is not None and math.isfinite(value) and value > 0
-        out.setdefault(str(row["cell_id"]), []).append(float(value) if good else math.nan)
+    for cell_id, value, good in zip(ordered["cell_id"].astype(str), values, counts,
+                                    strict=True):
+        out.setdefault(cell_id, []).append(float(value) if good else math.nan)
     return out
 
 

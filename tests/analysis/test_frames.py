@@ -84,7 +84,7 @@ def test_pairs_only_cells_measured_with_both_builds(tmp_path: Path) -> None:
     assert list(pairs) == [CellKey("SER1", cell().config_id)]
     base, cand = pairs[CellKey("SER1", cell().config_id)]
     assert (base.build_id, cand.build_id) == ("a", "b")
-    assert base.label == "tiny Q4_K_M ctx512 kv=f16 t4 p32/g16"
+    assert base.label == "tiny Q4_K_M ctx512 kv=f16 t4 fa=auto p32/g16 b256/ub128"
 
 
 def test_an_emulated_cpu_is_never_paired_with_a_native_one(tmp_path: Path) -> None:

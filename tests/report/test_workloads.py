@@ -86,7 +86,7 @@ def test_sustained_table_equals_the_store(data: ReportData, trials: pd.DataFrame
     for (serial, build), group in sustained.groupby(["device_serial", "build_id"]):
         for config_id, cell in group.groupby("config_id"):
             matching = [r for (s, c, b), r in rows.items()
-                        if s == serial and b == build and c.endswith("sustained 120 s")
+                        if s == serial and b == build and "sustained120s" in c
                         and r.trials == len(cell)
                         and r.sustained_tg_tps == pytest.approx(
                             float(np.median(cell["sustained_tg_tps"])))]
@@ -152,7 +152,7 @@ def test_energy_figures_are_medians_of_the_valid_readings(data: ReportData,
     cell = sustained[(sustained["device_serial"] == serial) & (sustained["config_id"] == config_id)
                      & (sustained["build_id"] == build)]
     rows = [r for r in data.energy.rows if r.device.endswith(serial) and r.build == build
-            and r.config.endswith("sustained 120 s")
+            and "sustained120s" in r.config
             and r.tg_j_per_token == pytest.approx(float(np.median(cell["tg_j_per_token"])))]
     assert len(rows) >= 1
 
