@@ -10,16 +10,38 @@ The figure is the memory an app may use before the low-memory killer acts. In or
 4. ``AVAILABLE_FRACTION`` of total RAM: the share the shipped profiles leave to apps at idle
    (budget 47%, mid-range 60%, flagship 69%), taken at the middle.
 
-The budget a cell must fit is that figure minus a reserve kept for the rest of the phone.
+The budget a cell must fit is that figure minus a reserve kept for the rest of the phone (and
+the predictor's error): ``DEFAULT_RESERVE_BYTES`` unless ``--reserve`` says otherwise, the same
+for plan, run, recommend and the report. ``fit`` is the one test of a peak against it, for a
+predicted peak (plan, run) and a measured one (recommend) alike.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.units import GIB, MIB
+from harness.units import GIB, MIB, size
 
 AVAILABLE_FRACTION = 0.6
+DEFAULT_RESERVE_BYTES = 512 * MIB
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A peak against a budget: whether it fits, by how much it does not, and why."""
+
+    fits: bool
+    over_bytes: int  # peak - budget when it does not fit, else 0
+    reason: str
+
+
+def fit(peak: int, available: int, reserve: int, what: str = "predicted") -> Fit:
+    """``peak`` against ``available - reserve``; ``what`` names the peak in the reason."""
+    budget = available - reserve
+    if peak > budget:
+        return Fit(False, peak - budget, f"{what} {size(peak)} > budget {size(budget)} "
+                                         f"({size(available)} available - {size(reserve)} reserve)")
+    return Fit(True, 0, f"{what} {size(peak)} <= budget {size(budget)}")
 
 
 @dataclass(frozen=True)

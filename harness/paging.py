@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.cell import MAPPED_LOAD_MODES, Cell
+from harness.units import size
 
 if TYPE_CHECKING:
     from harness.artifacts.gguf_info import ModelInfo
@@ -63,13 +64,9 @@ class PagingPrediction:
         speed = (f", storage-bound decode {self.tg_tps:.2f} tok/s at {self.storage_mb_s:g} MB/s"
                  if self.tg_tps is not None and self.storage_mb_s else
                  " (no storage speed known: pass --storage-mb-s)")
-        return (f"runs by paging: {_mib(self.resident)} resident, {_mib(max(self.cache, 0))} "
-                f"left for weights whose tokens read {_mib(self.working_set)}; reads "
-                f"{_mib(self.read_per_token)} per token{speed}")
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:,.0f} MiB" if n >= 10 * 2**20 else f"{n / 2**20:.1f} MiB"
+        return (f"runs by paging: {size(self.resident)} resident, {size(max(self.cache, 0))} "
+                f"left for weights whose tokens read {size(self.working_set)}; reads "
+                f"{size(self.read_per_token)} per token{speed}")
 
 
 def maps_weights(cell: Cell) -> bool:

@@ -16,7 +16,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from harness.artifacts.builds import Build, builds_root, open_build
 from harness.artifacts.gguf_info import ModelInfo, read_model_info
+from harness.budget import DEFAULT_RESERVE_BYTES, fit
 from harness.cell import Cell
 from harness.engines import Engine, get_engine
 from harness.engines.base import (
@@ -27,12 +29,18 @@ from harness.engines.base import (
 )
 from harness.errors import ConfigError, HarnessError
 from harness.matrix import Matrix
-from harness.memory import MemoryPrediction, ModelCard, estimate_weights_bytes, kv_type_fits
+from harness.memory import (
+    MemoryPrediction,
+    ModelCard,
+    estimate_weights_bytes,
+    kv_type_fits,
+    repacked_types,
+)
 from harness.memory import predict_peak as _predict_peak
 from harness.paging import PagingPrediction, predict_paging
+from harness.units import size
 
 SCHEMA_VERSION = 1
-DEFAULT_RESERVE_BYTES = 512 * 1024 * 1024
 
 # Duration heuristic (docs/memory.md, "Estimated duration"): a phone-class CPU, not a device
 # model. Prompt processing is compute-bound, decoding is memory-bandwidth-bound.
@@ -128,15 +136,6 @@ def _paging_json(paging: PagingPrediction | None) -> dict[str, Any] | None:
             "predicted_tg_tps": round(paging.tg_tps, 3) if paging.tg_tps else None}
 
 
-def mib(n: int) -> str:
-    """Bytes for people: whole MiB, one decimal below 10 MiB, KiB below 1 MiB."""
-    if n < 2**20:
-        return f"{n / 2**10:,.0f} KiB"
-    if n < 10 * 2**20:
-        return f"{n / 2**20:.1f} MiB"
-    return f"{n / 2**20:,.0f} MiB"
-
-
 def display_label(cell: Cell) -> str:
     return cell.label()
 
@@ -185,27 +184,29 @@ class _Verdict:
 
 
 def _verdict(
-    cell: Cell, model: ModelFacts, budget: int, repack: frozenset[str] = frozenset(),
-    engine: Engine | None = None, storage_mb_s: float | None = None,
+    cell: Cell, model: ModelFacts, available: int, reserve: int,
+    repack: frozenset[str] = frozenset(), engine: Engine | None = None,
+    storage_mb_s: float | None = None,
 ) -> _Verdict:
-    found = _memory_verdict(cell, model, budget, repack, engine)
+    budget = available - reserve
+    found = _memory_verdict(cell, model, available, reserve, repack, engine)
     if found[1] != Reason.OVER_BUDGET or isinstance(model, MissingModel) or found[0] is None:
         return _Verdict(*found)
     paging = predict_paging(cell, model, found[0], budget, storage_mb_s)
     if paging is None:
         return _Verdict(*found)
     if paging.read_per_token == 0:  # only weights no token reads are left out
-        return _Verdict(found[0], Reason.FITS, f"predicted {mib(found[0].total)} > budget "
-                        f"{mib(budget)}, but the weights its tokens read "
-                        f"({mib(paging.working_set)}) fit the {mib(paging.cache)} left: pages "
+        return _Verdict(found[0], Reason.FITS, f"predicted {size(found[0].total)} > budget "
+                        f"{size(budget)}, but the weights its tokens read "
+                        f"({size(paging.working_set)}) fit the {size(paging.cache)} left: pages "
                         "it never reads need not be resident", paging)
-    return _Verdict(found[0], Reason.PAGING, f"predicted {mib(found[0].total)} > budget "
-                    f"{mib(budget)}; {paging.describe()}", paging)
+    return _Verdict(found[0], Reason.PAGING, f"predicted {size(found[0].total)} > budget "
+                    f"{size(budget)}; {paging.describe()}", paging)
 
 
 def _memory_verdict(
-    cell: Cell, model: ModelFacts, budget: int, repack: frozenset[str] = frozenset(),
-    engine: Engine | None = None,
+    cell: Cell, model: ModelFacts, available: int, reserve: int,
+    repack: frozenset[str] = frozenset(), engine: Engine | None = None,
 ) -> tuple[MemoryPrediction | None, str, str]:
     if isinstance(model, MissingModel):
         return None, Reason.MODEL_UNAVAILABLE, model.reason
@@ -219,11 +220,30 @@ def _memory_verdict(
     problem = support_problem(engine or get_engine(cell.engine), cell)
     if problem is not None:
         return prediction, problem[0], problem[1]
-    if prediction.total > budget:
-        return prediction, Reason.OVER_BUDGET, (
-            f"predicted {mib(prediction.total)} > budget {mib(budget)}"
-        )
-    return prediction, Reason.FITS, f"predicted {mib(prediction.total)} <= budget {mib(budget)}"
+    verdict = fit(prediction.total, available, reserve)
+    return prediction, Reason.FITS if verdict.fits else Reason.OVER_BUDGET, verdict.reason
+
+
+def build_repack(builds: Mapping[str, Build]) -> dict[str, frozenset[str]]:
+    """Per build, the weight types its CPU code repacks (unknown features: none)."""
+    out: dict[str, frozenset[str]] = {}
+    for name, build in builds.items():
+        cpu = build.manifest.cpu
+        out[name] = repacked_types(cpu.arch, cpu.enabled) if cpu else frozenset()
+    return out
+
+
+def matrix_repack(matrix: Matrix, builds_dir: Path | None = None) -> dict[str, frozenset[str]]:
+    """``build_repack`` of the matrix's builds found under the builds folder: what ``plan``
+    and ``recommend`` give ``plan_cells``, as a run does with the builds it opened (a build
+    not found repacks nothing: a run would refuse it before planning)."""
+    found = {}
+    for name in matrix.axes.get("build", ()):
+        try:
+            found[name] = open_build(builds_root(builds_dir), str(name))
+        except HarnessError:
+            continue
+    return build_repack(found)
 
 
 def plan_cells(
@@ -255,7 +275,7 @@ def plan_cells(
         model = models.get(key, MissingModel(f"no facts for model {cell.model} {cell.quant}"))
         types = (repack or {}).get(cell.build, frozenset())
         engine = (engines or {}).get(cell.engine) or get_engine(cell.engine)
-        verdict = _verdict(cell, model, budget, types, engine, storage_mb_s)
+        verdict = _verdict(cell, model, available_bytes, reserve, types, engine, storage_mb_s)
         feasible = verdict.code in RUNNABLE_REASONS
         seconds = (
             estimate_seconds(cell, model, trial_timeout_s, verdict.paging)

@@ -8,7 +8,8 @@ renamed, so a reader never sees half a file. pandas, pyarrow and DuckDB read it 
 The schema is declared once, from the record dataclasses, with a version in the file metadata.
 Readers check it: an older part is migrated as it is read (``MIGRATIONS``; columns it lacks read
 as null), a part of a newer schema is refused with a StoreError naming it, and a corrupt part is
-skipped with a warning.
+skipped with a warning. There is one reader (``read_columns``): the commands read whole tables
+through it, the report only the columns and rows it needs.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import os
 import types
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from harness.errors import StoreError
@@ -121,45 +124,112 @@ def migrate(name: str, table: pa.Table, version: int) -> pa.Table:
     return table
 
 
-def _read_part(path: Path, schema: pa.Schema, name: str = "") -> pa.Table | None:
+def _read_one(path: Path, name: str, columns: Sequence[str],
+              filters: list[tuple[str, str, object]] | None,
+              dictionary: Sequence[str]) -> pa.Table | None:
+    """One part's columns, migrated to the current schema; low-cardinality strings stay
+    dictionary-encoded, as Parquet has them."""
+    schema = SCHEMAS[name]
     try:
-        table = pq.read_table(path)
+        # an older or foreign part may lack a column: ask for dictionaries only of those it has
+        stored = pq.read_schema(path)
+        present = set(stored.names)
+        part = pq.ParquetFile(path, read_dictionary=[d for d in dictionary if d in present])
+        if filters and any(f[0] not in present for f in filters):
+            return None  # a filter on a column the part lacks matches nothing
+        wanted = [c for c in columns if c in present]
+        if filters:
+            table = pq.read_table(path, columns=wanted, filters=filters)
+        else:
+            table = part.read(columns=wanted, use_threads=False)
     except (OSError, pa.ArrowException) as error:
         log.warning("skipping unreadable part %s: %s", path, error)
         return None
-    version = part_version(table)
+    table = _migrated(path, name, table, part_version(stored.empty_table()))
+    arrays = []
+    fields = []
+    for wanted_name in columns:
+        field = schema.field(wanted_name)
+        if wanted_name not in table.column_names:
+            arrays.append(pa.nulls(table.num_rows, field.type))
+            fields.append(field)
+            continue
+        column = table.column(wanted_name)
+        if pa.types.is_dictionary(column.type) and column.type.value_type == field.type:
+            arrays.append(column)
+            fields.append(pa.field(wanted_name, column.type, nullable=True))
+            continue
+        try:
+            arrays.append(column.cast(field.type))
+        except pa.ArrowException as error:
+            log.warning("skipping part %s: column %s: %s", path, wanted_name, error)
+            return None
+        fields.append(field)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _migrated(path: Path, name: str, table: pa.Table, version: int) -> pa.Table:
+    """The part as the current schema reads it (``harness.store.migrate``)."""
     if version > SCHEMA_VERSION:
         raise StoreError(f"{path}: written with store schema {version}, this harness reads up "
                          f"to {SCHEMA_VERSION}: upgrade harness to read this store")
-    if version < SCHEMA_VERSION:
-        table = migrate(name, table, version)
-    columns = []
-    for field in schema:
-        if field.name in table.column_names:
-            try:
-                columns.append(table.column(field.name).cast(field.type))
-            except pa.ArrowException as error:
-                log.warning("skipping part %s: column %s: %s", path, field.name, error)
-                return None
-        else:
-            columns.append(pa.nulls(table.num_rows, field.type))
-    return pa.Table.from_arrays(columns, schema=schema)
+    return migrate(name, table, version) if version < SCHEMA_VERSION else table
 
 
-def read_arrow(root: Path, name: str, files: Iterable[Path] | None = None) -> pa.Table:
+def read_columns(files: Iterable[Path], table: str, columns: Sequence[str],
+                 filters: list[tuple[str, str, object]] | None = None,
+                 dictionary: Sequence[str] = ()) -> pa.Table:
+    """The named columns of ``files`` concatenated; two threads, as pyarrow releases the GIL.
+
+    Columns named in ``dictionary`` come back dictionary-encoded (pandas: categorical) when
+    the part stores them so; a part that stores one plainly is encoded to match.
+    """
+    schema = SCHEMAS[table]
+    unknown = [c for c in columns if c not in schema.names]
+    if unknown:
+        raise StoreError(f"unknown {table} column(s): {', '.join(unknown)}")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        parts = [t for t in pool.map(
+            lambda p: _read_one(p, table, columns, filters, dictionary), files)
+            if t is not None and t.num_rows]
+    if not parts:
+        return pa.schema([schema.field(c) for c in columns]).empty_table()
+    return pa.concat_tables(_same_types(parts))
+
+
+def _same_types(parts: list[pa.Table]) -> list[pa.Table]:
+    """Dictionary-encode a column wherever another part has it encoded, so parts concatenate."""
+    encoded = {f.name: f.type for t in parts for f in t.schema if pa.types.is_dictionary(f.type)}
+    if not encoded:
+        return parts
+    out = []
+    for t in parts:
+        for name, kind in encoded.items():
+            column = t.column(name)
+            if column.type != kind:
+                index = t.schema.get_field_index(name)
+                column = pc.dictionary_encode(column.cast(kind.value_type)).cast(kind)
+                t = t.set_column(index, pa.field(name, kind), column)
+        out.append(t)
+    return out
+
+
+def read_arrow(root: Path, name: str, files: Iterable[Path] | None = None,
+               columns: Sequence[str] | None = None,
+               filters: list[tuple[str, str, object]] | None = None) -> pa.Table:
+    """A table's rows (of ``files``, else every part): every column, or only ``columns``, and
+    only the rows ``filters`` (pyarrow's DNF) keep, both pushed down into the Parquet reads."""
     if name not in SCHEMAS:
         raise StoreError(f"unknown table '{name}' (known: {', '.join(SCHEMAS)})")
-    schema = SCHEMAS[name]
-    tables = [t for p in (files or part_files(root, name))
-              if (t := _read_part(p, schema, name))]
-    if not tables:
-        return schema.empty_table()
-    return pa.concat_tables(tables)
+    return read_columns(part_files(root, name) if files is None else files, name,
+                        SCHEMAS[name].names if columns is None else columns, filters)
 
 
-def read_table(root: Path, name: str) -> pd.DataFrame:
-    """All rows of a table as a DataFrame (older files' missing columns are null)."""
-    return read_arrow(root, name).to_pandas()
+def read_table(root: Path, name: str, columns: Sequence[str] | None = None,
+               filters: list[tuple[str, str, object]] | None = None) -> pd.DataFrame:
+    """A table's rows as a DataFrame (older files' missing columns are null); ``columns`` and
+    ``filters`` as ``read_arrow``."""
+    return read_arrow(root, name, columns=columns, filters=filters).to_pandas()
 
 
 def run_files(root: Path, name: str, run_id: str) -> list[Path]:

@@ -22,6 +22,14 @@ def mib(n: float, places: int = 0, *, grouped: bool = True) -> str:
     return f"{n / MIB:{sep}.{places}f} MiB"
 
 
+def size(n: float) -> str:
+    """A byte size that reads at any scale: KiB below 1 MiB, MiB with one decimal below 10 MiB,
+    whole MiB above (``size(3.5 * MIB)`` is "3.5 MiB", ``size(1536 * MIB)`` "1,536 MiB")."""
+    if abs(n) < MIB:
+        return f"{n / KIB:,.0f} KiB"
+    return mib(n, 1) if abs(n) < 10 * MIB else mib(n)
+
+
 def gib(n: float | None, *, missing: str = MISSING) -> str:
     """A byte size in GiB, or in MiB below 1 GiB (small test models would all read 0.01 GiB)."""
     if n is None:

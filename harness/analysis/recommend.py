@@ -54,6 +54,7 @@ from harness.analysis.sustained import (
     figures,
     sustained_mask,
 )
+from harness.budget import fit
 from harness.labels import config_label
 from harness.metrics import objective as metric_of
 from harness.paging import MB, PagingPrediction
@@ -63,7 +64,6 @@ Objective = Literal["tg_tps", "pp_tps", "ttft", "sustained_tg", "energy"]
 SCHEMA_VERSION = 4  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
 #                     3: objectives sustained_tg and energy, their figures on picks, unranked
 #                     4: paging picks (paging, read_bytes_per_token, storage_bound_tg_tps)
-DEFAULT_RESERVE = "1.5GiB"  # memory left free for the rest of the phone (`--reserve`)
 #: What identifies a candidate: (config_id, build_id, engine).
 CandidateKey = tuple[str, str, str]
 
@@ -244,10 +244,10 @@ def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, res
         return None, unhealthy, None
     paging = paging_of(applied)
     peak = _worst_anon_peak(applied) if paging is not None else _worst_peak(applied)
-    if available is not None and peak is not None and peak + reserve > available:
-        over = peak + reserve - available
-        return None, _reject(row, "over_budget", f"peak {mib(peak)} + reserve {mib(reserve)} "
-                                                 f"> available {mib(available)}"), over
+    verdict = fit(peak, available, reserve, "worst measured peak") \
+        if available is not None and peak is not None else None
+    if verdict is not None and not verdict.fits:
+        return None, _reject(row, "over_budget", verdict.reason), verdict.over_bytes
     rejected = _quality_rejection(row, quality, max_loss)
     if rejected:
         return None, rejected, None
@@ -366,7 +366,7 @@ def _sustained_text(m: _Measured) -> str:
 def _paging_text(paging: Paging | None, measured_tg: float | None) -> str:
     if paging is None:
         return ""
-    read = (f"{paging.read_bytes_per_token / 2**20:.0f} MiB read from storage per token"
+    read = (f"{mib(paging.read_bytes_per_token)} read from storage per token"
             if paging.read_bytes_per_token else "storage reads per token not measured")
     bound = ""
     if paging.storage_bound_tg_tps is not None and paging.storage_mb_s:
@@ -628,7 +628,7 @@ def _planned_paging_text(paging: PagingPrediction) -> str:
     speed = (f", storage-bound {paging.tg_tps:.2f} tok/s at {paging.storage_mb_s:g} MB/s"
              if paging.tg_tps and paging.storage_mb_s else "")
     return (f"predicted to run by paging its weights: "
-            f"{paging.read_per_token / 2**20:.0f} MiB read from storage per token{speed}")
+            f"{mib(paging.read_per_token)} read from storage per token{speed}")
 
 
 def _predicted(predictions: Sequence[Any], seen: set[CandidateKey], available: int | None,
@@ -657,10 +657,10 @@ def _predicted(predictions: Sequence[Any], seen: set[CandidateKey], available: i
         if planned.reason_code == "runs_by_paging" and planned.paging is not None:
             row["paging"] = planned.paging  # what must stay resident is what has to fit
             peak = int(planned.paging.resident)
-        if available is not None and peak + reserve > available:
-            rejected.append(_reject(named, "predicted_over_budget",
-                                    f"predicted peak {mib(peak)} + reserve {mib(reserve)} > "
-                                    f"available {mib(available)}"))
+        verdict = fit(peak, available, reserve, "predicted peak") if available is not None \
+            else None
+        if verdict is not None and not verdict.fits:
+            rejected.append(_reject(named, "predicted_over_budget", verdict.reason))
             continue
         quality_reject = _quality_rejection(named, scores, max_loss)
         if quality_reject:

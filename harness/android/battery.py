@@ -16,6 +16,25 @@ _KEY = re.compile(r"^  (?P<key>\S[^:]*):\s?(?P<value>.*)$")
 _PLUGS = (("AC powered", "ac"), ("USB powered", "usb"), ("Wireless powered", "wireless"),
           ("Dock powered", "dock"))
 STATUS_NAMES = {1: "unknown", 2: "charging", 3: "discharging", 4: "not charging", 5: "full"}
+#: Battery statuses of a phone on external power: BatteryManager's numbers (``dumpsys battery``)
+#: and power_supply's words (``/sys/class/power_supply/battery/status``).
+POWERED_STATUSES = frozenset({2, 5, "Charging", "Full"})
+_UNKNOWN_STATUSES = frozenset({1, "Unknown"})
+
+
+def is_charging(status: int | str | None, plugged: str | None = None,
+                powered: bool | None = None) -> bool | None:
+    """Whether the phone runs on external power, the one rule of every reader (pre-flight,
+    energy, charge counter): charging or full by its battery status, or plugged in (``dumpsys
+    battery``'s plug lines), or powered (``dumpsys power``'s mIsPowered). A phone on a cable
+    is charging here even when its battery holds (``not charging``, a charge limit): the cable
+    feeds the phone and mixes into every battery reading. None: nothing says either way."""
+    if status in POWERED_STATUSES or plugged not in (None, "none") or powered is True:
+        return True
+    if (status is not None and status not in _UNKNOWN_STATUSES) or plugged == "none" \
+            or powered is False:
+        return False
+    return None
 
 
 @dataclass(frozen=True)

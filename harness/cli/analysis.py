@@ -30,11 +30,13 @@ from harness.analysis.nightly import (
     run_on_alert,
     write_alerts,
 )
-from harness.analysis.recommend import DEFAULT_RESERVE, Recommendation
+from harness.analysis.recommend import Recommendation
+from harness.budget import DEFAULT_RESERVE_BYTES
 from harness.errors import ConfigError
 from harness.metrics import DEFAULT_METRICS, METRIC_COLUMNS, OBJECTIVES
 from harness.plan import parse_size
-from harness.units import mib, pct
+from harness.units import pct
+from harness.units import size as size_text
 
 RESULTS = click.option("--results", type=click.Path(path_type=Path), default=Path("results"),
                        show_default=True, help="Results store root.")
@@ -55,7 +57,7 @@ def _fmt(value: float | None, digits: int = 1, *, size: bool = False) -> str:
     if value is None or not math.isfinite(value):
         return "-"
     if size:
-        return mib(value, 1) if abs(value) < 10 * (1 << 20) else mib(value)
+        return size_text(value)
     return f"{value:,.{digits}f}"
 
 
@@ -207,7 +209,7 @@ def history_command(results: Path, metric: str, device: str | None, config_id: s
 @click.option("--device", "device_name", required=True, metavar="SERIAL_OR_PROFILE",
               help="A serial in the store, or a device profile name (devices/NAME.yaml).")
 @RESULTS
-@click.option("--reserve", default=DEFAULT_RESERVE, show_default=True,
+@click.option("--reserve", default=f"{DEFAULT_RESERVE_BYTES >> 20}MiB", show_default=True,
               help="Memory left free for the rest of the phone.")
 @click.option("--memory", default=None, metavar="SIZE",
               help="Available memory, instead of the profile's or the estimate.")
@@ -323,11 +325,12 @@ def _unranked_table(rec: Recommendation, top: int) -> Table:
 def _predictions(matrix: Path, available: int | None, reserve: int,
                  storage_mb_s: float | None) -> list[Any]:
     from harness.matrix import expand, load_matrix
-    from harness.plan import plan_cells, resolve_models
+    from harness.plan import matrix_repack, plan_cells, resolve_models
 
     loaded = load_matrix(matrix)
     cells = expand(loaded)
     return plan_cells(cells, resolve_models(loaded, cells), available or 0, reserve,
+                      loaded.timeout.trial_s, repack=matrix_repack(loaded),
                       storage_mb_s=storage_mb_s)
 
 

@@ -17,6 +17,7 @@ from harness.artifacts.testmodels import (
     ladder_quants,
     spec_for,
 )
+from harness.units import MIB
 
 
 @click.group("models")
@@ -98,7 +99,7 @@ def ladder(size: str, as_json: bool) -> None:
     table.add_column("sha256")
     table.add_column("path", overflow="fold")
     for f in files:
-        table.add_row(f.quant, f"{f.size_bytes / 2**20:.1f}", f.sha256[:16], str(f.path))
+        table.add_row(f.quant, f"{f.size_bytes / MIB:.1f}", f.sha256[:16], str(f.path))
     Console().print(table)
 
 

@@ -11,15 +11,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from harness.budget import available_memory
+from harness.budget import DEFAULT_RESERVE_BYTES, available_memory
 from harness.errors import ConfigError, HarnessError
 from harness.matrix import expand, load_matrix
 from harness.plan import (
-    DEFAULT_RESERVE_BYTES,
     PlannedCell,
     Reason,
     display_label,
-    mib,
+    matrix_repack,
     parse_size,
     plan_cells,
     plan_document,
@@ -27,6 +26,7 @@ from harness.plan import (
     summarize,
 )
 from harness.profiles import Cluster, DeviceProfile, find_profile, list_profiles, storage_speed
+from harness.units import size
 
 MB = 1024 * 1024
 LIVE = "live facts of "  # the source of a profile made from an attached device's reading
@@ -107,7 +107,7 @@ def _cell_table(planned: list[PlannedCell]) -> Table:
     table.add_column("why not", overflow="fold")
     for i, p in enumerate(planned, 1):
         pred = p.prediction
-        terms = [mib(x) for x in (pred.total, pred.weights, pred.kv, pred.compute)] if pred else [
+        terms = [size(x) for x in (pred.total, pred.weights, pred.kv, pred.compute)] if pred else [
             "-"] * 4
         table.add_row(
             str(i), p.cell.setup_label(), display_label(p.cell), *terms, _fits(p),
@@ -123,21 +123,6 @@ def _fits(p: PlannedCell) -> str:
         tg = p.paging_tg_tps
         return f"[yellow]paging[/yellow]{f' {tg:.2g} t/s' if tg else ''}"
     return "yes" if p.feasible else "[red]no[/red]"
-
-
-def _build_repack(matrix: Any) -> dict[str, frozenset[str]]:
-    """What each of the matrix's builds repacks, for the builds found under builds/ (others:
-    nothing is assumed)."""
-    from harness.artifacts.builds import builds_root, open_build
-    from harness.run.worker import build_repack
-
-    found = {}
-    for name in matrix.axes.get("build", ()):
-        try:
-            found[name] = open_build(builds_root(), name)
-        except HarnessError:
-            continue
-    return build_repack(found)
 
 
 def _check_kv(matrix: Any, cells: list[Any], as_json: bool) -> None:
@@ -159,8 +144,8 @@ def _check_kv(matrix: Any, cells: list[Any], as_json: bool) -> None:
         for c in checks:
             ratio = f"{c.ratio:.4f}" if c.ratio is not None else (c.error or "-")
             table.add_row(c.cell.label(), str(c.reported_caches),
-                          mib(c.reported_bytes) if c.reported_bytes else "-",
-                          mib(c.predicted_bytes) if c.predicted_bytes else "-",
+                          size(c.reported_bytes) if c.reported_bytes else "-",
+                          size(c.predicted_bytes) if c.predicted_bytes else "-",
                           ratio if c.within else f"[red]{ratio}[/red]")
         _console().print(table)
         click.echo(f"{len(checks) - len(bad)} of {len(checks)} cells within "
@@ -175,8 +160,8 @@ def _summary_line(name: str, available: int, reserve: int, planned: list[Planned
     verdict = (f"{s['feasible']} of {s['cells']} cells run ({pages} by paging their weights "
                "from storage)" if pages else f"{s['feasible']} of {s['cells']} cells fit")
     return (
-        f"{name}: available {mib(available)} - reserve {mib(reserve)} = budget "
-        f"{mib(available - reserve)}; {verdict}; estimated "
+        f"{name}: available {size(available)} - reserve {size(reserve)} = budget "
+        f"{size(available - reserve)}; {verdict}; estimated "
         f"{_duration(s['estimated_seconds'])} for the feasible ones"
     )
 
@@ -236,7 +221,7 @@ def plan_command(
 
     models = resolve_models(matrix, cells)  # after every argument is checked: it may do work
     timeout = matrix.timeout.trial_s
-    repack = _build_repack(matrix)
+    repack = matrix_repack(matrix)
     plans = [
         (profile, available, plan_cells(
             cells, models, available, reserve_bytes, timeout, repack=repack,
@@ -274,7 +259,7 @@ def plan_command(
         table.add_column(profile.name if profile else "custom")
     for i, cell in enumerate(cells):
         first = plans[0][2][i]
-        peak = mib(first.prediction.total) if first.prediction else "-"
+        peak = size(first.prediction.total) if first.prediction else "-"
         verdicts = [
             _fits(planned[i]) if planned[i].feasible else
             f"[red]no[/red] ({planned[i].reason_code})" for _, _, planned in plans

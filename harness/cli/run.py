@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from harness.budget import DEFAULT_RESERVE_BYTES
 from harness.errors import ConfigError
 from harness.plan import parse_size
 from harness.run.devices import open_devices
@@ -82,7 +83,7 @@ def _summary_table(summary: RunSummary) -> Table:
               help="Builds root (default $HARNESS_BUILDS or ./builds).")
 @click.option("--resume", "resume", default=None, metavar="RUN_ID",
               help="Finish an interrupted run: only trials with no stored outcome run.")
-@click.option("--reserve", default="512MiB", show_default=True,
+@click.option("--reserve", default=f"{DEFAULT_RESERVE_BYTES >> 20}MiB", show_default=True,
               help="Memory to leave free on the device when deciding what fits.")
 @click.option("--no-skip", is_flag=True, help="Run cells predicted not to fit, too.")
 @click.option("--sample-interval", default=0.5, show_default=True, type=float,

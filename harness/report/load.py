@@ -1,31 +1,28 @@
 """Reading only what the report needs from the results store.
 
-Why not ``harness.store.read_table``: it reads every column of every part, which at farm scale
-(a million trials, ten million samples) costs gigabytes. Here the report names its columns, skips
-partitions and part files that cannot match ``--run`` / ``--since`` by their paths alone, reads
-low-cardinality strings as categoricals, and reads samples only for the few trials it plots. It
-keeps the store's rules: a part of an older schema goes through ``harness.store.migrate`` (so
-an old part's ``engine`` reads ``llama-bench``), a part of a newer one is a StoreError, a missing
-column reads as null and an unreadable part is skipped with a warning.
+At farm scale (a million trials, ten million samples) the report reads with the store's own
+reader (``harness.store.read_columns``: named columns and row filters pushed down into Parquet,
+the store's migration, null for a missing column, an unreadable part skipped with a warning),
+and adds what only the report needs: partitions and part files that cannot match ``--run`` /
+``--since`` are skipped by their paths alone, low-cardinality strings read as categoricals, and
+samples are read only for the few trials it plots.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from harness.analysis.monitor import with_stored_energy
 from harness.errors import StoreError
 from harness.labels import CONFIG_COLUMNS
-from harness.store import SCHEMA_VERSION, SCHEMAS, migrate, part_files, part_version
+from harness.store import SCHEMAS, part_files, read_columns
 
 log = logging.getLogger(__name__)
 
@@ -82,96 +79,6 @@ def select_files(root: Path, table: str, run_id: str | None = None,
     if since is not None:
         files = [p for p in files if (d := _partition_date(p)) is None or d >= since]
     return files
-
-
-def _read_one(path: Path, name: str, columns: Sequence[str],
-              filters: list[tuple[str, str, object]] | None,
-              dictionary: Sequence[str]) -> pa.Table | None:
-    """One part's columns, migrated to the current schema; low-cardinality strings stay
-    dictionary-encoded, as Parquet has them."""
-    schema = SCHEMAS[name]
-    try:
-        # an older or foreign part may lack a column: ask for dictionaries only of those it has
-        stored = pq.read_schema(path)
-        present = set(stored.names)
-        part = pq.ParquetFile(path, read_dictionary=[d for d in dictionary if d in present])
-        if filters and any(f[0] not in present for f in filters):
-            return None  # a filter on a column the part lacks matches nothing
-        wanted = [c for c in columns if c in present]
-        if filters:
-            table = pq.read_table(path, columns=wanted, filters=filters)
-        else:
-            table = part.read(columns=wanted, use_threads=False)
-    except (OSError, pa.ArrowException) as error:
-        log.warning("skipping unreadable part %s: %s", path, error)
-        return None
-    table = _migrated(path, name, table, part_version(stored.empty_table()))
-    arrays = []
-    fields = []
-    for wanted_name in columns:
-        field = schema.field(wanted_name)
-        if wanted_name not in table.column_names:
-            arrays.append(pa.nulls(table.num_rows, field.type))
-            fields.append(field)
-            continue
-        column = table.column(wanted_name)
-        if pa.types.is_dictionary(column.type) and column.type.value_type == field.type:
-            arrays.append(column)
-            fields.append(pa.field(wanted_name, column.type, nullable=True))
-            continue
-        try:
-            arrays.append(column.cast(field.type))
-        except pa.ArrowException as error:
-            log.warning("skipping part %s: column %s: %s", path, wanted_name, error)
-            return None
-        fields.append(field)
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-
-
-def _migrated(path: Path, name: str, table: pa.Table, version: int) -> pa.Table:
-    """The part as the current schema reads it (``harness.store.migrate``)."""
-    if version > SCHEMA_VERSION:
-        raise StoreError(f"{path}: written with store schema {version}, this harness reads up "
-                         f"to {SCHEMA_VERSION}: upgrade harness to read this store")
-    return migrate(name, table, version) if version < SCHEMA_VERSION else table
-
-
-def read_columns(files: Iterable[Path], table: str, columns: Sequence[str],
-                 filters: list[tuple[str, str, object]] | None = None,
-                 dictionary: Sequence[str] = ()) -> pa.Table:
-    """The named columns of ``files`` concatenated; two threads, as pyarrow releases the GIL.
-
-    Columns named in ``dictionary`` come back dictionary-encoded (pandas: categorical) when
-    the part stores them so; a part that stores one plainly is encoded to match.
-    """
-    schema = SCHEMAS[table]
-    unknown = [c for c in columns if c not in schema.names]
-    if unknown:
-        raise StoreError(f"unknown {table} column(s): {', '.join(unknown)}")
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        parts = [t for t in pool.map(
-            lambda p: _read_one(p, table, columns, filters, dictionary), files)
-            if t is not None and t.num_rows]
-    if not parts:
-        return pa.schema([schema.field(c) for c in columns]).empty_table()
-    return pa.concat_tables(_same_types(parts))
-
-
-def _same_types(parts: list[pa.Table]) -> list[pa.Table]:
-    """Dictionary-encode a column wherever another part has it encoded, so parts concatenate."""
-    encoded = {f.name: f.type for t in parts for f in t.schema if pa.types.is_dictionary(f.type)}
-    if not encoded:
-        return parts
-    out = []
-    for t in parts:
-        for name, kind in encoded.items():
-            column = t.column(name)
-            if column.type != kind:
-                index = t.schema.get_field_index(name)
-                column = pc.dictionary_encode(column.cast(kind.value_type)).cast(kind)
-                t = t.set_column(index, pa.field(name, kind), column)
-        out.append(t)
-    return out
 
 
 def load_trials(root: Path, run_id: str | None = None, since: date | None = None,

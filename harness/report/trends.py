@@ -19,10 +19,10 @@ from harness.analysis.ab import BuildComparison, compare_builds
 from harness.analysis.changes import Changes, MetricChange
 from harness.analysis.engines import EngineTable, engine_table
 from harness.analysis.frames import Side, resolve_side, sides
-from harness.analysis.recommend import DEFAULT_RESERVE, cached_scores, recommend_device
+from harness.analysis.recommend import cached_scores, recommend_device
 from harness.analysis.trend import Series, by_largest_change, nightly_history
+from harness.budget import DEFAULT_RESERVE_BYTES
 from harness.metrics import DEFAULT_METRICS
-from harness.plan import parse_size
 from harness.report.model import (
     ChangeMark,
     ChangesSection,
@@ -166,7 +166,7 @@ def recommendations(trials: pd.DataFrame, labels: Labels, per_device: int = PICK
     """``harness recommend --device SERIAL`` (its defaults: reserve, memory source, cached
     quality) for every device in scope."""
     scores = cached_scores(trials)
-    reserve = parse_size(DEFAULT_RESERVE, "--reserve")
+    reserve = DEFAULT_RESERVE_BYTES
     out = []
     for serial in sorted(labels.devices, key=labels.device):
         rec, memory = recommend_device(trials, serial, reserve_bytes=reserve, quality=scores)

@@ -27,9 +27,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.android.battery import is_charging
+
 BATTERY = "/sys/class/power_supply/battery"
 POWER_FILES = ("current_now", "voltage_now", "status")
-CHARGING_STATES = frozenset({"Charging", "Full"})
 MIN_WINDOW_READINGS = 5  # fewer readings in a window and its mean draw is not a measurement
 PLAUSIBLE_W = (0.02, 30.0)  # what a phone can draw: tells µA from mA
 MIN_COUNTER_STEPS = 10  # a charge counter must move at least this many of its steps
@@ -118,7 +119,7 @@ def detect_units(readings: Sequence[Reading]) -> Units | None:
         v_scale, v_name = 1.0, "V"
     else:
         return None
-    discharging = [r.current for r in readings if r.status not in CHARGING_STATES] or \
+    discharging = [r.current for r in readings if not is_charging(r.status)] or \
         [r.current for r in readings]
     current = statistics.median(discharging)
     sign = -1.0 if current < 0 else 1.0
@@ -149,7 +150,7 @@ def from_readings(idle: Sequence[Reading], during: Sequence[Reading], windows: S
                   charging_before: bool | None = None) -> Energy:
     """Joules per token of each window, idle subtracted, from the power_supply readings."""
     source = "power_supply"
-    if charging_before or any(r.status in CHARGING_STATES for r in [*idle, *during]):
+    if charging_before or any(is_charging(r.status) for r in [*idle, *during]):
         return _invalid(source, "the phone was charging: USB power contaminates the battery "
                                 "reading (unplug it, or use a phone that can stop charging)")
     units = detect_units([*idle, *during])

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.android.battery import parse_battery
+from harness.android.battery import is_charging, parse_battery
 from harness.android.kernel import (
     MemoryPressure,
     parse_boot_id,
@@ -120,11 +120,9 @@ def preflight_from_output(text: str) -> Preflight:
     stay_setting = parse_stay_on_setting(sections.get("stay_on", ""))
     stay_awake = power.stay_on if power is not None and power.stay_on is not None else (
         None if stay_setting is None else stay_setting != 0)
-    charging: bool | None = None
-    if battery is not None and battery.status is not None and battery.status != 1:
-        charging = battery.status == 2
-    elif power is not None and power.is_powered is not None:
-        charging = power.is_powered  # no battery status: plugged in is the best guess
+    charging = is_charging(battery.status if battery is not None else None,
+                           battery.plugged if battery is not None else None,
+                           power.is_powered if power is not None else None)
     source = battery.plugged if battery is not None and battery.plugged is not None else (
         power.plug_source if power is not None else None)
     return Preflight(

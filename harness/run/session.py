@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.artifacts.builds import Build, builds_root, open_build
+from harness.budget import DEFAULT_RESERVE_BYTES
 from harness.cell import DEVICE_PYTHON_BUILD, Cell
 from harness.device.lease import DEFAULT_TTL_S
 from harness.engines import get_engine
 from harness.matrix import Matrix, expand, load_matrix
-from harness.plan import DEFAULT_RESERVE_BYTES, resolve_models
+from harness.plan import resolve_models
 from harness.records import AdaptiveRecord
 from harness.run import store_io
 

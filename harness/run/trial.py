@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from harness.android.battery import parse_battery
+from harness.android.battery import is_charging, parse_battery
 from harness.android.kernel import parse_boot_id, parse_memory_pressure, parse_uptime
 from harness.android.lmkd import parse_lmkd_kill
 from harness.android.readerrors import parse_read_errors
@@ -454,9 +454,8 @@ class TrialRunner:
             if uptime is None or battery is None or battery.charge_counter_uah is None \
                     or battery.voltage_mv is None:
                 return None
-            charging = battery.status in (2, 5) or battery.plugged not in (None, "none")
             return power.CounterReading(uptime, battery.charge_counter_uah, battery.voltage_mv,
-                                        charging)
+                                        bool(is_charging(battery.status, battery.plugged)))
         return None
 
     def explain_loss(self, trial: TrialRecord) -> TrialRecord:

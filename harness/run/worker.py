@@ -25,8 +25,7 @@ from harness.device.base import Device, DeviceFacts
 from harness.device.lease import DeviceBusyError, DeviceLease
 from harness.engines import Engine, PyBench, get_engine
 from harness.errors import BuildError, ConfigError, DeviceError, DeviceLostError, HarnessError
-from harness.memory import repacked_types
-from harness.plan import PlannedCell, plan_cells
+from harness.plan import PlannedCell, build_repack, plan_cells
 from harness.profiles import storage_speed
 from harness.records import (
     AdaptiveRecord,
@@ -83,15 +82,6 @@ def abi_refusal(build: Build, facts: DeviceFacts) -> str | None:
         return None
     return (f"build {build.name} is {wanted}; {facts.serial} executes only "
             f"{', '.join(runs)}: build for its ABI (harness build llama.cpp --abi {runs[0]})")
-
-
-def build_repack(builds: Mapping[str, Build]) -> dict[str, frozenset[str]]:
-    """Per build, the weight types its CPU code repacks (unknown features: none)."""
-    out: dict[str, frozenset[str]] = {}
-    for name, build in builds.items():
-        cpu = build.manifest.cpu
-        out[name] = repacked_types(cpu.arch, cpu.enabled) if cpu else frozenset()
-    return out
 
 
 def engine_binary(engine: Engine) -> str:

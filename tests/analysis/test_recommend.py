@@ -145,7 +145,36 @@ def test_a_faster_config_over_budget_yields_to_a_slower_one_that_fits(tmp_path: 
                     available_bytes=int(2.5 * GIB))
     assert [p.config_id for p in rec.picks] == [short.config_id]
     assert [r.reason for r in rec.rejected] == [
-        "peak 4,096 MiB + reserve 1,024 MiB > available 2,560 MiB"]
+        "worst measured peak 4,096 MiB > budget 1,536 MiB (2,560 MiB available - 1,024 MiB "
+        "reserve)"]
+
+
+def test_recommend_plan_and_run_share_one_reserve_and_one_fit_test(tmp_path: Path) -> None:
+    """A peak just over the budget is over it for plan (predicted) and recommend (measured)
+    alike, at the one default reserve every command uses."""
+    from click.testing import CliRunner
+
+    from harness.budget import DEFAULT_RESERVE_BYTES, fit
+    from harness.cli.analysis import recommend_command
+    from harness.cli.run import run_command
+    from harness.run.session import RunOptions
+
+    assert RunOptions(tmp_path).reserve_bytes == DEFAULT_RESERVE_BYTES
+    for command in (recommend_command, run_command):
+        [reserve] = [o for o in command.params if o.name == "reserve"]
+        assert reserve.default == f"{DEFAULT_RESERVE_BYTES >> 20}MiB"
+    available = 3 * GIB
+    budget = available - DEFAULT_RESERVE_BYTES
+    over, just = cell(n_ctx=4096), cell(n_ctx=2048)
+    records = [*_reps(over, 12.0, budget + 1), *_reps(just, 11.0, budget)]
+    rec = recommend(_frame(tmp_path, records), "SER1", reserve_bytes=DEFAULT_RESERVE_BYTES,
+                    available_bytes=available)
+    assert [p.config_id for p in rec.picks] == [just.config_id]
+    assert [r.reason for r in rec.rejected] == [
+        fit(budget + 1, available, DEFAULT_RESERVE_BYTES, "worst measured peak").reason]
+    assert not fit(budget + 1, available, DEFAULT_RESERVE_BYTES).fits
+    assert fit(budget, available, DEFAULT_RESERVE_BYTES).fits
+    assert CliRunner().invoke(recommend_command, ["--help"]).exit_code == 0
 
 
 def test_knob_suggestion_uses_measured_evidence(tmp_path: Path) -> None:
@@ -421,4 +450,4 @@ def test_planned_cells_that_page_follow_the_planned_ones_that_fit(tmp_path: Path
     last = rec.picks[-1]
     assert last.source == "predicted" and last.paging and last.storage_bound_tg_tps == 0.47
     assert last.peak_bytes == 256 * MIB  # what must stay resident
-    assert last.explanation.startswith("predicted to run by paging its weights: 3072 MiB")
+    assert last.explanation.startswith("predicted to run by paging its weights: 3,072 MiB")

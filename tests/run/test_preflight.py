@@ -48,8 +48,23 @@ def test_preflight_falls_back_to_the_setting_and_the_power_service() -> None:
                                         stay_on="3", deep="IDLE"))
     assert (state.stay_awake, state.charging, state.charge_source) == (True, True, "ac")
     assert state.dozing is True
+    # full, or held at a charge limit, on a cable: on external power, which is what the
+    # energy gates and every other reader of the flag mean (harness.android.battery.is_charging)
     full = preflight_from_output(_join(battery=BATTERY.replace("status: 2", "status: 5")))
-    assert full.charging is False and full.charge_source == "usb"
+    assert full.charging is True and full.charge_source == "usb"
+    held = preflight_from_output(_join(battery=BATTERY.replace("status: 2", "status: 4")))
+    assert held.charging is True
+
+
+def test_one_charging_rule_for_dumpsys_and_power_supply() -> None:
+    from harness.android.battery import is_charging
+
+    assert is_charging(2) and is_charging("Charging") and is_charging(5) and is_charging("Full")
+    assert is_charging(3, "none") is False and is_charging("Discharging") is False
+    assert is_charging(4, "usb") is True  # a charge limit: the cable still feeds the phone
+    assert is_charging(None, None, powered=True) is True
+    assert is_charging(1, None, powered=False) is False
+    assert is_charging(None) is None and is_charging(1) is None and is_charging("Unknown") is None
 
 
 def test_requirements_name_what_failed_and_what_the_matrix_asks() -> None:
