@@ -128,6 +128,14 @@ class Farm:
                     os.kill(pid, signal.SIGKILL)
 
 
+def _scheduler_address(path: Path) -> str | None:
+    """The address in the scheduler's file, or None while it is missing or not yet whole."""
+    try:
+        return str(json.loads(path.read_text())["address"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 @contextlib.contextmanager
 def local_farm(root: Path, adb: dict[str, AdbServer]) -> Iterator[Farm]:
     """A scheduler on 127.0.0.1 (dashboard off), no agents yet; everything stopped at the end."""
@@ -142,12 +150,12 @@ def local_farm(root: Path, adb: dict[str, AdbServer]) -> Iterator[Farm]:
     farm: Farm | None = None
     try:
         deadline = time.monotonic() + 60
-        while not address_file.is_file():
+        address = _scheduler_address(address_file)
+        while address is None:  # until the file is there and whole
             if process.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError((root / "scheduler.log").read_text())
             time.sleep(0.1)
-        time.sleep(0.1)  # the file is written in one go, but be sure it is complete
-        address = json.loads(address_file.read_text())["address"]
+            address = _scheduler_address(address_file)
         farm = Farm(root, address, process, adb)
         yield farm
     finally:

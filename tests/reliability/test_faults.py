@@ -314,7 +314,7 @@ def test_adb_server_killed_and_restarted_mid_run(
         # client would, and the session's leak check fails the run if anything does)
         adb_server.process.send_signal(signal.SIGKILL)
         adb_server.process.wait(timeout=10)
-        time.sleep(1.0)
+        time.sleep(1.0)  # the outage's length (the fault itself), not a wait for anything
         log = open(adb_server.home / "adb-server-2.log", "ab")  # noqa: SIM115
         restarted.append(subprocess.Popen(
             [real_adb, "-P", str(adb_server.port), "nodaemon", "server"],

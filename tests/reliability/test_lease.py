@@ -53,7 +53,9 @@ def test_an_expired_lease_is_taken_over(virtual_phone: Any) -> None:
     stale = DeviceLease(device, run="crashed-host", ttl_s=1)
     stale.host = "another-host"  # only the expiry can free it: its pid means nothing here
     stale.acquire()  # never renewed, never released: its holder went away
-    time.sleep(2.5)  # the device clock moves past its expiry
+    expires = json.loads(lease_file(virtual_phone).read_text())["expires"]
+    # the device's clock (the one leases expire by) moves past its expiry
+    wait_for(lambda: int(device.shell("date +%s").stdout) > expires, timeout=10, poll=0.2)
     with DeviceLease(device, run="next") as taker:
         assert json.loads(lease_file(virtual_phone).read_text())["token"] == taker.token
     assert not stale.renew()  # the old holder learns it lost the lease

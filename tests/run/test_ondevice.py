@@ -8,11 +8,11 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from virtual.procwait import wait_for
 
 from harness.run.ondevice import SOURCE, Rates, parse, script
 from harness.run.trial import launch_command
@@ -85,10 +85,8 @@ def _sample(workdir: Path, program: str, rates: Rates, shell: str,
     done = subprocess.run([shell, "-c", line], capture_output=True, text=True, timeout=60,
                           env=shell_env(shell))
     assert done.returncode == 0, done.stderr
-    for _ in range(40):  # the sampler notices the exit within a tick, then writes t1
-        if (workdir / "t1").is_file():
-            break
-        time.sleep(0.05)
+    # the sampler notices the exit within a tick, then writes t1
+    assert wait_for(lambda: (workdir / "t1").is_file(), 10)
 
 
 @pytest.mark.parametrize("shell", ["mksh", "dash"])
@@ -156,7 +154,7 @@ def test_under_mksh_the_running_sampler_forks_nothing(tmp_path: Path) -> None:
                            "mksh", "-c", line], capture_output=True, text=True, timeout=60,
                           env=env)
     assert done.returncode == 0, done.stderr
-    time.sleep(0.3)
+    assert wait_for(lambda: (workdir / "t1").is_file(), 10)  # the sampler's last write
     programs = re.findall(r'execve\("([^"]+)"', trace.read_text())
     names = [Path(p).name for p in programs]
     assert names.count("sleep") == 1, names  # the engine itself, not the sampler's naps

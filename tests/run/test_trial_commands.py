@@ -6,11 +6,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from virtual.procwait import wait_for
 
 from harness.run.affinity import parse_readback
 from harness.run.ondevice import Rates
@@ -50,7 +50,8 @@ def test_watcher_records_the_peak_of_a_short_process(tmp_path: Path) -> None:
     line = launch_command(str(tmp_path / "w"), [sys.executable, "-c", program], None, FAST)
     done = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    time.sleep(0.1)  # the watcher's last write lands as the process is reaped
+    # the watcher's last write lands as the process is reaped; t1 is the sampler's last one
+    assert wait_for(lambda: (tmp_path / "w" / "t1").is_file(), 10)
     memory = watcher_memory((tmp_path / "w" / "mem").read_text())
     assert memory is not None and memory.vm_hwm_kb is not None and memory.rss_kb is not None
     assert memory.vm_hwm_kb >= 40 * 1024
@@ -97,7 +98,7 @@ def test_watcher_reads_back_each_threads_cpus_and_the_thread_count(
     done = subprocess.run([shell, "-c", line], capture_output=True, text=True, timeout=60,
                           env=shell_env(shell))
     assert done.returncode == 0, done.stderr
-    time.sleep(0.2)
+    assert wait_for(lambda: (tmp_path / "w" / "t1").is_file(), 10)  # the sampler's last write
     mem = (tmp_path / "w" / "mem").read_text()
     readback = parse_readback(watcher_threads(mem), (tmp_path / "w" / "aff").read_text())
     assert readback.threads_seen == 4

@@ -234,24 +234,29 @@ def test_a_busy_phone_draws_more_and_its_gauge_agrees_with_the_truth_log(
     client = adbutils.AdbClient(host="127.0.0.1", port=adb_server.port)
     device = client.device(virtual_phone.serial)
     virtual_phone.fault("charging", "none")
-    time.sleep(0.6)
-    assert _read(client, virtual_phone, "battery/status") == "Discharging\n"
+    assert wait_for(lambda: _read(client, virtual_phone, "battery/status") == "Discharging\n",
+                    10)
     assert _read(client, virtual_phone, "usb/online") == "0\n"
     idle_w = _settled_w(client, virtual_phone)
     assert idle_w == pytest.approx(0.6, abs=0.25)
     assert int(_read(client, virtual_phone, "battery/current_now")) < 0  # Pixel-style sign
     pid = device.shell("sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!").strip()
     try:
-        time.sleep(1.0)
-        busy_w = _settled_w(client, virtual_phone)
-        # the loop's CPU time over a window, and the phone's uptime at its ends
+        # a busy core shows (less than a core on a loaded host): a settled gauge reading
+        # above idle, once the loop has had CPU time in a tick
+        readings: list[float] = []
+        assert wait_for(lambda: readings.append(_settled_w(client, virtual_phone))
+                        or readings[-1] > idle_w + 0.2, 20, step=0.2), (idle_w, readings)
+        # the loop's CPU time over a window of at least 2 s of the phone's uptime in which it
+        # had at least 0.3 CPU seconds, and the phone's uptime at its ends
         start_up, start_cpu = _uptime(virtual_phone), _cpu_s(int(pid))
-        time.sleep(2.0)
+        assert wait_for(lambda: _uptime(virtual_phone) - start_up >= 2.0
+                        and _cpu_s(int(pid)) - start_cpu >= 0.3, 30)
         end_up, end_cpu = _uptime(virtual_phone), _cpu_s(int(pid))
-        time.sleep(0.6)  # the tick that ends the window has logged it
+        # the tick that ends the window has logged it
+        assert wait_for(lambda: _logged(virtual_phone)[-1][0] >= end_up, 10)
     finally:
         device.shell(f"kill {pid}")
-    assert busy_w > idle_w + 0.2  # a busy core shows (less than a core on a loaded host)
     # the truth log: the mean power over the window is what the loop's CPU share costs at
     # the big cluster's 2.4 GHz, 0.9 W per core per GHz (the loop is nearly all the phone runs)
     entries = _logged(virtual_phone)
