@@ -62,8 +62,15 @@ ADAPTIVE_KEYS = ("baseline", "metric", "effect", "alpha", "beta", "min_repetitio
                  "max_repetitions")
 TOP_KEYS = (
     "name", "description", "axes", "models", "workload", "repetitions", "cooldown", "timeout",
-    "require", "include", "exclude", "energy", "adaptive",
+    "require", "include", "exclude", "energy", "adaptive", "output_check",
 )
+OUTPUT_CHECK_KEYS = ("tokens", "prompt", "min_agree")
+#: the output check's defaults: a prompt every model continues, 16 greedy tokens, half of them
+#: to agree (docs/engines.md "Output check")
+CHECK_PROMPT = "The capital of France is"
+CHECK_TOKENS = 16
+CHECK_MAX_TOKENS = 256
+CHECK_MAX_PROMPT = 1000
 REQUIRED_TOP_KEYS = ("name", "axes", "models", "workload")
 # llama.cpp file-type names, largest first (that is how people read a quant ladder).
 QUANTS = tuple(sorted(BITS_PER_WEIGHT, key=lambda q: (-BITS_PER_WEIGHT[q], q)))
@@ -112,6 +119,19 @@ class EnergyPolicy:
 
     enabled: bool = False
     idle_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class OutputCheckPolicy:
+    """``output_check:``: once per build, model file and phone, a greedy continuation of
+    ``prompt`` by ``tokens`` tokens is compared with llama-cpp-python's on the host; fewer than
+    ``min_agree`` leading tokens in common mark that group's trials invalid
+    (``harness.run.outputcheck``). ``output_check: false`` turns it off."""
+
+    enabled: bool = True
+    tokens: int = CHECK_TOKENS
+    prompt: str = CHECK_PROMPT
+    min_agree: int = CHECK_TOKENS // 2
 
 
 @dataclass(frozen=True)
@@ -181,6 +201,7 @@ class Matrix:
     source: str = "<matrix>"
     energy: EnergyPolicy = field(default_factory=EnergyPolicy)
     adaptive: AdaptivePolicy | None = None
+    output_check: OutputCheckPolicy = field(default_factory=OutputCheckPolicy)
 
 
 # --- validation helpers -------------------------------------------------------------------------
@@ -469,6 +490,28 @@ def _parse_energy(check: _Checker, raw: Any) -> EnergyPolicy:
     return EnergyPolicy(enabled=True, idle_s=idle)
 
 
+def _parse_output_check(check: _Checker, raw: Any) -> OutputCheckPolicy:
+    if raw is None or raw is True:
+        return OutputCheckPolicy()
+    if raw is False:
+        return OutputCheckPolicy(enabled=False)
+    data = check.mapping(raw, "output_check")
+    check.keys(data, "output_check", OUTPUT_CHECK_KEYS)
+    tokens = (check.integer(data["tokens"], "output_check.tokens", 1, CHECK_MAX_TOKENS)
+              if "tokens" in data else CHECK_TOKENS)
+    min_agree = (check.integer(data["min_agree"], "output_check.min_agree", 1, tokens)
+                 if "min_agree" in data else max(1, tokens // 2))
+    prompt = data.get("prompt", CHECK_PROMPT)
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise check.fail("output_check.prompt", f"{_show(prompt)} is not a non-empty string")
+    if prompt.startswith("-") or "\0" in prompt or len(prompt) > CHECK_MAX_PROMPT:
+        raise check.fail("output_check.prompt", f"{_show(prompt)}: a prompt may not start with "
+                                                f"'-' (the generator would read it as an "
+                                                f"option), hold NUL or exceed "
+                                                f"{CHECK_MAX_PROMPT} characters")
+    return OutputCheckPolicy(enabled=True, tokens=tokens, prompt=prompt, min_agree=min_agree)
+
+
 def _fraction(check: _Checker, value: Any, where: str, upper: float) -> float:
     number = check.number(value, where, 0)
     if not 0 < number < upper:
@@ -614,6 +657,7 @@ def parse_matrix(data: Any, source: str) -> Matrix:
         source=source,
         energy=_parse_energy(check, data.get("energy")),
         adaptive=_parse_adaptive(check, data.get("adaptive"), axes),
+        output_check=_parse_output_check(check, data.get("output_check")),
     )
     if not expand(matrix):
         raise ConfigError(f"{source}: exclude removes every combination (nothing to run)")

@@ -179,6 +179,14 @@ class TrialRecord:
     load_ms: float | None = None  # the engine's load time (llama.cpp: until its first batch)
     paging: bool | None = None  # decoding read the weights from storage (see run.paging)
     predicted_paging_tg_tps: float | None = None  # the planner's storage-bound decode speed
+    # added in schema 9 (older parts read them as null: not checked): the output check
+    # (harness.run.outputcheck), once per build, model file and phone, copied to each trial
+    output_check: str | None = None  # match, mismatch, not_checked, error
+    output_agreement: float | None = None  # share of the reference's greedy tokens reproduced
+    output_agreed_tokens: int | None = None  # reference tokens reproduced before a difference
+    output_reference_tokens: int | None = None  # tokens the reference generated
+    output_reference: str | None = None  # what the continuation was compared with
+    output_check_detail: str | None = None  # what differed, or why not checked / the error
 
 
 class TrialIdentity(Protocol):

@@ -8,6 +8,9 @@ root, so a fresh CI machine pays once and later sessions only copy a few MB.
 ``arm64_build`` is the same llama.cpp cross-compiled for arm64-v8a with Debian's
 aarch64-linux-gnu compiler (no NDK): one static llama-bench that runs on an arm64 virtual phone
 through qemu-aarch64. It is cached the same way (about 10 minutes on 2 cores the first time).
+
+``wrong_build`` is host-release with one planted kernel bug (harness/artifacts/patched.py): the
+output check's true positive. Cached by content too (a full compile, about 5 minutes, once).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import pytest
 
 from harness.artifacts.builds import Build
 from harness.artifacts.cmake_build import ensure_cross_build, ensure_host_build
+from harness.artifacts.patched import SourceEdit, ensure_patched_host_build
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +46,34 @@ def slow_build(engine_builds_root: Path) -> Build:
 def arm64_build(engine_builds_root: Path) -> Build:
     """``arm64-release``: arm64-v8a, static, armv8.2-a+dotprod+fp16, via the cross compiler."""
     return ensure_cross_build("arm64-release", engine_builds_root)
+
+
+# The planted bug of ``wrong_build``: RMS norm's sum of squares covers only the first quarter of
+# each row (as a wrong loop bound in a threaded split would), so every normalised activation is
+# scaled by about 2 and each layer's attention and FFN see the wrong input. The build is as fast
+# as host-release and its greedy continuations differ: what the output check must catch.
+RMS_NORM_SUM = """                for (int64_t i00 = 0; i00 < ne00; i00++) {
+                    sum += (ggml_float)(x[i00] * x[i00]);
+                }
+
+                const float mean  = sum/ne00;
+                const float scale = 1.0f/sqrtf(mean + eps);
+
+                // if you hit this, likely you got an inf somewhere earlier
+                assert(scale > 0.0f);
+
+                float * y = (float *) ((char *) dst->data + i01*nb1 + i02*nb2 + i03*nb3);
+
+                if constexpr (FUSE_OP == GGML_RMS_NORM_FUSE_OP_MUL) {"""
+PLANTED_BUG = SourceEdit(
+    path="ggml/src/ggml-cpu/ops.cpp",
+    old=RMS_NORM_SUM,
+    new=RMS_NORM_SUM.replace("i00 < ne00; i00++", "i00 < ne00/4; i00++", 1),
+)
+
+
+@pytest.fixture(scope="session")
+def wrong_build(engine_builds_root: Path) -> Build:
+    """``host-wrong``: host-release with a planted RMS-norm bug (see PLANTED_BUG): fast, wrong
+    output. Cached by content like the other host builds (a full compile the first time)."""
+    return ensure_patched_host_build("host-wrong", [PLANTED_BUG], engine_builds_root)

@@ -51,3 +51,29 @@ def test_a_part_of_a_newer_schema_is_refused_naming_the_file(tmp_path: Path) -> 
 def test_a_part_with_no_version_is_version_1(tmp_path: Path) -> None:
     table = pa.table({"x": [1]})
     assert store.part_version(table) == 1
+
+
+OUTPUT_COLUMNS = ("output_check", "output_agreement", "output_agreed_tokens",
+                  "output_reference_tokens", "output_reference", "output_check_detail")
+
+
+def test_a_schema_8_part_reads_the_output_check_columns_as_null(tmp_path: Path) -> None:
+    """Schema 9 added the output check; a part written before it was never checked."""
+    trial = make_trial(output_check="match", output_agreement=1.0, output_agreed_tokens=16,
+                       output_reference_tokens=16, output_reference="ref")
+    path = store.write_part(tmp_path, "trials", [trial], "r1")
+    assert path is not None
+    _rewrite(path, "8", drop=OUTPUT_COLUMNS)
+    frame = store.read_table(tmp_path, "trials")
+    assert all(frame[column].isna().all() for column in OUTPUT_COLUMNS)
+    assert frame["tg_tps"].notna().all()  # the speed is still there
+
+
+def test_a_current_part_keeps_its_output_check(tmp_path: Path) -> None:
+    trial = make_trial(output_check="mismatch", output_agreement=0.25, output_agreed_tokens=4,
+                       output_reference_tokens=16, output_reference="ref")
+    store.write_part(tmp_path, "trials", [trial], "r1")
+    row = store.read_table(tmp_path, "trials").iloc[0]
+    assert (row["output_check"], row["output_agreed_tokens"], row["output_reference"]) == (
+        "mismatch", 4, "ref")
+    assert row["output_agreement"] == pytest.approx(4 / 16)

@@ -5,7 +5,10 @@ A *candidate* is a whole configuration: the config's knobs, the build and the en
 pick names which one it is). A candidate is eligible when, on this device, none of its trials was
 killed by the low-memory killer, its worst measured peak plus the reserve fits the available
 memory, at most ``max_throttled_fraction`` of its successful trials throttled, and (when a bound
-is given) its KL divergence against the ladder's reference is within ``max_quality_loss``.
+is given) its KL divergence is within ``max_quality_loss``: the weight file's KL against the
+ladder's F16 plus, for a quantised KV cache, the KL that KV type costs at the nearest measured
+depth not above the config's n_ctx (``kvquality.KvEvidence.loss``, summed by
+``kvquality.combined_kl``); a KV type that was not measured leaves the bound unprovable.
 Which trials count is ``frames.usable``'s rule. Eligible measured candidates are ranked by the
 objective (median of the unthrottled trials); cells the plan predicts to fit but that were never
 measured follow, marked ``predicted``, ranked by predicted peak (there is no measured speed to
@@ -45,8 +48,9 @@ import pandas as pd
 
 from harness.analysis.devicemem import DeviceMemory, resolve_device
 from harness.analysis.energy_table import EnergyFigures, energy_of
-from harness.analysis.frames import engine_column, throttled, usable
+from harness.analysis.frames import engine_column, invalid, not_applied, throttled, usable
 from harness.analysis.knobs import Suggestion, suggest
+from harness.analysis.kvquality import KvEvidence, KvLoss, KvType, combined_kl
 from harness.analysis.quality import QualityScore
 from harness.analysis.sustained import (
     SustainedFigures,
@@ -61,9 +65,10 @@ from harness.paging import MB, PagingPrediction
 from harness.units import mib
 
 Objective = Literal["tg_tps", "pp_tps", "ttft", "sustained_tg", "energy"]
-SCHEMA_VERSION = 4  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
+SCHEMA_VERSION = 5  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
 #                     3: objectives sustained_tg and energy, their figures on picks, unranked
 #                     4: paging picks (paging, read_bytes_per_token, storage_bound_tg_tps)
+#                     5: the KV cache's quality loss on picks (kv_kl, kv_depth)
 #: What identifies a candidate: (config_id, build_id, engine).
 CandidateKey = tuple[str, str, str]
 
@@ -101,6 +106,8 @@ class Pick:
     paging: bool = False  # its weights page from storage (measured, or planned runs_by_paging)
     read_bytes_per_token: float | None = None  # storage bytes per generated token (median)
     storage_bound_tg_tps: float | None = None  # storage speed / bytes per token
+    kv_kl: float | None = None  # the KV type's KL at kv_depth (0 for f16; None: not measured)
+    kv_depth: int | None = None  # the measured depth kv_kl comes from
 
     @property
     def candidate(self) -> CandidateKey:
@@ -111,8 +118,9 @@ class Pick:
 class Rejected:
     config_id: str
     label: str
-    reason_code: str  # oom_killed | over_budget | no_ok_trial | not_applied | throttled |
-    #                   quality | quality_unknown | predicted_over_budget | predicted_unsupported
+    reason_code: str  # oom_killed | over_budget | no_ok_trial | not_applied | invalid |
+    #                   throttled | quality | quality_unknown | predicted_over_budget |
+    #                   predicted_unsupported
     reason: str
     build_id: str | None = None
     engine: str | None = None
@@ -223,6 +231,13 @@ def _health(row: Mapping[str, Any], rows: pd.DataFrame, applied: pd.DataFrame,
         outcomes = ", ".join(f"{k} {v}" for k, v in counts.items())
         return _reject(row, "no_ok_trial", f"no successful trial ({outcomes})")
     if applied.empty:
+        ok = rows[rows["outcome"] == "ok"]
+        failed_gates = ok[invalid(ok)]
+        if len(failed_gates) and not not_applied(ok).all():
+            reasons = failed_gates.get("invalid_reason", pd.Series(dtype=object)).dropna()
+            why = str(reasons.iloc[0]) if len(reasons) else "a validity gate failed"
+            return _reject(row, "invalid", f"none of the {n_ok} successful trials is valid "
+                                           f"({why})")
         return _reject(row, "not_applied", f"none of the {n_ok} successful trials ran as "
                                            "configured (affinity or threads not applied)")
     burst = applied[~sustained_mask(applied)]  # a sustained trial is meant to heat the phone
@@ -234,7 +249,8 @@ def _health(row: Mapping[str, Any], rows: pd.DataFrame, applied: pd.DataFrame,
 
 def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, reserve: int,
             max_throttled: float, quality: Mapping[tuple[str, str], QualityScore],
-            max_loss: float | None) -> tuple[_Measured | None, Rejected | None, int | None]:
+            max_loss: float | None, kv: KvEvidence,
+            ) -> tuple[_Measured | None, Rejected | None, int | None]:
     """(eligible measurement, or rejection; bytes over budget when rejected for memory)."""
     row = rows.iloc[0].to_dict()
     row.update(config_id=key[0], build_id=key[1], engine=key[2], label=config_label(row))
@@ -248,7 +264,7 @@ def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, res
         if available is not None and peak is not None else None
     if verdict is not None and not verdict.fits:
         return None, _reject(row, "over_budget", verdict.reason), verdict.over_bytes
-    rejected = _quality_rejection(row, quality, max_loss)
+    rejected = _quality_rejection(row, quality, max_loss, kv)
     if rejected:
         return None, rejected, None
     return dataclasses.replace(_measured(key, row, rows, peak), paging=paging), None, None
@@ -327,16 +343,36 @@ def _unranked(m: _Measured, objective: str) -> Unranked | None:
                     str(row["engine"]), code, reason)
 
 
+def kv_loss_of(row: Mapping[str, Any], score: QualityScore | None,
+               kv: KvEvidence) -> KvLoss | None:
+    """What the config's KV cache costs, looked up by its weight file (the trials' sha256, or
+    the weight score's for a planned cell)."""
+    sha = row.get("model_sha256")
+    if not isinstance(sha, str) or not sha:
+        sha = score.sha256 if score is not None else None
+    return kv.loss(sha, str(row["type_k"]), str(row["type_v"]), int(row["n_ctx"]))
+
+
 def _quality_rejection(row: Mapping[str, Any], quality: Mapping[tuple[str, str], QualityScore],
-                       max_loss: float | None) -> Rejected | None:
+                       max_loss: float | None, kv: KvEvidence) -> Rejected | None:
     if max_loss is None:
         return None
     score = quality.get((str(row["model_name"]), str(row["quant"])))
     if score is None:
         return _reject(row, "quality_unknown",
                        "quality not measured (run `harness quality`), so the bound cannot hold")
-    if score.kl > max_loss:
-        return _reject(row, "quality", f"KL {score.kl:.4g} > max quality loss {max_loss:g}")
+    loss = kv_loss_of(row, score, kv)
+    if loss is None:
+        kv_type = KvType(str(row["type_k"]), str(row["type_v"])).label
+        return _reject(row, "quality_unknown",
+                       f"KV cache {kv_type} quality not measured at this model (run `harness "
+                       f"quality --kv {kv_type} --depth {int(row['n_ctx'])}`), so the bound "
+                       "cannot hold")
+    total = combined_kl(score.kl, loss)
+    if total > max_loss:
+        kv_part = "" if loss.depth is None else f" + {loss.describe()} = {total:.4g}"
+        return _reject(row, "quality",
+                       f"KL {score.kl:.4g} (weights){kv_part} > max quality loss {max_loss:g}")
     return None
 
 
@@ -378,7 +414,8 @@ def _paging_text(paging: Paging | None, measured_tg: float | None) -> str:
 
 
 def _explain(m: _Measured | None, peak: int | None, headroom: int | None, score: QualityScore |
-             None, objective: str, pareto: bool, reserve: int) -> str:
+             None, objective: str, pareto: bool, reserve: int, kv: KvLoss | None = None,
+             kv_label: str = "f16") -> str:
     parts = []
     if m is not None:
         ranked_by = metric_of(objective)
@@ -403,6 +440,11 @@ def _explain(m: _Measured | None, peak: int | None, headroom: int | None, score:
         parts.append(f"{kind} {mib(peak)}{room}")
     parts.append(f"quality KL {score.kl:.3g}, top-1 {score.top1:.0%}" if score
                  else "quality not measured")
+    if kv is not None and kv.depth is not None:
+        parts.append(f"{kv.describe()}"
+                     + (f" (KL {combined_kl(score.kl, kv):.3g} in all)" if score else ""))
+    elif kv is None:
+        parts.append(f"KV {kv_label} quality not measured")
     if pareto:
         parts.append("on the speed/memory Pareto front")
     return "; ".join(parts)
@@ -454,6 +496,7 @@ def recommend(
     engines: Sequence[str] = (),
     max_throttled_fraction: float = 0.5,
     allow_paging: bool = False,
+    kv_quality: KvEvidence | None = None,
 ) -> Recommendation:
     """Rank the (config, build, engine) candidates of ``device`` (a serial or a ``device_model``).
 
@@ -464,6 +507,7 @@ def recommend(
     """
     metric_of(objective)  # a ConfigError naming the objectives
     scores = quality or {}
+    kv = kv_quality or KvEvidence()
     notes: list[str] = []
     rows = _device_rows(trials, device, builds, engines)
     if rows.empty:
@@ -481,7 +525,7 @@ def recommend(
         seen.add(ckey)
         m, rej, over = _assess(ckey, candidate, available=available_bytes,
                                reserve=reserve_bytes, max_throttled=max_throttled_fraction,
-                               quality=scores, max_loss=max_quality_loss)
+                               quality=scores, max_loss=max_quality_loss, kv=kv)
         if m is not None and (why := _unranked(m, objective)) is not None:
             unranked.append(why)
         elif m is not None:
@@ -506,14 +550,14 @@ def recommend(
     picks: list[Pick] = []
     for m in measured:
         picks.append(_pick(len(picks) + 1, m.row, m, m.peak, available_bytes, reserve_bytes,
-                           scores, objective, m.key in front))
+                           scores, objective, m.key in front, kv))
     planned = [p for p in predictions or () if (not builds or p.cell.build in builds)
                and (not engines or p.cell.engine in engines) and _plannable(p, objective)]
     predicted_picks = _predicted(planned, seen, available_bytes, reserve_bytes, scores,
-                                 max_quality_loss, rejected)
+                                 max_quality_loss, rejected, kv)
     for row, peak in sorted(predicted_picks, key=_predicted_order):
         picks.append(_pick(len(picks) + 1, row, None, peak, available_bytes, reserve_bytes,
-                           scores, objective, False))
+                           scores, objective, False, kv))
     fitting = [{**m.row, "peak_bytes": m.peak} for m in measured if m.peak is not None]
     suggestion = None if picks or unranked else suggest(memory_rejects, fitting)
     notes.extend(_unranked_notes(objective, measured, unranked))
@@ -567,6 +611,13 @@ def cached_scores(trials: pd.DataFrame) -> dict[tuple[str, str], QualityScore]:
     return quality_for_trials(trials, load_quality_files(cached_quality_files()))
 
 
+def cached_kv_evidence(cache_dir: Path | None = None) -> KvEvidence:
+    """Every KV cell ``harness quality --kv`` cached beside the models."""
+    from harness.analysis.kvmeasure import cached_kv_cells
+
+    return KvEvidence(cached_kv_cells(cache_dir))
+
+
 def recommend_device(
     trials: pd.DataFrame,
     name: str,
@@ -592,14 +643,16 @@ def recommend_device(
 
 def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | None,
           available: int | None, reserve: int, scores: Mapping[tuple[str, str], QualityScore],
-          objective: str, pareto: bool) -> Pick:
+          objective: str, pareto: bool, kv: KvEvidence) -> Pick:
     score = scores.get((str(row["model_name"]), str(row["quant"])))
+    kv_loss = kv_loss_of(row, score, kv)
     headroom = available - reserve - peak if available is not None and peak is not None else None
     speeds = m.speeds if m else {}
     seconds = m.sustained.sustained_s if m and m.sustained else None
     planned = row.get("paging") if isinstance(row.get("paging"), PagingPrediction) else None
     paging = m.paging if m else None
-    explanation = _explain(m, peak, headroom, score, objective, pareto, reserve)
+    explanation = _explain(m, peak, headroom, score, objective, pareto, reserve, kv_loss,
+                           KvType(str(row["type_k"]), str(row["type_v"])).label)
     if planned is not None:
         explanation = f"{_planned_paging_text(planned)}; {explanation}"
     return Pick(
@@ -621,6 +674,7 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
                               else float(planned.read_per_token) if planned else None),
         storage_bound_tg_tps=(paging.storage_bound_tg_tps if paging
                               else planned.tg_tps if planned else None),
+        kv_kl=kv_loss.kl if kv_loss else None, kv_depth=kv_loss.depth if kv_loss else None,
     )
 
 
@@ -633,7 +687,7 @@ def _planned_paging_text(paging: PagingPrediction) -> str:
 
 def _predicted(predictions: Sequence[Any], seen: set[CandidateKey], available: int | None,
                reserve: int, scores: Mapping[tuple[str, str], QualityScore],
-               max_loss: float | None, rejected: list[Rejected],
+               max_loss: float | None, rejected: list[Rejected], kv: KvEvidence,
                ) -> list[tuple[dict[str, Any], int]]:
     """Planned candidates not measured here that are predicted to fit: (row, predicted peak)."""
     out: list[tuple[dict[str, Any], int]] = []
@@ -662,7 +716,7 @@ def _predicted(predictions: Sequence[Any], seen: set[CandidateKey], available: i
         if verdict is not None and not verdict.fits:
             rejected.append(_reject(named, "predicted_over_budget", verdict.reason))
             continue
-        quality_reject = _quality_rejection(named, scores, max_loss)
+        quality_reject = _quality_rejection(named, scores, max_loss, kv)
         if quality_reject:
             rejected.append(quality_reject)
             continue

@@ -65,7 +65,7 @@ TABLE_COLUMNS = (*GROUP, *CONFIG_COLUMNS, "started_at", "time_to_throttle_s",
                  "steady_state_ratio", "sustained_tg_tps", "max_thermal_status", "outcome",
                  "valid", "invalid_reason", "energy_valid", "energy_invalid_reason",
                  "energy_source", "energy_units", "pp_j_per_token", "tg_j_per_token",
-                 "idle_power_w", "tg_power_w")
+                 "idle_power_w", "tg_power_w", "tg_tps", "pp_tps")
 
 
 def narrow(trials: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:

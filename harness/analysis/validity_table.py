@@ -3,7 +3,8 @@
 The runner checks every ok trial's figures against physical bounds and stores ``valid`` (None:
 not checked) and, when a gate failed, ``invalid_reason`` (the failed gates with their figures,
 ``; ``-joined). ``frames.usable`` leaves invalid trials out of every median; this module only
-counts them and their reasons, so the report can show what was left out and why.
+counts them, their reasons and their (invalid) speeds, so the report can show what was left
+out and why.
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ class ValidityRow:
     checked: int  # ok trials the gates checked
     invalid: int
     reasons: tuple[tuple[str, int], ...]  # each failed gate's text -> trials, most first
+    tg_tps: float | None = None  # median generation speed of the invalid trials (kept, shown)
+    pp_tps: float | None = None
+
+
+def _median(frame: pd.DataFrame, name: str) -> float | None:
+    values = pd.to_numeric(column(frame, name), errors="coerce").dropna()
+    return float(values.median()) if len(values) else None
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,7 @@ def validity(trials: pd.DataFrame) -> Validity:
             bad = group[(group["valid"].astype(object) == False).to_numpy()]  # noqa: E712
             rows.append(ValidityRow(str(key[0]), str(key[1]), str(key[2]), str(key[3]),
                                     config_label(group.iloc[0].to_dict()), len(group),
-                                    len(bad), _reasons(column(bad, "invalid_reason"))))
+                                    len(bad), _reasons(column(bad, "invalid_reason")),
+                                    _median(bad, "tg_tps"), _median(bad, "pp_tps")))
     rows.sort(key=lambda r: (-r.invalid, r.device, r.label, r.build_id, r.engine))
     return Validity(int(checked.sum()), int(failed.sum()), tuple(rows))

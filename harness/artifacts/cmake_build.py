@@ -23,7 +23,9 @@ Choices, and why:
 - ``BUILD_SHARED_LIBS=OFF`` by default: one self-contained ``llama-bench`` to push to a phone, no
   ``LD_LIBRARY_PATH``. ``-D BUILD_SHARED_LIBS=ON`` still works: the libraries are collected into
   ``lib/`` and the binaries find them through an ``$ORIGIN/../lib`` rpath.
-- Tests, examples, the server and the unified app are off; only the requested targets are built.
+- Tests, the server and the unified app are off. Examples are configured (``llama-simple``, the
+  greedy text generator of the output check, is one) but only the requested targets are built:
+  ``llama-bench`` and ``llama-simple`` by default, neither needs ``common``.
 - The cmake work tree lives in the cache, one per (source tree, ABI): changing a flag recompiles
   only what depends on it (the slow variant rebuilds ggml-cpu, not all of llama.cpp). Its
   CMakeCache.txt is dropped before each configure so one variant's ``-D`` never leaks into the
@@ -62,7 +64,9 @@ from harness.errors import BuildError
 
 ABIS = ("host", "arm64-v8a")
 ANDROID_PLATFORM = "android-28"
-DEFAULT_TARGETS = ("llama-bench",)
+# llama-simple (examples/simple): greedy continuation of a prompt, for the output check
+# (harness/run/outputcheck.py). It links only libllama, so it adds one source file to a build.
+DEFAULT_TARGETS = ("llama-bench", "llama-simple")
 NDK_TOOLCHAIN = Path("build/cmake/android.toolchain.cmake")
 # arm64 without an NDK: Debian's cross compiler.
 CROSS_TRIPLE = "aarch64-linux-gnu"
@@ -74,7 +78,7 @@ _COMMON = {
     "CMAKE_BUILD_TYPE": "Release",
     "BUILD_SHARED_LIBS": "OFF",
     "LLAMA_BUILD_TESTS": "OFF",
-    "LLAMA_BUILD_EXAMPLES": "OFF",
+    "LLAMA_BUILD_EXAMPLES": "ON",  # for the llama-simple target; only requested targets build
     "LLAMA_BUILD_SERVER": "OFF",
     "LLAMA_BUILD_APP": "OFF",
     "LLAMA_CURL": "OFF",
@@ -421,11 +425,12 @@ def build_llama_cpp(
 
 
 def host_variant_key(variant: str) -> str:
-    """Cache key of a host variant: llama.cpp source version + every cmake flag + machine."""
+    """Cache key of a host variant: source version + every cmake flag + machine + targets."""
     if variant not in HOST_VARIANTS:
         raise BuildError(f"unknown host build {variant!r}; known: {', '.join(HOST_VARIANTS)}")
     defines = cmake_defines("host", None, HOST_VARIANTS[variant])
-    text = json.dumps([LLAMA_CPP_PYTHON_VERSION, defines, os.uname().machine], sort_keys=True)
+    text = json.dumps([LLAMA_CPP_PYTHON_VERSION, defines, os.uname().machine, DEFAULT_TARGETS],
+                      sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -440,7 +445,8 @@ def cross_variant_key(variant: str) -> str:
     placeholder = Path(f"<toolchains>/{CROSS_TOOLCHAIN}")
     defines = cmake_defines("arm64-v8a", None, CROSS_VARIANTS[variant], toolchain=placeholder)
     toolchain = cross_toolchain_text(Path(f"{CROSS_TRIPLE}-gcc"), Path(f"{CROSS_TRIPLE}-g++"))
-    text = json.dumps([LLAMA_CPP_PYTHON_VERSION, defines, toolchain], sort_keys=True)
+    text = json.dumps([LLAMA_CPP_PYTHON_VERSION, defines, toolchain, DEFAULT_TARGETS],
+                      sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -22,6 +22,12 @@ from rich.table import Table
 from harness.analysis.ab import BuildComparison, canonical_gates, compare_builds, load_sequential
 from harness.analysis.alerts import AlertDocument
 from harness.analysis.frames import load_trials, parse_metrics
+from harness.analysis.kvquality import (
+    DEFAULT_DEPTHS,
+    DEFAULT_GEN_TOKENS,
+    DEFAULT_KV,
+    DEFAULT_WINDOW,
+)
 from harness.analysis.nightly import (
     Reporter,
     Runner,
@@ -219,7 +225,9 @@ def history_command(results: Path, metric: str, device: str | None, config_id: s
                    "ttft (lowest), sustained_tg (highest median sustained tok/s of sustained "
                    "trials), energy (lowest median J per generated token, valid energy only).")
 @click.option("--max-quality-loss", type=float, default=None, metavar="KL",
-              help="Largest KL divergence (nats, from `harness quality`) allowed.")
+              help="Largest KL divergence (nats, from `harness quality`) allowed: the weight "
+                   "file's KL plus, for a quantised KV cache, its KL at the nearest measured "
+                   "depth not above n_ctx (`harness quality --kv`).")
 @click.option("--matrix", type=click.Path(path_type=Path), default=None,
               help="Also rank cells of this matrix that were not measured (predicted).")
 @click.option("--build", "builds", multiple=True, metavar="BUILD",
@@ -253,7 +261,7 @@ def recommend_command(device_name: str, results: Path, reserve: str, memory: str
       harness recommend --device SYN0000 --objective energy --json
       harness recommend --device 127.0.0.1:40123 --allow-paging
     """
-    from harness.analysis.recommend import cached_scores, recommend_device
+    from harness.analysis.recommend import cached_kv_evidence, cached_scores, recommend_device
 
     trials = load_trials(results)
     reserve_bytes = parse_size(reserve, "--reserve")
@@ -264,7 +272,8 @@ def recommend_command(device_name: str, results: Path, reserve: str, memory: str
             matrix, available, reserve_bytes, _storage_speed(trials, device_name)))
         if matrix else None,
         objective=objective, max_quality_loss=max_quality_loss,
-        quality=cached_scores(trials), builds=builds, engines=engines,
+        quality=cached_scores(trials), kv_quality=cached_kv_evidence(), builds=builds,
+        engines=engines,
         allow_paging=allow_paging)
     if as_json:
         click.echo(json.dumps({**rec.to_json(), "memory_source": target.source}, indent=2))
@@ -359,20 +368,48 @@ def _storage_speed(trials: Any, device: str) -> float | None:
               help="Length of the token sequence (synthetic ladders).")
 @click.option("--windows", type=click.IntRange(1), default=None,
               help="Real ladder: score only the first N windows of 512 tokens [default: all].")
+@click.option("--kv", "kv_specs", multiple=True, metavar="TYPES",
+              help="KV cache types to cross with --quant and --depth instead of scoring the "
+                   "weight ladder: f16, q8_0, q4_0 ... or K/V such as q8_0/q4_0 (comma list or "
+                   f"repeatable) [default with --depth: {','.join(DEFAULT_KV)}].")
+@click.option("--depth", "depth_specs", multiple=True, metavar="TOKENS",
+              help="KV cross: tokens read before the scored window (comma list or repeatable) "
+                   f"[default: {','.join(map(str, DEFAULT_DEPTHS))}].")
+@click.option("--quant", "quant_specs", multiple=True, metavar="QUANT",
+              help="KV cross: weight files of the ladder (comma list or repeatable) "
+                   "[default: Q8_0].")
+@click.option("--window", type=int, default=DEFAULT_WINDOW, show_default=True,
+              help="KV cross: tokens scored after the depth.")
+@click.option("--gen-tokens", type=int, default=DEFAULT_GEN_TOKENS, show_default=True,
+              help="KV cross: tokens generated greedily from the depth (repetition figures).")
 @JSON
-def quality_command(size: str, tokens: int, windows: int | None, as_json: bool) -> None:
+def quality_command(size: str, tokens: int, windows: int | None, kv_specs: tuple[str, ...],
+                    depth_specs: tuple[str, ...], quant_specs: tuple[str, ...], window: int,
+                    gen_tokens: int, as_json: bool) -> None:
     """KL divergence, top-1 agreement (and, on a real text, perplexity) of each quant against
     the ladder's F16, measured on this host with llama-cpp-python and cached beside the models.
+
+    With --kv or --depth, the KV cross instead: each weight quant x KV type x depth reads the
+    first DEPTH tokens of CPython's pydoc topics, then the next --window tokens are scored
+    against f16 KV at the same depth and weights (KL, top-1, perplexity), and --gen-tokens
+    tokens are generated greedily from the depth (repeated 4-gram share, longest loop).
 
     \b
     Example:
       harness quality --size tiny
       harness quality --ladder gemma3-270m          # the Gemma terms, about 5 minutes
       harness quality --size bench --json
+      harness quality --ladder gemma3-270m --kv f16,q8_0,q4_0 --depth 6144
     """
     from harness.analysis.quality import ensure_quality
 
     say = lambda text: click.echo(text, err=True)  # noqa: E731
+    if kv_specs or depth_specs:
+        _kv_quality(size, kv_specs, depth_specs, quant_specs, window, gen_tokens, as_json, say)
+        return
+    if quant_specs:
+        raise ConfigError("--quant chooses the weights of the KV cross: give --kv or --depth "
+                          "too, e.g. --kv f16,q4_0 --quant Q8_0")
     scores, path, measured = ensure_quality(size, n_tokens=tokens, windows=windows,
                                             progress=say)
     if as_json:
@@ -393,6 +430,40 @@ def quality_command(size: str, tokens: int, windows: int | None, as_json: bool) 
         table.add_row(*row)
     _console().print(table)
     click.echo(f"{'measured' if measured else 'cached'}: {path}")
+
+
+def _kv_quality(size: str, kv_specs: tuple[str, ...], depth_specs: tuple[str, ...],
+                quant_specs: tuple[str, ...], window: int, gen_tokens: int, as_json: bool,
+                say: Any) -> None:
+    from harness.analysis.kvmeasure import KvRequest, ensure_kv_quality
+    from harness.analysis.kvquality import one_build, parse_depths, parse_kv_types
+
+    quants = tuple(dict.fromkeys(q.strip() for spec in quant_specs or ("Q8_0",)
+                                 for q in spec.split(",") if q.strip()))
+    request = KvRequest(size, quants, parse_kv_types(kv_specs or DEFAULT_KV),
+                        parse_depths(depth_specs or map(str, DEFAULT_DEPTHS)), window,
+                        gen_tokens)
+    result = ensure_kv_quality(request, progress=say)
+    build = one_build(result.cells)
+    if as_json:
+        click.echo(json.dumps({"schema_version": 1, "ladder": size, "file": str(result.path),
+                               "measured_now": result.measured, "text": result.text,
+                               "text_tokens": result.text_tokens, "build": vars(build),
+                               "cells": [c.to_json() for c in result.cells]}, indent=2))
+        return
+    table = Table(title=f"KV cache quality of the {size} ladder against f16 KV at the same "
+                        f"depth ({window} scored tokens of {result.text})")
+    for name in ("quant", "kv", "depth", "KL mean", "KL max", "top-1", "PPL", "rep. 4-gram",
+                 "longest loop"):
+        table.add_column(name, justify="left" if name in ("quant", "kv") else "right")
+    for c in result.cells:
+        table.add_row(c.quant, c.kv, str(c.depth), f"{c.kl:.5f}", f"{c.kl_max:.4f}",
+                      f"{c.top1:.1%}", f"{c.ppl:.3f}", f"{c.repeated_4gram:.1%}",
+                      f"{c.longest_loop} of {c.gen_tokens}")
+    table.caption = escape(build.label)
+    _console().print(table)
+    click.echo(f"{result.measured} cells measured now, {len(result.cells) - result.measured} "
+               f"cached: {result.path}")
 
 
 @click.command("export")

@@ -78,7 +78,8 @@ def build() -> None:
 @click.option("-D", "defines", multiple=True, metavar="KEY=VAL",
               help="Extra cmake definition, e.g. -D GGML_AVX2=OFF (repeatable).")
 @click.option("--target", "targets", multiple=True, metavar="TOOL",
-              help=f"cmake target to build and keep (repeatable; default {DEFAULT_TARGETS[0]}).")
+              help=f"cmake target to build and keep (repeatable; default "
+                   f"{', '.join(DEFAULT_TARGETS)}).")
 @click.option("--jobs", type=int, default=None, help="Parallel compile jobs (default: all CPUs).")
 @click.option("--replace", is_flag=True, help="Overwrite an existing build of that name.")
 @BUILDS_OPTION

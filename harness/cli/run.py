@@ -52,6 +52,11 @@ class _Progress:
                     f"{serial}: {details['candidate']} vs {details['baseline']} "
                     f"{details['label']}: {details['step']} after {details['repetitions']} "
                     f"repetitions ({details['reason']})", markup=False, highlight=False)
+            elif kind == Kind.OUTPUT_CHECK and details["status"] in ("mismatch", "error"):
+                self.progress.console.print(
+                    f"{serial}: output check {details['status']}: {details['build']} "
+                    f"{details['model']} {details['quant']}: {details['detail']}", markup=False,
+                    highlight=False)
             elif kind == Kind.DONE:
                 self.progress.advance(task)
             elif kind in ERRORS:

@@ -46,6 +46,7 @@ from harness.report.model import (
     DeviceRow,
     FailureRow,
     Heatmap,
+    KvQualityRow,
     MemoryCell,
     QualityRow,
     ReportData,
@@ -334,6 +335,29 @@ def quality_rows(df: pd.DataFrame, cache_dir: Path | None = None) -> tuple[Quali
     return tuple(sorted(rows, key=lambda r: (r.model, -order[r.quant])))
 
 
+def kv_quality_rows(df: pd.DataFrame, cache_dir: Path | None = None,
+                    ) -> tuple[KvQualityRow, ...]:
+    """The cached KV cells (harness quality --kv) of the ladders whose files the trials used,
+    per engine build, then weights, depth and KV type (f16, the reference, first)."""
+    from harness.analysis.kvmeasure import cached_kv_cells
+
+    if "model_sha256" not in df:
+        return ()
+    models = {str(sha): str(model) for model, sha in
+              df[["model_name", "model_sha256"]].dropna().drop_duplicates()
+              .itertuples(index=False)}
+    rows = []
+    for c in cached_kv_cells(cache_dir):
+        used = [models[s] for s in (c.sha256, *c.ladder_shas) if s in models]
+        if not used:
+            continue
+        rows.append(KvQualityRow(used[0], c.quant, c.kv, c.depth, c.kl, c.kl_max, c.top1, c.ppl,
+                                 c.repeated_4gram, c.longest_loop, c.gen_tokens, c.build.label,
+                                 c.text))
+    return tuple(sorted(rows, key=lambda r: (r.build, r.model, r.quant, r.depth,
+                                             r.kv != "f16", r.kl, r.kv)))
+
+
 def pick_timeline_trials(df: pd.DataFrame, top: int) -> pd.DataFrame:
     """A few telling trials: the biggest ok peak, the hottest throttled, one of each failure."""
     picks = []
@@ -489,6 +513,7 @@ def build_report_data(
     rows, points, total = _timed(timings, "thermal", lambda: thermal(df))
     ran_as = _timed(timings, "conditions", lambda: conditions(df))
     scored = _timed(timings, "quality", lambda: quality_rows(df))
+    kv_scored = _timed(timings, "kv quality", lambda: kv_quality_rows(df))
     throttled = df[df["throttled"]].nlargest(20, "started_at")
     history = _timed(timings, "history", lambda: trends.history(trials, names, "tg_tps",
                                                                 options.top))
@@ -509,5 +534,6 @@ def build_report_data(
         thermal_rows=rows, thermal_points=points, thermal_points_total=total,
         throttled_trials=_failure_rows(throttled), comparison=comparison, history=history,
         recommendations=recs, timings=timings, conditions=ran_as, quality=scored,
+        kv_quality=kv_scored,
         heatmap_engine=side.engine if side else None, engines=engines, sustained=sustained,
         energy=energy, validity=valid, changes=changed, noise=noise, paging=paged)

@@ -155,6 +155,25 @@ class QualityRow:
 
 
 @dataclass(frozen=True)
+class KvQualityRow:
+    """One KV cache cell (harness quality --kv): a KV type at a depth against f16 KV there."""
+
+    model: str
+    quant: str
+    kv: str
+    depth: int
+    kl: float
+    kl_max: float
+    top1: float
+    ppl: float
+    repeated_4gram: float
+    longest_loop: int
+    gen_tokens: int
+    build: str  # the engine build and rotation setting: rows of two builds are never compared
+    text: str
+
+
+@dataclass(frozen=True)
 class Timeline:
     """One trial's samples: memory over time with the thermal status alongside."""
 
@@ -453,6 +472,8 @@ class InvalidRow:
     checked: int
     invalid: int
     reasons: tuple[tuple[str, int], ...]  # gate text -> trials
+    tg_tps: float | None = None  # the invalid trials' median speeds: visible, never ranked
+    pp_tps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -609,6 +630,7 @@ class ReportData:
     timings: dict[str, float] = field(default_factory=dict)
     conditions: Conditions = field(default_factory=lambda: Conditions((), 0, False))
     quality: tuple[QualityRow, ...] = ()
+    kv_quality: tuple[KvQualityRow, ...] = ()
     heatmap_engine: str | None = None
     engines: EngineSection = field(default_factory=EngineSection)
     sustained: SustainedSection = field(default_factory=SustainedSection)

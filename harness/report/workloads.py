@@ -122,7 +122,8 @@ def validity_section(trials: pd.DataFrame, labels: Labels) -> ValiditySection:
     """``validity``: how many ok trials were checked, and the candidates with invalid ones."""
     found = validity(trials)
     rows = tuple(InvalidRow(labels.device(r.device), labels.config(r.config_id), r.build_id,
-                            r.engine, r.checked, r.invalid, r.reasons) for r in found.rows)
+                            r.engine, r.checked, r.invalid, r.reasons, r.tg_tps, r.pp_tps)
+                 for r in found.rows)
     return ValiditySection(found.checked, found.invalid, rows)
 
 

@@ -6,7 +6,9 @@ below the weights' size although the weights had to be read into memory (mmap of
 counts than the cell asked for, a CPU mask or thread count that did not take effect, or a phone
 that was not in the state the run requires. Each gate is a small pure function of the trial
 record (and the run's requirements, the phone's memory bandwidth) returning its reason with the
-figures, or None. A gate without its data does not fire: absent is not impossible.
+figures, or None. A gate without its data does not fire: absent is not impossible. The last gate
+is the output check's (``harness.run.outputcheck``): a build whose greedy continuation does not
+agree with the reference computes fast nonsense, so its speed is no measurement either.
 
 ``validate`` runs every gate on an ``ok`` trial before it is stored: passing trials get
 ``valid=True``, failing ones keep outcome ``ok`` with ``valid=False`` and every failing gate's
@@ -26,6 +28,7 @@ from typing import Any
 from harness.android.power import DOZING_STATES
 from harness.matrix import Requirements
 from harness.records import Outcome, TrialRecord
+from harness.run import outputcheck
 from harness.units import MIB
 
 #: A decode may reach this multiple of the memory bandwidth before it is impossible. Why not 1:
@@ -213,6 +216,13 @@ def requirements_unmet(trial: TrialRecord, require: Requirements | None) -> str 
     return f"phone state out of the run's requirements: {'; '.join(unmet)}" if unmet else None
 
 
+def output_mismatch(trial: TrialRecord) -> str | None:
+    """Gate 7: the build's greedy continuation of the check prompt did not agree with the
+    reference on the same model file (``output_check`` mismatch); not checked does not fire."""
+    return outputcheck.invalid_reason(trial.output_check, trial.output_reference,
+                                      trial.output_check_detail)
+
+
 Gate = Callable[[TrialRecord, Requirements | None, Bandwidth | None], str | None]
 #: Every gate, in the order their reasons are joined.
 GATES: tuple[tuple[str, Gate], ...] = (
@@ -222,6 +232,7 @@ GATES: tuple[tuple[str, Gate], ...] = (
     ("token_counts", lambda t, r, b: token_counts(t)),
     ("config_not_applied", lambda t, r, b: config_not_applied(t)),
     ("requirements", lambda t, r, b: requirements_unmet(t, r)),
+    ("output", lambda t, r, b: output_mismatch(t)),
 )
 
 

@@ -23,7 +23,7 @@ from harness.budget import available_memory
 from harness.cell import DEVICE_PYTHON_BUILD, Cell
 from harness.device.base import Device, DeviceFacts
 from harness.device.lease import DeviceBusyError, DeviceLease
-from harness.engines import Engine, PyBench, get_engine
+from harness.engines import Engine, LlamaBench, PyBench, get_engine
 from harness.errors import BuildError, ConfigError, DeviceError, DeviceLostError, HarnessError
 from harness.plan import PlannedCell, build_repack, plan_cells
 from harness.profiles import storage_speed
@@ -35,7 +35,7 @@ from harness.records import (
     SampleRecord,
     TrialRecord,
 )
-from harness.run import adaptive, bandwidth, store_io
+from harness.run import adaptive, bandwidth, outputcheck, reference, store_io
 from harness.run.deploy import (
     DEVICE_ROOT,
     Artifact,
@@ -178,6 +178,8 @@ class DeviceWorker:
         # the phone's memory bandwidth for the validity gates: looked up (profile) or measured
         # once per run, at the first trial that needs it; None inside: no figure to be had
         self._bandwidth: list[Bandwidth | None] | None = None
+        # output check verdicts per (engine, build, model file on the device), made once
+        self._checks: dict[tuple[str, str, str], outputcheck.Verdict] = {}
 
     def _emit(self, kind: str, **details: Any) -> None:
         self.on_event(kind, self.device.serial, details)
@@ -335,7 +337,10 @@ class DeviceWorker:
                        label=spec.cell.label(), build=spec.cell.build,
                        runs_on=spec.cell.setup_label(), trial_id=spec.trial_id)
             if spec.trial_id in runnable_ids and contexts is not None:
-                trial, samples = self._attempt(runner, spec, contexts[spec.cell.cell_id], plan)
+                ctx = contexts[spec.cell.cell_id]
+                verdict = self._output_verdict(spec.cell, ctx)
+                trial, samples = self._attempt(runner, spec, ctx, plan)
+                trial = dataclasses.replace(trial, **verdict.columns())
                 if trial.outcome == "device_lost":
                     if not self._device_back():
                         self._store(trial, samples)
@@ -368,6 +373,49 @@ class DeviceWorker:
                 if attempt == 2 or not self._device_back():
                     break
         return store_io.lost_trial(spec, plan), []
+
+    def _output_verdict(self, cell: Cell, ctx: TrialContext) -> outputcheck.Verdict:
+        """The output check of this cell's (engine, build, model file), run before its first
+        trial on this phone and reused for the rest (``harness.run.outputcheck``)."""
+        key = (cell.engine, cell.build, ctx.model)
+        if key not in self._checks:
+            self._checks[key] = self._check_output(cell, ctx)
+            verdict = self._checks[key]
+            self._emit(Kind.OUTPUT_CHECK, build=cell.build, model=cell.model, quant=cell.quant,
+                       status=verdict.status.value, detail=verdict.detail)
+        return self._checks[key]
+
+    def _check_output(self, cell: Cell, ctx: TrialContext) -> outputcheck.Verdict:
+        policy = self.prepared.matrix.output_check
+        if not policy.enabled:
+            return outputcheck.not_checked("output_check is off in the matrix")
+        if not isinstance(ctx.engine, LlamaBench):
+            return outputcheck.not_checked(
+                f"engine {ctx.engine.name} has no greedy generator to check its output with")
+        build = self.prepared.builds[cell.build]
+        if not any(f.path == f"bin/{outputcheck.GENERATOR}" for f in build.manifest.files):
+            return outputcheck.not_checked(
+                f"build {build.name} has no bin/{outputcheck.GENERATOR} (built before the output "
+                "check; rebuild it with harness build)")
+        model = self.prepared.models[(cell.model, cell.quant)]
+        if not isinstance(model, ModelInfo) or ctx.model_meta.sha256 is None:
+            return outputcheck.not_checked(f"model {cell.model} {cell.quant} has no file")
+        try:
+            ref = reference.greedy_reference(Path(model.path), ctx.model_meta.sha256,
+                                             policy.prompt, policy.tokens)
+        except (HarnessError, OSError, ValueError, RuntimeError) as error:
+            return outputcheck.Verdict(outputcheck.Status.ERROR,
+                                       detail=f"no reference: {error}")
+        generator = f"{ctx.binary.rsplit('/', 1)[0]}/{outputcheck.GENERATOR}"
+        command = outputcheck.generator_command(generator, ctx.model, policy.prompt,
+                                                policy.tokens, ctx.lib_dir, ctx.env)
+        try:
+            result = self.device.shell(command, timeout=self.prepared.matrix.timeout.trial_s)
+        except DeviceError as error:
+            return outputcheck.Verdict(outputcheck.Status.ERROR, ref.identity,
+                                       detail=f"{outputcheck.GENERATOR} did not finish: {error}")
+        return outputcheck.judge(ref, result.exit_code, result.stdout, result.stderr,
+                                 policy.min_agree)
 
     def _device_back(self) -> bool:
         """Whether the device answers again within ``reconnect_s``.

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from harness.analysis.knobs import lower_quant
+from harness.analysis.kvquality import EngineBuild, KvCell, KvEvidence
 from harness.analysis.quality import QualityScore
 from harness.analysis.recommend import recommend
 from harness.errors import ConfigError
@@ -295,7 +296,7 @@ def test_sustained_objective_ranks_sustained_workloads_and_lists_the_rest(tmp_pa
     assert rec.notes[-1] == ("2 ranked by sustained_tg; not ranked for it: 1 without sustained "
                              "trials")
     doc = rec.to_json()
-    assert doc["schema_version"] == 4 and doc["objective"] == "sustained_tg"
+    assert doc["schema_version"] == 5 and doc["objective"] == "sustained_tg"
     assert [p["sustained_tg_tps"] for p in doc["picks"]] == [16.0, 12.0]
     assert doc["unranked"][0]["reason_code"] == "burst_only"
 
@@ -451,3 +452,49 @@ def test_planned_cells_that_page_follow_the_planned_ones_that_fit(tmp_path: Path
     assert last.source == "predicted" and last.paging and last.storage_bound_tg_tps == 0.47
     assert last.peak_bytes == 256 * MIB  # what must stay resident
     assert last.explanation.startswith("predicted to run by paging its weights: 3,072 MiB")
+
+
+def _kv_cell(kv: str, depth: int, kl: float, sha: str = "ab" * 32) -> KvCell:
+    build = EngineBuild("0.3.36", "0c1e570", "CPU", kv_rotation=True)
+    return KvCell(quant="Q8_0", sha256=sha, kv=kv, type_k=kv, type_v=kv, depth=depth, window=256,
+                  kl=kl, kl_max=kl * 4, top1=0.9, ppl=12.0, gen_tokens=256, repeated_4gram=0.1,
+                  longest_loop=3, text="pydoc-topics@1", build=build,
+                  measured_at="2026-12-04T10:00:00+00:00")
+
+
+def test_the_quality_bound_counts_the_kv_type_at_the_nearest_depth_below_n_ctx(
+        tmp_path: Path) -> None:
+    f16 = cell(quant="Q8_0", n_ctx=8192)
+    q4_short = cell(quant="Q8_0", n_ctx=2048, type_k="q4_0", type_v="q4_0")
+    q4_long = cell(quant="Q8_0", n_ctx=8192, type_k="q4_0", type_v="q4_0")
+    q8_long = cell(quant="Q8_0", n_ctx=8192, type_k="q8_0", type_v="q8_0")
+    unmeasured = cell(quant="Q8_0", n_ctx=8192, type_k="q5_0", type_v="q5_0")
+    records = [*_reps(f16, 10.0, GIB), *_reps(q4_short, 14.0, GIB), *_reps(q4_long, 13.0, GIB),
+               *_reps(q8_long, 12.0, GIB), *_reps(unmeasured, 11.0, GIB)]
+    weights = {("tiny", "Q8_0"): QualityScore("Q8_0", "ab" * 32, 0.004, 0.05, 0.97, 64, "F16")}
+    evidence = KvEvidence((_kv_cell("q4_0", 2048, 0.010), _kv_cell("q4_0", 6144, 0.030),
+                           _kv_cell("q8_0", 6144, 0.002)))
+    rec = recommend(_frame(tmp_path, records), "SER1", reserve_bytes=0, available_bytes=None,
+                    max_quality_loss=0.02, quality=weights, kv_quality=evidence)
+    # q4_0 at 2048: 0.004 + 0.010 fits; at 8192 its 6144 figure: 0.004 + 0.030 does not
+    assert [p.config_id for p in rec.picks] == [q4_short.config_id, q8_long.config_id,
+                                                f16.config_id]
+    by_id = {p.config_id: p for p in rec.picks}
+    assert (by_id[q4_short.config_id].kv_kl, by_id[q4_short.config_id].kv_depth) == (0.010, 2048)
+    assert (by_id[f16.config_id].kv_kl, by_id[f16.config_id].kv_depth) == (0.0, None)
+    assert "KV q4_0 0.01 at depth 2048" in by_id[q4_short.config_id].explanation
+    rejected = {r.config_id: r for r in rec.rejected}
+    assert rejected[q4_long.config_id].reason_code == "quality"
+    assert "depth 6144" in rejected[q4_long.config_id].reason
+    assert "0.034" in rejected[q4_long.config_id].reason
+    assert rejected[unmeasured.config_id].reason_code == "quality_unknown"
+    assert "--kv q5_0" in rejected[unmeasured.config_id].reason
+    # a looser bound admits the deep q4_0 config, a tighter one only the exact reference
+    loose = recommend(_frame(tmp_path / "b", records), "SER1", reserve_bytes=0,
+                      available_bytes=None, max_quality_loss=0.05, quality=weights,
+                      kv_quality=evidence)
+    assert q4_long.config_id in {p.config_id for p in loose.picks}
+    tight = recommend(_frame(tmp_path / "c", records), "SER1", reserve_bytes=0,
+                      available_bytes=None, max_quality_loss=0.005, quality=weights,
+                      kv_quality=evidence)
+    assert [p.config_id for p in tight.picks] == [f16.config_id]  # 0.004 + 0.002 > 0.005

@@ -37,6 +37,12 @@ def test_two_engines_on_the_same_cells_are_stored_side_by_side(
     assert set(python["build_id"]) == {"device-python"}
     assert set(python["build_version"]) == {llama_cpp.__version__}  # read on the phone
     assert set(bench["build_id"]) == {host_build.name}
+    # the output check: llama-bench's build agrees with the reference; the Python bench has no
+    # generator, which is "not checked" with the reason, never a failure
+    assert set(bench["output_check"]) == {"match"}
+    assert set(python["output_check"]) == {"not_checked"}
+    assert python["output_check_detail"].str.contains("no greedy generator").all()
+    assert python["valid"].all() and bench["valid"].all()
     # the same configurations: each config_id was measured by both engines on both phones
     pairs = trials.groupby(["device_serial", "config_id"])["engine"].nunique()
     assert (pairs == 2).all() and len(pairs) == 4
