@@ -128,6 +128,9 @@ def wait_for_measure(log: Path, process: subprocess.Popen[bytes], err: Path,
     pytest.fail("no measurement logged in time")
 
 
+# real compiles of a llama.cpp history: a first full build (about 5 minutes on a fresh 2-core
+# machine), then incremental ones; the first attempt alone may wait 900 s for a measurement
+@pytest.mark.timeout(1800)
 def test_bisect_names_the_slow_commit_skips_the_broken_one_and_resumes(
     sim_home: Path, tmp_path: Path, host_build: Build, tiny_ladder: dict[str, Path]
 ) -> None:
