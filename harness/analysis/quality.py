@@ -138,8 +138,12 @@ def gemma_terms_text() -> str:
 def tokenize(path: Path, text: str) -> list[int]:
     """``text`` as ``path``'s tokenizer splits it (with BOS), via llama-cpp-python."""
     from llama_cpp import Llama
+    from llama_cpp._utils import suppress_stdout_stderr
 
-    llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
+    # a vocabulary-only load still makes a context, and llama.cpp warns that its default size
+    # exceeds the (unread) trained one: noise on the caller's stderr, so it is kept off it
+    with suppress_stdout_stderr(disable=False):
+        llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
     try:
         return list(llm.tokenize(text.encode(), add_bos=True, special=False))
     finally:
