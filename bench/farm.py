@@ -69,9 +69,15 @@ def job_split(jobs: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 @contextlib.contextmanager
 def dask_farm(work: Path) -> Iterator[str]:
-    """A scheduler and one agent on 127.0.0.1 for the lab's adb server; stopped by pid."""
+    """A scheduler and one agent on 127.0.0.1 for the lab's adb server, on TLS with
+    certificates made for it in ``work/tls``; stopped by pid."""
+    from harness.farm.security import init_farm
+
     harness = str(Path(sys.executable).parent / "harness")
     work.mkdir(parents=True, exist_ok=True)
+    tls = work / "tls"
+    if not (tls / "ca.pem").is_file():
+        init_farm(tls)
     address_file = work / "scheduler.json"
     procs: list[subprocess.Popen[bytes]] = []
 
@@ -84,7 +90,7 @@ def dask_farm(work: Path) -> Iterator[str]:
 
     try:
         start([harness, "farm", "scheduler", "--host", "127.0.0.1", "--port", "0",
-               "--scheduler-file", str(address_file)], "scheduler.log")
+               "--scheduler-file", str(address_file), "--tls", str(tls)], "scheduler.log")
         deadline = time.monotonic() + 60
         while not address_file.is_file():
             if time.monotonic() > deadline:
@@ -94,7 +100,8 @@ def dask_farm(work: Path) -> Iterator[str]:
         address = json.loads(address_file.read_text())["address"]
         start([harness, "farm", "agent", "--scheduler", address, "--name", "lab",
                "--listen-host", "127.0.0.1", "--poll", "0.3", "--no-soc-tag",
-               "--cache", str(work / "cache"), "--log-dir", str(work / "logs")], "agent.log")
+               "--cache", str(work / "cache"), "--log-dir", str(work / "logs"),
+               "--tls", str(tls)], "agent.log")
         yield address
     finally:
         for proc in reversed(procs):  # the agent first: it stops its workers by pid
@@ -107,12 +114,20 @@ def dask_farm(work: Path) -> Iterator[str]:
                     proc.wait(timeout=20)
 
 
-def _wait_for_workers(address: str, serials: set[str], timeout: float = 120) -> None:
+def _driver_tls(work: Path) -> Any:
+    from harness.farm.security import FarmTLS
+
+    return FarmTLS(work / "tls", "driver")
+
+
+def _wait_for_workers(address: str, serials: set[str], work: Path,
+                      timeout: float = 120) -> None:
     from distributed import Client
 
     from harness.farm.naming import farm_phones
 
-    with Client(address, timeout="20s", set_as_default=False) as client:
+    with Client(address, timeout="20s", set_as_default=False,
+                security=_driver_tls(work).security()) as client:
         deadline = time.monotonic() + timeout
         while not serials <= set(farm_phones(client.scheduler_info()["workers"])):
             if time.monotonic() > deadline:
@@ -129,11 +144,11 @@ def measure_dask(lab: Lab, counts: Sequence[int], rounds: int) -> dict[str, Any]
     results = lab.work / "farm-dask-results"
     runs: list[dict[str, Any]] = []
     with dask_farm(lab.work / "dask") as address:
-        _wait_for_workers(address, set(serials))
+        _wait_for_workers(address, set(serials), lab.work / "dask")
 
         def one(phones: int, kind: str, index: int) -> None:
             summary = execute_farm(MATRIX, address, RunOptions(results, lab.builds),
-                                   serials[:phones])
+                                   serials[:phones], tls=_driver_tls(lab.work / "dask"))
             data = summary.to_json()
             runs.append({"round": index, "kind": kind, "phones": phones,
                          "makespan_s": summary.run.wall_s,

@@ -8,8 +8,9 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -18,18 +19,66 @@ from harness.farm import require_distributed
 from harness.farm.agent import Agent, AgentConfig, default_log_dir
 from harness.farm.artifacts import check_cache_dir, default_cache_dir
 from harness.farm.scheduler import SchedulerConfig, exec_scheduler, scheduler_command
+from harness.farm.security import CA_CERT, CA_KEY, TLS_ENV, init_farm, resolve, scheduler_url
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def tls_options(function: F) -> F:
+    """``--tls DIR`` (the farm's certificates) and ``--insecure`` (plaintext): one is required."""
+    function = click.option(
+        "--insecure", is_flag=True,
+        help="Plaintext, no credentials: anyone who reaches the farm can use it.")(function)
+    return click.option(
+        "--tls", "tls_dir", type=click.Path(path_type=Path), default=None, envvar=TLS_ENV,
+        metavar="DIR",
+        help=f"The farm's certificates from `harness farm init DIR` (or ${TLS_ENV}).")(function)
 
 
 @click.group("farm")
 def farm() -> None:
     """Run `harness run` across USB hosts on Dask distributed (needs harness[farm]).
 
+    Every connection is TLS with the farm's own certificates (harness farm init);
+    --insecure, on every command, runs in plaintext.
+
     \b
     Example:
-      harness farm scheduler --host 0.0.0.0            # once, on any machine
-      harness farm agent --scheduler tcp://lab1:8786   # on every USB host
-      harness run matrices/smoke.yaml --backend dask --scheduler tcp://lab1:8786
+      harness farm init ~/farm-tls                                  # once: CA + certificates
+      harness farm scheduler --host 10.0.0.2 --tls ~/farm-tls       # once, on any machine
+      harness farm agent --scheduler tls://10.0.0.2:8786 --tls ~/farm-tls   # every USB host
+      harness run matrices/smoke.yaml --backend dask --scheduler tls://10.0.0.2:8786 \\
+          --tls ~/farm-tls
     """
+
+
+@farm.command("init")
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--days", default=825, show_default=True, help="Validity of the certificates.")
+@click.option("--name", default="harness farm", show_default=True,
+              help="The farm's name in the certificates' subjects.")
+@click.option("--json", "as_json", is_flag=True, help="Print the files written as JSON.")
+def init_command(folder: Path, days: int, name: str, as_json: bool) -> None:
+    """Make the farm's certificate authority and a certificate per role in FOLDER.
+
+    Writes ca.pem and ca.key (the CA: keep ca.key on this machine), and for each of
+    scheduler, agent and driver a ROLE.pem and ROLE.key. Copy ca.pem with the role's
+    two files to each machine and pass the folder with --tls. An existing CA is never
+    overwritten.
+
+    \b
+    Example:
+      harness farm init ~/farm-tls
+      scp ~/farm-tls/{ca.pem,agent.pem,agent.key} usb-host-2:farm-tls/
+    """
+    written = init_farm(folder, name, days)
+    if as_json:
+        click.echo(json.dumps({"folder": str(written[0].parent),
+                               "files": [p.name for p in written]}))
+        return
+    click.echo(f"farm certificates in {written[0].parent}: "
+               + ", ".join(p.name for p in written))
+    click.echo(f"keep {CA_KEY} here; each host needs {CA_CERT} and its role's .pem and .key")
 
 
 def _parse_tags(tags: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -44,11 +93,12 @@ def _parse_tags(tags: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 
 @farm.command("agent")
 @click.option("--scheduler", required=True, envvar="HARNESS_SCHEDULER", metavar="ADDR",
-              help="The Dask scheduler, e.g. tcp://lab1:8786 (or $HARNESS_SCHEDULER).")
+              help="The Dask scheduler, e.g. tls://lab1:8786 (or $HARNESS_SCHEDULER).")
 @click.option("--name", "host", default=None,
               help="This USB host's name in worker names and the host: tag [hostname].")
-@click.option("--listen-host", default=None,
-              help="Address the workers listen on (one the scheduler and driver can reach).")
+@click.option("--listen-host", default="127.0.0.1", show_default=True,
+              help="Address the workers bind: this host's LAN address on a real farm (one the "
+                   "scheduler and driver can reach).")
 @click.option("--tag", "tags", multiple=True, metavar="KIND:VALUE",
               help="An extra resource tag on every worker, e.g. rack:a3 (repeatable).")
 @click.option("--no-soc-tag", is_flag=True, help="Do not tag workers with the phone's SoC.")
@@ -62,9 +112,11 @@ def _parse_tags(tags: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
               help="This host's cache of builds and models, by sha256 "
                    "[$HARNESS_CACHE/farm/artifacts].")
 @click.option("--json", "as_json", is_flag=True, help="Print events as JSON lines.")
-def agent_command(scheduler: str, host: str | None, listen_host: str | None,
+@tls_options
+def agent_command(scheduler: str, host: str | None, listen_host: str,
                   tags: tuple[str, ...], no_soc_tag: bool, max_restarts: int, poll_s: float,
-                  log_dir: Path | None, cache_dir: Path | None, as_json: bool) -> None:
+                  log_dir: Path | None, cache_dir: Path | None, as_json: bool,
+                  tls_dir: Path | None, insecure: bool) -> None:
     """Start one Dask worker per phone on this host's adb server, until stopped.
 
     Each worker has one thread, the name <serial>@<host> and the resources
@@ -76,12 +128,15 @@ def agent_command(scheduler: str, host: str | None, listen_host: str | None,
 
     \b
     Example:
-      harness farm agent --scheduler tcp://lab1:8786 --name usb-host-2 --tag rack:a3
-      harness farm agent --scheduler tcp://lab1:8786 --cache /data/harness-cache
+      harness farm agent --scheduler tls://lab1:8786 --tls ~/farm-tls --name usb-host-2
+      harness farm agent --scheduler tls://lab1:8786 --tls ~/farm-tls --tag rack:a3 \\
+          --listen-host 10.0.0.12 --cache /data/harness-cache
     """
     require_distributed()
+    tls = resolve("agent", tls_dir, insecure)
+    scheduler = scheduler_url(scheduler, tls)
     name = host or socket.gethostname()
-    config = AgentConfig(scheduler=scheduler, host=name, listen_host=listen_host,
+    config = AgentConfig(scheduler=scheduler, host=name, listen_host=listen_host, tls=tls,
                          tags=_parse_tags(tags), soc_tag=not no_soc_tag,
                          max_restarts=max_restarts, log_dir=log_dir or default_log_dir(name),
                          cache_dir=check_cache_dir(cache_dir or default_cache_dir()))
@@ -95,13 +150,14 @@ def agent_command(scheduler: str, host: str | None, listen_host: str | None,
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    show("agent", {"host": name, "scheduler": scheduler, "cache": str(config.cache_dir)})
+    show("agent", {"host": name, "scheduler": scheduler, "cache": str(config.cache_dir),
+                   "security": "tls" if tls else "insecure"})
     Agent(config, on_event=show).run(stop, poll_s)
 
 
 @farm.command("scheduler")
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind; 0.0.0.0 (or the LAN address) for a real farm.")
+              help="Address to bind: this machine's LAN address for a real farm.")
 @click.option("--port", default=8786, show_default=True, help="Port (0: any free port).")
 @click.option("--worker-ttl", default="120s", show_default=True,
               help="A worker silent this long (hung host) is removed; its job waits again.")
@@ -112,19 +168,26 @@ def agent_command(scheduler: str, host: str | None, listen_host: str | None,
 @click.option("--scheduler-file", type=click.Path(path_type=Path), default=None,
               help="Write the scheduler's address to this JSON file.")
 @click.option("--dry-run", is_flag=True, help="Print the command instead of starting it.")
+@tls_options
 def scheduler_command_(host: str, port: int, worker_ttl: str, allowed_failures: int,
                        dashboard_address: str | None, scheduler_file: Path | None,
-                       dry_run: bool) -> None:
+                       dry_run: bool, tls_dir: Path | None, insecure: bool) -> None:
     """Start a Dask scheduler for the farm (or bring your own `dask scheduler`).
+
+    With --tls it takes TLS connections only, from peers whose certificate the farm's
+    CA signed; anything else is refused with one line on its log.
 
     \b
     Example:
-      harness farm scheduler --host 0.0.0.0 --port 8786
+      harness farm scheduler --host 10.0.0.2 --port 8786 --tls ~/farm-tls
+      harness farm scheduler --insecure     # plaintext, 127.0.0.1 only
     """
     require_distributed()
+    tls = resolve("scheduler", tls_dir, insecure)
     config = SchedulerConfig(host=host, port=port, worker_ttl=worker_ttl,
                              allowed_failures=allowed_failures,
-                             dashboard_address=dashboard_address, scheduler_file=scheduler_file)
+                             dashboard_address=dashboard_address, scheduler_file=scheduler_file,
+                             tls=tls)
     if dry_run:
         argv, env = scheduler_command(config)
         click.echo(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " "

@@ -14,7 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness.budget import DEFAULT_RESERVE_BYTES
+from harness.cli.farm import tls_options
 from harness.errors import ConfigError
+from harness.farm.security import resolve
 from harness.plan import parse_size
 from harness.run.devices import open_devices
 from harness.run.events import ERRORS, Kind
@@ -108,17 +110,20 @@ def _summary_table(summary: RunSummary) -> Table:
 @click.option("--scheduler", default=None, envvar="HARNESS_SCHEDULER", metavar="ADDR",
               help="Dask scheduler of the farm, for --backend dask (or $HARNESS_SCHEDULER).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@tls_options
 def run_command(matrix: Path | None, devices_spec: str, results: Path, builds: Path | None,
                 resume: str | None, reserve: str, no_skip: bool, sample_interval: float,
                 status_interval: float, dumpsys_interval: float, profile: str,
-                ram_mb: int | None, backend: str, scheduler: str | None, as_json: bool) -> None:
+                ram_mb: int | None, backend: str, scheduler: str | None, as_json: bool,
+                tls_dir: Path | None, insecure: bool) -> None:
     """Run MATRIX on devices, sampling memory and heat, and store every trial in Parquet.
 
     \b
     Example:
       harness run matrices/smoke.yaml --devices sim:2
       harness run --resume 20261129-091800-ab12cd --devices sim:2
-      harness run matrices/smoke.yaml --backend dask --scheduler tcp://lab1:8786
+      harness run matrices/smoke.yaml --backend dask --scheduler tls://lab1:8786 \\
+          --tls ~/farm-tls
     """
     if resume:
         meta = load_run_meta(results, resume)
@@ -133,7 +138,8 @@ def run_command(matrix: Path | None, devices_spec: str, results: Path, builds: P
                          dumpsys_interval_s=dumpsys_interval)
     console = Console(stderr=True)
     if backend == "dask":
-        farm_summary = _run_on_farm(matrix, devices_spec, scheduler, options, resume, console)
+        farm_summary = _run_on_farm(matrix, devices_spec, scheduler, options, resume, console,
+                                    tls_dir, insecure)
         summary, summary_json = farm_summary.run, farm_summary.to_json()
     else:
         with open_devices(devices_spec, profile, ram_mb) as devices:
@@ -151,22 +157,26 @@ def run_command(matrix: Path | None, devices_spec: str, results: Path, builds: P
 
 
 def _run_on_farm(matrix: Path, devices_spec: str, scheduler: str | None, options: RunOptions,
-                 resume: str | None, console: Console) -> Any:
+                 resume: str | None, console: Console, tls_dir: Path | None,
+                 insecure: bool) -> Any:
     """The dask backend (harness.farm, which alone imports Dask)."""
+    from harness.farm import require_distributed
     from harness.farm.driver import execute_farm
 
+    require_distributed()
     if not scheduler:
         raise ConfigError("--backend dask needs --scheduler ADDR (or $HARNESS_SCHEDULER), "
-                          "e.g. tcp://lab1:8786")
+                          "e.g. tls://lab1:8786")
     if devices_spec.startswith("sim:"):
         raise ConfigError("--devices sim:N starts phones on this host; on the farm, start them "
                           "with `harness sim start` where an agent runs and name their serials")
+    tls = resolve("driver", tls_dir, insecure)
     serials = None if devices_spec == "all" else [
         s.strip() for s in devices_spec.split(",") if s.strip()]
     progress = _Progress(console)
     with progress.progress:
         return execute_farm(matrix, scheduler, options, serials, run_id=resume,
-                            on_event=progress)
+                            on_event=progress, tls=tls)
 
 
 COMMANDS: list[click.Command] = [run_command]

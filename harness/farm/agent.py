@@ -27,6 +27,7 @@ from typing import Any
 from harness.errors import HarnessError
 from harness.farm.artifacts import CACHE_ENV, default_cache_dir
 from harness.farm.naming import HOST, SOC, device_resource, tag_resource, worker_name
+from harness.farm.security import REQUIRE_ENCRYPTION_ENV, TLS_ENV, FarmTLS
 
 AgentEvent = Callable[[str, dict[str, Any]], None]  # (kind, details)
 Launcher = Callable[[Sequence[str], Path, Mapping[str, str]], "subprocess.Popen[bytes]"]
@@ -44,11 +45,16 @@ class AgentConfig:
     log_dir: Path = field(default_factory=lambda: Path("farm-logs"))
     cache_dir: Path = field(default_factory=default_cache_dir)  # builds and models, by sha256
     python: str = sys.executable
+    tls: FarmTLS | None = None  # the agent role's certificates; None: plaintext (--insecure)
 
 
 def worker_env(config: AgentConfig) -> dict[str, str]:
-    """What a worker's environment adds to the agent's: where its host's artifact cache is."""
-    return {CACHE_ENV: str(config.cache_dir)}
+    """What a worker's environment adds to the agent's: where its host's artifact cache is,
+    the farm's certificates (for the artifact service) and Dask's encryption requirement."""
+    env = {CACHE_ENV: str(config.cache_dir)}
+    if config.tls is not None:
+        env.update({TLS_ENV: str(config.tls.folder), **REQUIRE_ENCRYPTION_ENV})
+    return env
 
 
 def worker_argv(config: AgentConfig, serial: str, soc: str | None = None) -> list[str]:
@@ -63,6 +69,8 @@ def worker_argv(config: AgentConfig, serial: str, soc: str | None = None) -> lis
             "--no-dashboard", "--death-timeout", f"{config.death_timeout_s:g}"]
     if config.listen_host:
         argv += ["--host", config.listen_host]
+    if config.tls is not None:
+        argv += ["--protocol", "tls", *config.tls.dask_args()]
     return argv
 
 

@@ -27,10 +27,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import hmac
 import http.server
+import logging
 import os
 import re
+import secrets
 import socket
+import ssl
 import threading
 import urllib.error
 import urllib.parse
@@ -46,6 +50,7 @@ from harness.artifacts.gguf_info import ModelInfo
 from harness.artifacts.hashing import cached_file_sha256
 from harness.errors import ConfigError
 from harness.farm import FarmError
+from harness.farm.security import TLS_ENV, FarmTLS
 
 CACHE_ENV = "HARNESS_FARM_CACHE"  # the agent passes its --cache to its workers through this
 ADDRESS_ENV = "HARNESS_ARTIFACT_ADDRESS"  # HOST[:PORT] the driver's artifact service binds
@@ -53,6 +58,7 @@ BLOCK = 1 << 20
 TIMEOUT_S = 60.0
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _PATH = re.compile(r"^/sha256/([0-9a-f]{64})$")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server: _Server
 
     def do_GET(self) -> None:
+        if not self.server.authorized(self.headers.get("Authorization", "")):
+            self.server.refuse(self.client_address, f"GET {self.path[:80]!r} without the run's "
+                               "token")
+            self.send_error(401, "the run's token is required")
+            return
         match = _PATH.match(urllib.parse.urlsplit(self.path).path)
         path = self.server.files.get(match.group(1)) if match else None
         if path is None:
@@ -164,21 +175,56 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], files: Mapping[str, Path]) -> None:
+    def __init__(self, address: tuple[str, int], files: Mapping[str, Path], token: str,
+                 tls: ssl.SSLContext | None) -> None:
         super().__init__(address, _Handler)
         self.files = dict(files)
+        self.token = token
+        self.tls = tls
         self.served = 0
         self.requests = 0
+        self.refused = 0
         self.lock = threading.Lock()
 
     def count(self, n: int) -> None:
         with self.lock:
             self.served += n
 
+    def authorized(self, header: str) -> bool:
+        scheme, _, given = header.partition(" ")
+        return scheme == "Bearer" and hmac.compare_digest(given.strip().encode(),
+                                                          self.token.encode())
+
+    def refuse(self, client: Any, why: str) -> None:
+        """One line on the driver's log per refused connection or request."""
+        with self.lock:
+            self.refused += 1
+        host, port = (client[0], client[1]) if isinstance(client, tuple) else (client, "")
+        log.warning("artifact service %s: refused %s:%s: %s", self.where, host, port, why)
+
+    @property
+    def where(self) -> str:
+        host, port = self.server_address[:2]
+        return f"{host if isinstance(host, str) else host.decode()}:{port}"
+
     def process_request(self, request: Any, client_address: Any) -> None:
         with self.lock:
             self.requests += 1
         super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """TLS first (in the connection's own thread: a slow handshake holds no one else up);
+        a peer without a certificate from the farm's CA gets nothing."""
+        if self.tls is not None:
+            try:
+                request.settimeout(TIMEOUT_S)
+                request = self.tls.wrap_socket(request, server_side=True)
+            except (ssl.SSLError, OSError) as error:
+                reason = getattr(error, "reason", None) or error
+                self.refuse(client_address, f"TLS handshake failed ({reason})")
+                self.shutdown_request(request)
+                return
+        super().process_request_thread(request, client_address)
 
 
 @dataclass
@@ -188,6 +234,8 @@ class ArtifactService:
     files: Mapping[str, Path]
     host: str = "127.0.0.1"
     port: int = 0
+    tls: FarmTLS | None = None  # the driver's certificates; None: plaintext (--insecure)
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(32))  # per run
     _server: _Server | None = field(default=None, init=False, repr=False)
     _thread: threading.Thread | None = field(default=None, init=False, repr=False)
 
@@ -196,15 +244,22 @@ class ArtifactService:
         assert self._server is not None, "service not started"
         host, port = self._server.server_address[:2]
         host = str(host)
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
     @property
     def bytes_served(self) -> int:
         return self._server.served if self._server else 0
 
+    @property
+    def refused(self) -> int:
+        """Connections and requests refused (no farm certificate, no token)."""
+        return self._server.refused if self._server else 0
+
     def start(self) -> ArtifactService:
         try:
-            self._server = _Server((self.host, self.port), self.files)
+            context = self.tls.server_context() if self.tls else None
+            self._server = _Server((self.host, self.port), self.files, self.token, context)
         except OSError as error:
             raise FarmError(f"cannot start the artifact service on {self.host}:{self.port} "
                             f"({error.strerror or error}); set ${ADDRESS_ENV}=HOST[:PORT] to an "
@@ -259,8 +314,10 @@ def service_address(scheduler: str, explicit: str | None = None) -> tuple[str, i
 class ArtifactCache:
     """A worker host's content-addressed cache (see the module docstring for the layout)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, token: str = "", tls: ssl.SSLContext | None = None) -> None:
         self.root = Path(root)
+        self.token = token  # the run's token, sent with every request
+        self.tls = tls  # the agent's TLS towards an https:// service
 
     def blob(self, sha256: str) -> Path:
         if not _SHA.match(sha256):
@@ -297,7 +354,11 @@ class ArtifactCache:
         size = 0
         try:
             try:
-                response = urllib.request.urlopen(where, timeout=TIMEOUT_S)
+                request = urllib.request.Request(
+                    where, headers={"Authorization": f"Bearer {self.token}"})
+                response = urllib.request.urlopen(
+                    request, timeout=TIMEOUT_S,
+                    context=self.tls if where.startswith("https:") else None)
             except urllib.error.HTTPError as error:
                 raise FarmError(f"{what}: the driver's artifact service at {url} answered "
                                 f"{error.code} {error.reason}") from error
@@ -358,6 +419,18 @@ class ArtifactCache:
             tmp.write_text(text)
             os.replace(tmp, manifest_file)
         return Build(folder, manifest), fetched
+
+
+def worker_tls(url: str) -> ssl.SSLContext | None:
+    """The TLS a worker uses towards the artifact service at ``url``: the agent's certificates
+    (``$HARNESS_FARM_TLS``, set by a ``--tls`` agent) for https, none for a plaintext run."""
+    if not url.startswith("https:"):
+        return None
+    folder = os.environ.get(TLS_ENV)
+    if not folder:
+        raise FarmError(f"the driver serves artifacts over TLS ({url}) and this worker has no "
+                        "farm certificates: start its agent with --tls DIR")
+    return FarmTLS(Path(folder), "agent").check().client_context()
 
 
 def localize(models: Mapping[tuple[str, str], Any], builds: Mapping[str, Build],

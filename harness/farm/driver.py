@@ -47,6 +47,7 @@ from harness.farm import FarmError, require_distributed
 from harness.farm.artifacts import ArtifactService, FileRef, service_address, strip_paths
 from harness.farm.job import JobReport, JobRequest, run_job
 from harness.farm.naming import farm_phones, resource_map
+from harness.farm.security import FarmTLS, describe, scheduler_url
 from harness.records import TrialRecord
 from harness.run import adaptive, store_io
 from harness.run.events import FORWARDED, Event, Kind
@@ -83,12 +84,14 @@ class JobRecord:
     bytes_fetched: int = 0  # from the artifact service into the host's cache
     busy: str | None = None  # the phone's lease holder, when the job could not take it
     corrupt_replaced: tuple[str, ...] = ()  # cached files found corrupt and fetched again
+    lease_s: float = 0.0  # of setup_s: taking the phone's lease (waiting out a dead host's)
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "serial": self.serial, "worker": self.worker, "pid": self.pid,
                 "trials": self.trials, "written": self.written,
                 "seconds": round(self.finished - self.started, 2),
                 "setup_s": round(self.setup_s, 3), "trials_s": round(self.trials_s, 3),
+                "lease_s": round(self.lease_s, 3),
                 "bytes_fetched": self.bytes_fetched, "busy": self.busy,
                 "corrupt_replaced": list(self.corrupt_replaced)}
 
@@ -99,11 +102,14 @@ class FarmSummary:
     jobs: tuple[JobRecord, ...]
     duplicates_skipped: int
     bytes_served: int = 0  # by the driver's artifact service over the whole run
+    security: str = ""  # harness.farm.security.describe: TLS (which farm CA) or insecure
+    artifact_refused: int = 0  # connections and requests the artifact service refused
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.run.to_json(), "backend": "dask",
+        return {**self.run.to_json(), "backend": "dask", "farm_security": self.security,
                 "duplicates_skipped": self.duplicates_skipped,
                 "artifact_bytes_served": self.bytes_served,
+                "artifact_refused": self.artifact_refused,
                 "jobs": [j.to_json() for j in self.jobs]}
 
 
@@ -141,22 +147,29 @@ def ship(prepared: Prepared) -> _Shipped:
 def execute_farm(matrix_path: Path, scheduler: str, options: RunOptions,
                  serials: Sequence[str] | None = None, run_id: str | None = None,
                  on_event: Event | None = None, grace_s: float = DEFAULT_GRACE_S,
-                 poll_s: float = 0.5, artifact_address: str | None = None) -> FarmSummary:
+                 poll_s: float = 0.5, artifact_address: str | None = None, *,
+                 tls: FarmTLS | None) -> FarmSummary:
     """Run a matrix on the farm's phones (``serials``, or every phone with a worker).
 
-    ``artifact_address`` (``HOST[:PORT]``, else ``$HARNESS_ARTIFACT_ADDRESS``, else this
-    machine's address towards the scheduler) is where the run's files are served to the workers.
+    ``tls`` is the driver's certificates (``harness.farm.security``): the scheduler connection
+    and the artifact service use them; None runs in plaintext (``--insecure``), and the run's
+    meta says which. ``artifact_address`` (``HOST[:PORT]``, else ``$HARNESS_ARTIFACT_ADDRESS``,
+    else this machine's address towards the scheduler) is where the run's files are served to
+    the workers, to requests that carry the run's token.
     """
     distributed = require_distributed()
+    scheduler = scheduler_url(scheduler, tls)
     options = replace(options, builds=builds_root(options.builds).resolve())
     host, port = service_address(scheduler, artifact_address)
     session = RunSession.open(matrix_path, options, run_id, prepare=prepare)
     shipped = ship(session.prepared)
     try:
-        client = distributed.Client(scheduler, timeout="10s", set_as_default=False)
+        client = distributed.Client(scheduler, timeout="10s", set_as_default=False,
+                                    security=tls.security() if tls else None)
     except (OSError, TimeoutError) as error:
         raise FarmError(f"cannot reach the Dask scheduler at {scheduler} ({error}); start one "
-                        "with `harness farm scheduler`") from error
+                        "with `harness farm scheduler`"
+                        + (" (with the same farm's certificates)" if tls else "")) from error
     with client:
         present = farm_phones(client.scheduler_info()["workers"])
         chosen = list(serials) if serials else sorted(present)
@@ -167,15 +180,17 @@ def execute_farm(matrix_path: Path, scheduler: str, options: RunOptions,
             raise ConfigError(f"none of {', '.join(chosen)} has a worker on the scheduler at "
                               f"{scheduler} (known: {', '.join(sorted(present)) or 'none'})")
         session.write_meta(chosen, backend="dask", scheduler=scheduler,
-                           adb="on each agent host (its own adb server)")
-        with ArtifactService(shipped.files, host, port) as service:
-            run = _FarmRun(distributed, client, shipped, service.url, session.run_id, options,
+                           adb="on each agent host (its own adb server)",
+                           farm_security=describe(tls))
+        with ArtifactService(shipped.files, host, port, tls=tls) as service:
+            run = _FarmRun(distributed, client, shipped, service.url, service.token,
+                           session.run_id, options,
                            session.done, chosen,
                            on_event or (lambda kind, serial, details: None), grace_s, poll_s)
             run.run()
-            served = service.bytes_served
+            served, refused = service.bytes_served, service.refused
     summary = session.summary([run.summaries[s] for s in chosen])
-    farm = FarmSummary(summary, tuple(run.jobs), run.duplicates, served)
+    farm = FarmSummary(summary, tuple(run.jobs), run.duplicates, served, describe(tls), refused)
     if run.busy:  # as the local backend: the others finished; say so, and fail (exit 2)
         first = next(iter(run.busy.values()))
         raise FarmBusyError(f"{first}; the other devices finished, --resume {session.run_id} "
@@ -187,12 +202,13 @@ class _FarmRun:
     """The driver's loop: one job in flight per phone, results written as they arrive."""
 
     def __init__(self, distributed: Any, client: Any, shipped: _Shipped, artifacts_url: str,
-                 run_id: str, options: RunOptions, done: set[str], serials: Sequence[str],
-                 events: Event, grace_s: float, poll_s: float) -> None:
+                 artifacts_token: str, run_id: str, options: RunOptions, done: set[str],
+                 serials: Sequence[str], events: Event, grace_s: float, poll_s: float) -> None:
         self.distributed = distributed
         self.client = client
         self.shipped = shipped
         self.artifacts_url = artifacts_url
+        self.artifacts_token = artifacts_token
         prepared = shipped.prepared
         self.run_id = run_id
         self.options = options
@@ -273,7 +289,7 @@ class _FarmRun:
             request = JobRequest(self.run_id, serial, job.specs[0].job_id, tuple(job.specs),
                                  job.first_index, self.shipped.prepared, self.options,
                                  self.done, self.topic, self.artifacts_url,
-                                 self.shipped.model_refs)
+                                 self.artifacts_token, self.shipped.model_refs)
             future = self.client.submit(run_job, request, key=job.key,
                                         resources={self.resources[serial]: 1}, retries=1)
             self.inflight[future] = job
@@ -352,7 +368,7 @@ class _FarmRun:
         self.jobs.append(JobRecord(job.key, job.serial, report.worker, report.pid,
                                    report.started, report.finished, len(report.trials), written,
                                    report.setup_s, report.trials_s, report.bytes_fetched,
-                                   report.busy, report.corrupt_replaced))
+                                   report.busy, report.corrupt_replaced, report.lease_s))
         returned = {trial.trial_id for trial, _ in report.trials}
         summary.not_run += sum(1 for s in job.specs if s.trial_id not in returned)
         if report.busy:

@@ -30,7 +30,14 @@ from harness.device import get_device
 from harness.device.base import Device
 from harness.device.lease import DeviceBusyError, DeviceLease
 from harness.errors import DeviceLostError, HarnessError
-from harness.farm.artifacts import ArtifactCache, Fetched, FileRef, default_cache_dir, localize
+from harness.farm.artifacts import (
+    ArtifactCache,
+    Fetched,
+    FileRef,
+    default_cache_dir,
+    localize,
+    worker_tls,
+)
 from harness.records import AdaptiveRecord, SampleRecord, TrialRecord
 from harness.run.events import Kind
 from harness.run.order import TrialSpec
@@ -40,6 +47,8 @@ from harness.run.worker import DeviceWorker
 TrialResult = tuple[TrialRecord, tuple[SampleRecord, ...]]
 _KEEP_DEVICES = 8  # prepared devices kept per worker process (runs x phones)
 _PUSH_EVERY_S = 1.0  # push progress is forwarded at most this often
+_LEASE_POLL_S = 2.0  # how often a job looks again at a lease its own run holds elsewhere
+_LEASE_SLACK_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -55,7 +64,8 @@ class JobRequest:
     options: RunOptions
     done: frozenset[str]  # trials stored before the run started (resume)
     topic: str  # Dask event topic for progress
-    artifacts_url: str = ""  # the driver's artifact service, http://host:port
+    artifacts_url: str = ""  # the driver's artifact service, https://host:port (http: insecure)
+    artifacts_token: str = ""  # the run's token, asked of every request by that service
     model_refs: tuple[tuple[tuple[str, str], FileRef], ...] = ()  # (model, quant) -> its file
 
     @property
@@ -160,7 +170,8 @@ def _prepared_device(request: JobRequest, device: Device, emit: _Emitter,
     prepared = request.prepared
     models, builds, timing.fetched = localize(
         prepared.models, prepared.builds, dict(request.model_refs), request.artifacts_url,
-        ArtifactCache(default_cache_dir()))
+        ArtifactCache(default_cache_dir(), request.artifacts_token,
+                      worker_tls(request.artifacts_url)))
     timing.fetch_s = time.monotonic() - clock
     clock = time.monotonic()
     collector = _Collector()
@@ -181,6 +192,27 @@ def _device(request: JobRequest) -> Device:
     return cached[0].device if cached else get_device(request.serial)
 
 
+def _take_lease(stack: contextlib.ExitStack, device: Device, request: JobRequest,
+                emit: _Emitter) -> None:
+    """Hold the phone's lease for the rest of ``stack``. A lease held by this same run from
+    another host (a worker of a host that died or lost its network, whose job came here) is
+    waited out: nobody renews it, so it expires within its TTL. Anyone else's lease, or ours
+    still renewed after two TTLs, is refused (``DeviceBusyError``) as for a local run."""
+    ttl = request.options.lease_ttl_s
+    deadline = time.monotonic() + 2 * ttl + _LEASE_SLACK_S
+    while True:
+        lease = DeviceLease(device, request.run_id, ttl)
+        try:
+            stack.enter_context(lease)
+            return
+        except DeviceBusyError:
+            holder = lease.holder()
+            if holder is None or holder.run != lease.run or time.monotonic() > deadline:
+                raise
+            emit(Kind.WAITING, request.serial, {"lease_of": holder.describe()})
+            time.sleep(_LEASE_POLL_S)
+
+
 def run_job(request: JobRequest) -> JobReport:
     """Run one job on this worker's phone; called by Dask on the worker that holds the phone."""
     from distributed import get_worker
@@ -196,7 +228,7 @@ def run_job(request: JobRequest) -> JobReport:
         with contextlib.ExitStack() as stack:
             clock = time.monotonic()
             device = _device(request)
-            stack.enter_context(DeviceLease(device, request.run_id, request.options.lease_ttl_s))
+            _take_lease(stack, device, request, emit)
             timing.lease_s = time.monotonic() - clock
             device_worker, collector = _prepared_device(request, device, emit, timing)
             collector.trials.clear()

@@ -1,8 +1,9 @@
 """``harness farm scheduler``: a Dask scheduler with the farm's settings.
 
-Dashboard off and bound to 127.0.0.1 unless asked otherwise. ``worker-ttl`` removes a worker whose
-host hung (no heartbeat) so its job can wait for the phone elsewhere; ``allowed-failures`` caps how
-often one job may kill its worker before it is given up.
+Dashboard off and bound to 127.0.0.1 unless asked otherwise; TLS with the farm's certificates
+(``harness.farm.security``) unless started with ``--insecure``. ``worker-ttl`` removes a worker
+whose host hung (no heartbeat) so its job can wait for the phone elsewhere; ``allowed-failures``
+caps how often one job may kill its worker before it is given up.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness.farm.security import REQUIRE_ENCRYPTION_ENV, FarmTLS
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,7 @@ class SchedulerConfig:
     dashboard_address: str | None = None  # None: no dashboard
     scheduler_file: Path | None = None
     python: str = sys.executable
+    tls: FarmTLS | None = None  # None: plaintext (--insecure)
 
 
 def scheduler_command(config: SchedulerConfig) -> tuple[list[str], dict[str, str]]:
@@ -38,6 +42,9 @@ def scheduler_command(config: SchedulerConfig) -> tuple[list[str], dict[str, str
         "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": config.worker_ttl,
         "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": str(config.allowed_failures),
     }
+    if config.tls is not None:  # TLS only: a plaintext or certificate-less peer is refused
+        argv += ["--protocol", "tls", *config.tls.dask_args()]
+        env.update(REQUIRE_ENCRYPTION_ENV)
     return argv, env
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.farm.naming import farm_phones
+from harness.farm.security import FarmTLS, init_farm
 from harness.testing.adbserver import AdbServer
 
 HARNESS = str(Path(sys.executable).parent / "harness")
@@ -49,8 +50,13 @@ class Farm:
     scheduler: str
     scheduler_process: subprocess.Popen[bytes]
     adb: dict[str, AdbServer]  # host -> its adb server
+    tls: Path  # the farm's certificates (harness farm init): every process runs on TLS
     agents: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     seen_workers: dict[int, int] = field(default_factory=dict)  # worker pid -> agent pid
+
+    @property
+    def driver_tls(self) -> FarmTLS:
+        return FarmTLS(self.tls, "driver")
 
     def cache(self, host: str) -> Path:
         """The host's artifact cache (each agent has its own, as on separate machines)."""
@@ -63,7 +69,7 @@ class Farm:
             [HARNESS, "farm", "agent", "--scheduler", self.scheduler, "--name", host,
              "--listen-host", "127.0.0.1", "--poll", "0.3", "--max-restarts", str(max_restarts),
              "--log-dir", str(self.root / f"logs-{host}"), "--cache", str(self.cache(host)),
-             "--json"],
+             "--tls", str(self.tls), "--json"],
             env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.agents[host] = process
@@ -84,7 +90,8 @@ class Farm:
     def client(self) -> Any:
         from distributed import Client
 
-        return Client(self.scheduler, timeout="20s", set_as_default=False)
+        return Client(self.scheduler, timeout="20s", set_as_default=False,
+                      security=self.driver_tls.security())
 
     def wait_for_phones(self, serials: set[str], timeout: float = 90) -> dict[str, str]:
         """serial -> worker name once every phone has a worker; remembers the workers' pids."""
@@ -138,13 +145,16 @@ def _scheduler_address(path: Path) -> str | None:
 
 @contextlib.contextmanager
 def local_farm(root: Path, adb: dict[str, AdbServer]) -> Iterator[Farm]:
-    """A scheduler on 127.0.0.1 (dashboard off), no agents yet; everything stopped at the end."""
+    """A scheduler on 127.0.0.1 (dashboard off, TLS with certificates made for the farm), no
+    agents yet; everything stopped at the end."""
     root.mkdir(parents=True, exist_ok=True)
+    tls = root / "tls"
+    init_farm(tls)
     address_file = root / "scheduler.json"
     log = open(root / "scheduler.log", "ab")  # noqa: SIM115 - for the child
     process = subprocess.Popen(
         [HARNESS, "farm", "scheduler", "--host", "127.0.0.1", "--port", "0",
-         "--scheduler-file", str(address_file), "--allowed-failures", "3"],
+         "--scheduler-file", str(address_file), "--allowed-failures", "3", "--tls", str(tls)],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     log.close()
     farm: Farm | None = None
@@ -156,7 +166,7 @@ def local_farm(root: Path, adb: dict[str, AdbServer]) -> Iterator[Farm]:
                 raise AssertionError((root / "scheduler.log").read_text())
             time.sleep(0.1)
             address = _scheduler_address(address_file)
-        farm = Farm(root, address, process, adb)
+        farm = Farm(root, address, process, adb, tls)
         yield farm
     finally:
         if farm is not None:

@@ -1,14 +1,18 @@
 """The farm's artifact service (driver) and content-addressed cache (worker host), on 127.0.0.1.
 
-No Dask here: the service is a real HTTP server on a free port, the cache a real folder.
+No Dask here: the service is a real HTTPS server on a free port with certificates made for the
+test by ``harness farm init``'s code, the cache a real folder.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import pickle
 import socket
+import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +32,7 @@ from harness.farm.artifacts import (
     service_address,
     strip_paths,
 )
+from harness.farm.security import FarmTLS, init_farm
 
 BIG = 5 * (1 << 20) + 123  # several blocks, not a multiple of the block size
 
@@ -44,17 +49,33 @@ def blob(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def tls_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("farm") / "tls"
+    init_farm(folder)
+    return folder
+
+
 @pytest.fixture
-def service(blob: Path) -> Iterator[ArtifactService]:
-    with ArtifactService({ref_of(blob).sha256: blob}) as running:
+def service(blob: Path, tls_dir: Path) -> Iterator[ArtifactService]:
+    with ArtifactService({ref_of(blob).sha256: blob}, tls=FarmTLS(tls_dir, "driver")) as running:
         yield running
+
+
+def worker(root: Path, service: ArtifactService, token: str | None = None,
+           tls: FarmTLS | None = None) -> ArtifactCache:
+    """A worker host's cache with the run's token and the agent's certificate (or others')."""
+    tls = tls or (FarmTLS(service.tls.folder, "agent") if service.tls else None)
+    return ArtifactCache(root, service.token if token is None else token,
+                         tls.client_context() if tls else None)
 
 
 def test_a_missing_file_is_fetched_by_hash_once_and_then_reused(
     tmp_path: Path, blob: Path, service: ArtifactService
 ) -> None:
-    cache = ArtifactCache(tmp_path / "cache")
+    cache = worker(tmp_path / "cache", service)
     ref = ref_of(blob)
+    assert service.url.startswith("https://127.0.0.1:")
     path, got, corrupt = cache.ensure(ref, service.url)
     assert (got, corrupt) == (BIG, False)
     assert path == cache.blob(ref.sha256) and path.read_bytes() == blob.read_bytes()
@@ -67,7 +88,7 @@ def test_a_missing_file_is_fetched_by_hash_once_and_then_reused(
 def test_a_corrupted_cached_file_is_detected_and_replaced(
     tmp_path: Path, blob: Path, service: ArtifactService
 ) -> None:
-    cache = ArtifactCache(tmp_path / "cache")
+    cache = worker(tmp_path / "cache", service)
     ref = ref_of(blob)
     path, _, _ = cache.ensure(ref, service.url)
     path.chmod(0o644)
@@ -86,9 +107,9 @@ def test_bytes_that_do_not_match_the_hash_never_land_in_the_cache(
     ref = ref_of(blob)
     wrong = tmp_path / "wrong.bin"
     wrong.write_bytes(b"x" * 100)
-    cache = ArtifactCache(tmp_path / "cache")
     with ArtifactService({ref.sha256: wrong}) as lying, \
             pytest.raises(FarmError, match=r"model.gguf .*100 bytes .*expected 5243003 bytes"):
+        cache = worker(tmp_path / "cache", lying)  # plaintext (--insecure): the token still
         cache.ensure(ref, lying.url)
     folder = cache.blob(ref.sha256).parent
     assert not cache.blob(ref.sha256).exists()
@@ -96,7 +117,7 @@ def test_bytes_that_do_not_match_the_hash_never_land_in_the_cache(
 
 
 def test_the_service_serves_only_the_runs_files(blob: Path, service: ArtifactService) -> None:
-    cache = ArtifactCache(blob.parent / "cache")
+    cache = worker(blob.parent / "cache", service)
     unknown = FileRef("0" * 64, 1, "other.gguf")
     with pytest.raises(FarmError, match=r"other.gguf .*answered 404"):
         cache.ensure(unknown, service.url)
@@ -131,7 +152,7 @@ def test_a_job_carries_hashes_not_the_drivers_paths(
     assert served[refs[("tiny", "Q8_0")].sha256] == model.resolve()
 
     with ArtifactService(served) as service:
-        cache = ArtifactCache(tmp_path / "worker-cache")
+        cache = worker(tmp_path / "worker-cache", service)
         local_models, local_builds, fetched = localize(shipped_models, shipped_builds, refs,
                                                        service.url, cache)
         total = model.stat().st_size + sum(f.size for f in host_build.manifest.files)
@@ -155,7 +176,7 @@ def test_a_build_folder_in_the_cache_links_every_file_by_hash(
                         cmake_flags=(), files=(BuildFile("bin/llama-bench", ref.size,
                                                          ref.sha256),),
                         created_at="2026-12-02T00:00:00Z", host="h")
-    cache = ArtifactCache(tmp_path / "cache")
+    cache = worker(tmp_path / "cache", service)
     build, fetched = cache.build(Build(Path("b"), manifest), service.url)
     assert fetched.bytes == BIG
     assert (build.path / "bin" / "llama-bench").resolve() == cache.blob(ref.sha256)
@@ -181,7 +202,63 @@ def test_an_agent_cache_that_cannot_be_written_is_one_line_and_exit_2(tmp_path: 
     afile = tmp_path / "a-file"
     afile.write_text("")
     result = CliRunner().invoke(main, ["farm", "agent", "--scheduler", "tcp://127.0.0.1:9",
-                                       "--cache", str(afile / "cache")])
+                                       "--insecure", "--cache", str(afile / "cache")])
     assert result.exit_code == 2, result.output
     assert f"--cache {afile / 'cache'}: cannot write there" in result.output
     assert "Traceback" not in result.output
+
+
+def refusals(caplog: pytest.LogCaptureFixture, service: ArtifactService, count: int
+             ) -> list[str]:
+    """The service's log lines once it has refused ``count`` times (it logs from its own
+    connection threads, maybe after the client has given up): one line per refusal."""
+    deadline = time.monotonic() + 10
+    while service.refused < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [r.getMessage() for r in caplog.records if r.name == "harness.farm.artifacts"]
+
+
+def test_a_request_without_the_runs_token_gets_nothing_and_one_log_line(
+    tmp_path: Path, blob: Path, service: ArtifactService, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "harness.farm.artifacts")
+    for token in ("", "not-the-token"):
+        with pytest.raises(FarmError, match="answered 401"):
+            worker(tmp_path / "cache", service, token=token).ensure(ref_of(blob), service.url)
+    lines = refusals(caplog, service, 2)
+    assert len(lines) == service.refused == 2, lines
+    assert all("refused 127.0.0.1:" in line and "without the run's token" in line
+               and "\n" not in line for line in lines), lines
+    assert service.bytes_served == 0
+    assert not (tmp_path / "cache" / "sha256").exists() or not any(
+        p for p in (tmp_path / "cache" / "sha256").rglob("*") if p.is_file()
+        and not p.name.endswith(".lock"))
+
+
+def test_a_connection_without_the_farms_certificate_is_refused_with_one_log_line(
+    tmp_path: Path, blob: Path, service: ArtifactService, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "harness.farm.artifacts")
+    assert service.tls is not None
+    other = tmp_path / "other-farm"
+    init_farm(other)
+    no_certificate = ssl.create_default_context(cafile=str(service.tls.ca_file))
+    no_certificate.check_hostname = False
+    attempts = [
+        # another farm's agent: its certificate was not signed by this farm's CA
+        worker(tmp_path / "a", service, tls=FarmTLS(other, "agent")),
+        # the right CA to check the server, but no certificate of its own
+        ArtifactCache(tmp_path / "b", service.token, no_certificate),
+    ]
+    for cache in attempts:
+        with pytest.raises(FarmError):
+            cache.ensure(ref_of(blob), service.url)
+    # plaintext HTTP to the TLS port, with the token
+    with pytest.raises(FarmError):
+        ArtifactCache(tmp_path / "c", service.token).ensure(
+            ref_of(blob), service.url.replace("https:", "http:"))
+    lines = refusals(caplog, service, 3)
+    assert len(lines) == service.refused == 3, lines
+    assert all("TLS handshake failed" in line and "\n" not in line for line in lines), lines
+    assert service.bytes_served == 0
+    assert worker(tmp_path / "d", service).ensure(ref_of(blob), service.url)[1] == BIG

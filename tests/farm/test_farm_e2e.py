@@ -54,7 +54,8 @@ def test_farm_places_each_job_on_its_phone_and_matches_a_local_run(
     names = farm.wait_for_phones(set(phones))
     assert names == {s: f"{s}@{host_of[s]}" for s in phones}
     results = tmp_path / "farm"
-    summary = execute_farm(matrix, farm.scheduler, RunOptions(results, builds), grace_s=30)
+    summary = execute_farm(matrix, farm.scheduler, RunOptions(results, builds), grace_s=30,
+                           tls=farm.driver_tls)
 
     trials = store.read_table(results, "trials")
     samples = store.read_table(results, "samples")
@@ -106,7 +107,8 @@ def test_killed_workers_rerun_the_job_or_lose_only_the_trial_in_flight(
             except BaseException as error:  # the handler runs on Dask's thread
                 problems.append(error)
 
-    summary = execute_farm(matrix, farm.scheduler, options, on_event=kill_mid_job, grace_s=15)
+    summary = execute_farm(matrix, farm.scheduler, options, on_event=kill_mid_job, grace_s=15,
+                           tls=farm.driver_tls)
     assert not problems, problems
     assert set(killed) == {back, gone}
 
@@ -142,7 +144,7 @@ def test_killed_workers_rerun_the_job_or_lose_only_the_trial_in_flight(
     result = CliRunner().invoke(main, [
         "run", "--resume", summary.run.run_id, "--backend", "dask", "--scheduler",
         farm.scheduler, "--results", str(results), "--builds", str(host_build.path.parent),
-        "--json"], catch_exceptions=False)
+        "--tls", str(farm.tls), "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     resumed = json.loads(result.stdout)
     assert resumed["backend"] == "dask" and resumed["run_id"] == summary.run.run_id
@@ -172,7 +174,7 @@ def test_builds_and_models_come_from_the_driver_by_hash_once_per_host(
     per_host = model.stat().st_size + sum(f.size for f in host_build.manifest.files)
     sha = hashlib.sha256(model.read_bytes()).hexdigest()
 
-    first = execute_farm(matrix, farm.scheduler, options, grace_s=30)
+    first = execute_farm(matrix, farm.scheduler, options, grace_s=30, tls=farm.driver_tls)
     assert first.run.outcomes() == Counter(ok=3), json.dumps(first.to_json())
     # each host fetched the files once (its two phones share its cache), into its own folder
     assert first.bytes_served == 2 * per_host
@@ -182,7 +184,7 @@ def test_builds_and_models_come_from_the_driver_by_hash_once_per_host(
         assert hashlib.sha256(blob.read_bytes()).hexdigest() == sha
     assert all(j.setup_s > 0 and j.trials_s > 0 for j in first.jobs)
 
-    second = execute_farm(matrix, farm.scheduler, options, grace_s=30)
+    second = execute_farm(matrix, farm.scheduler, options, grace_s=30, tls=farm.driver_tls)
     assert second.run.outcomes() == Counter(ok=3)
     assert second.bytes_served == 0  # the second nightly moves nothing
     assert [j.bytes_fetched for j in second.jobs] == [0, 0, 0]
@@ -193,7 +195,7 @@ def test_builds_and_models_come_from_the_driver_by_hash_once_per_host(
     with open(blob, "r+b") as handle:
         handle.seek(4096)
         handle.write(b"\0" * 64)
-    third = execute_farm(matrix, farm.scheduler, options, grace_s=30)
+    third = execute_farm(matrix, farm.scheduler, options, grace_s=30, tls=farm.driver_tls)
     assert third.run.outcomes() == Counter(ok=3)
     assert third.bytes_served == model.stat().st_size
     assert hashlib.sha256(blob.read_bytes()).hexdigest() == sha
@@ -216,7 +218,7 @@ def test_a_phone_leased_by_a_local_run_is_skipped_and_its_holder_named(
     with DeviceLease(device, run="local-nightly"), \
             pytest.raises(FarmBusyError) as caught:
         execute_farm(matrix, farm.scheduler, RunOptions(results, host_build.path.parent),
-                     grace_s=30)
+                     grace_s=30, tls=farm.driver_tls)
     message = str(caught.value)
     assert f"pid {os.getpid()}, run local-nightly" in message and leased in message
     assert "--resume" in message
@@ -234,6 +236,6 @@ def test_a_phone_leased_by_a_local_run_is_skipped_and_its_holder_named(
     result = CliRunner().invoke(main, [
         "run", "--resume", summary.run.run_id, "--backend", "dask", "--scheduler",
         farm.scheduler, "--results", str(results), "--builds", str(host_build.path.parent),
-        "--json"], catch_exceptions=False)
+        "--tls", str(farm.tls), "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["trials_by_outcome"] == {"ok": 1}

@@ -1,0 +1,301 @@
+"""A secured farm across network namespaces: two agent hosts, two phones each, network faults.
+
+The test makes its own namespaces (``harness.testing.netns``): ``ctl`` holds the scheduler and
+the driver on a bridge at 10.231.0.1, hosts ``h1`` and ``h2`` (10.231.0.11 and .12) each an adb
+server, an agent and its own host name. The four virtual phones run on this machine; a relay
+plugs each one into its host's namespace like a USB cable, so a host reaches only its own phones,
+and a phone can be moved to the other host. Everything runs on the farm's TLS certificates and
+the real ``harness`` commands; traffic stays between the namespaces the test made.
+
+Faults: an agent host's link goes down mid-run for longer than the scheduler's worker TTL, and an
+agent host is killed outright mid-run (its link cut, every process of it SIGKILLed) and its
+phones moved to the other host: its job in flight waits out the dead worker's device lease
+(same run, another host: nobody renews it) and runs there, its queued jobs follow. Each fault adds
+a row to the fault table: every trial stored once, none lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+from harness import store
+from harness.artifacts.builds import Build
+from harness.farm.security import init_farm
+from harness.testing import netns
+from harness.virtual.control import start_phones, stop_phones
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+HARNESS = str(Path(sys.executable).parent / "harness")
+WORKER_TTL_S = 15  # the scheduler drops a worker silent this long (the default is 120 s)
+LEASE_TTL_S = 60  # harness.device.lease.DEFAULT_TTL_S, what a dead worker's lease lasts
+QUANTS = ["Q8_0", "Q4_K_M", "Q6_K"]
+REPS = 2
+
+
+def matrix(name: str) -> dict[str, Any]:
+    """One job per quant on each phone, REPS trials a job, on the tiny model."""
+    return {"name": name, "repetitions": REPS, "models": {"tiny": {"ladder": "tiny"}},
+            "axes": {"build": ["host-release"], "model": ["tiny"], "quant": QUANTS,
+                     "n_ctx": [256], "kv": ["f16"], "threads": [1]},
+            "workload": {"n_prompt": 32, "n_gen": 16, "n_depth": 0},
+            "cooldown": {"max_thermal_status": 6, "max_temperature_c": 95,
+                         "min_battery_pct": 0, "max_wait_s": 1},
+            "timeout": {"trial_s": 120}}
+
+
+@dataclass
+class Lab:
+    net: netns.Network
+    root: Path
+    tls: Path
+    scheduler: str
+    phones: dict[str, list[str]]  # host -> serials plugged into it
+    agents: dict[str, subprocess.Popen[bytes]]
+
+    def start_agent(self, host: str, tls: Path | None = None, name: str | None = None,
+                    insecure: bool = False) -> subprocess.Popen[bytes]:
+        name = name or host
+        security = ["--insecure"] if insecure else ["--tls", str(tls or self.tls)]
+        scheduler = self.scheduler.replace("tls://", "tcp://") if insecure else self.scheduler
+        process = self.net.popen(host, [
+            HARNESS, "farm", "agent", "--scheduler", scheduler, "--name", name,
+            "--listen-host", self.net.address(host), "--poll", "0.3", "--no-soc-tag",
+            "--log-dir", str(self.root / f"logs-{name}"),
+            "--cache", str(self.root / f"cache-{host}"), "--json", *security],
+            env={**os.environ, **self.net.adb_server(host).env, "PYTHONUNBUFFERED": "1"},
+            log=self.root / f"agent-{name}.jsonl")
+        self.agents[name] = process
+        return process
+
+    def scheduler_log(self) -> str:
+        return (self.root / "scheduler.log").read_text(errors="replace")
+
+    def workers(self) -> dict[str, str]:
+        """serial -> worker name on the scheduler (asked from ctl with the driver's certificate)."""
+        code = ("import json, pathlib, sys; from distributed import Client; "
+                "from harness.farm.security import FarmTLS; "
+                "from harness.farm.naming import farm_phones; "
+                "c = Client(sys.argv[1], timeout='20s', set_as_default=False, "
+                "security=FarmTLS(pathlib.Path(sys.argv[2]), 'driver').security()); "
+                "print(json.dumps(farm_phones(c.scheduler_info()['workers']))); c.close()")
+        done = self.net.run("ctl", [sys.executable, "-c", code, self.scheduler, str(self.tls)],
+                            timeout=60)
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    def wait_for_workers(self, expected: dict[str, str], timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while (seen := self.workers()) != expected:
+            assert time.monotonic() < deadline, f"workers {seen}, expected {expected}"
+            time.sleep(1)
+
+    def expected_workers(self) -> dict[str, str]:
+        return {s: f"{s}@{host}" for host, serials in self.phones.items() for s in serials}
+
+
+def _scheduler_address(path: Path) -> str | None:
+    try:
+        return str(json.loads(path.read_text())["address"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    problem = netns.netns_unavailable()
+    if problem:
+        pytest.skip(f"no network namespaces here: {problem}")
+    root = tmp_path_factory.mktemp("farm-net")
+    home = root / "sim"
+    tls = root / "tls"
+    init_farm(tls)
+    try:
+        phones = [p.serial for p in start_phones("midrange-8gb", 4, home=home, abi="x86_64",
+                                                   connect_adb=False)]
+        with netns.lab_network(["h1", "h2"], root / "net") as net:
+            layout = {"h1": phones[:2], "h2": phones[2:]}
+            for host, serials in layout.items():
+                for serial in serials:
+                    net.connect_phone(serial, host)
+            address_file = root / "scheduler.json"
+            net.popen("ctl", [HARNESS, "farm", "scheduler", "--host", net.address("ctl"),
+                              "--port", "0", "--scheduler-file", str(address_file),
+                              "--worker-ttl", f"{WORKER_TTL_S}s", "--tls", str(tls)],
+                      log=root / "scheduler.log")
+            deadline = time.monotonic() + 60
+            while (address := _scheduler_address(address_file)) is None:
+                assert time.monotonic() < deadline, (root / "scheduler.log").read_text()
+                time.sleep(0.2)
+            lab = Lab(net, root, tls, address, layout, {})
+            for host in layout:
+                lab.start_agent(host)
+            lab.wait_for_workers(lab.expected_workers())
+            yield lab
+    finally:
+        stop_phones(home=home)
+
+
+def run_driver(lab: Lab, name: str, host_build: Build,
+               during: Callable[[Path], None] | None = None) -> tuple[dict[str, Any], Path]:
+    """``harness run --backend dask`` in ctl; ``during(results)`` runs while it does."""
+    folder = lab.root / name
+    folder.mkdir()
+    matrix_file = folder / "matrix.yaml"
+    matrix_file.write_text(yaml.safe_dump(matrix(name)))
+    results = folder / "results"
+    out = folder / "driver.json"
+    driver = lab.net.popen("ctl", [
+        HARNESS, "run", str(matrix_file), "--backend", "dask", "--scheduler", lab.scheduler,
+        "--tls", str(lab.tls), "--results", str(results), "--builds",
+        str(host_build.path.parent), "--json"], env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        log=out, errlog=folder / "driver.err")
+    try:
+        if during is not None:
+            during(results)
+        driver.wait(timeout=900)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(timeout=30)
+    text = out.read_text()
+    assert driver.returncode == 0, text + (folder / "driver.err").read_text()
+    return json.loads(text), results
+
+
+def stored(results: Path) -> pd.DataFrame:
+    try:
+        return store.read_table(results, "trials")
+    except Exception:  # nothing written yet
+        return pd.DataFrame({"trial_id": [], "device_serial": []})
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def audit_run(summary: dict[str, Any], results: Path, lab: Lab) -> tuple[int, int, pd.DataFrame]:
+    """(trials lost, trials duplicated, the stored trials) of a run over the lab's phones."""
+    trials = stored(results)
+    expected = sum(len(s) for s in lab.phones.values()) * len(QUANTS) * REPS
+    ok = int((trials["outcome"] == "ok").sum())
+    duplicated = int(trials["trial_id"].duplicated().sum()) + int(summary["duplicates_skipped"])
+    return expected - ok, duplicated, trials
+
+
+def test_two_hosts_run_a_matrix_together_on_tls(lab: Lab, host_build: Build,
+                                                 tiny_ladder: dict[str, Path]) -> None:
+    summary, results = run_driver(lab, "together", host_build)
+    lost, duplicated, trials = audit_run(summary, results, lab)
+    assert (lost, duplicated) == (0, 0), json.dumps(summary)
+    assert summary["farm_security"].startswith("tls (mutual, farm CA ")
+    assert summary["artifact_bytes_served"] > 0 and summary["artifact_refused"] == 0
+    meta = store_meta(results, summary["run_id"])
+    assert meta["farm_security"] == summary["farm_security"]
+    host_of = {s: h for h, serials in lab.phones.items() for s in serials}
+    for job in summary["jobs"]:  # each job ran on its phone's host
+        assert job["worker"] == f"{job['serial']}@{host_of[job['serial']]}", job
+    assert Counter(trials["device_serial"]) == {s: len(QUANTS) * REPS for s in host_of}
+
+
+def store_meta(results: Path, run_id: str) -> dict[str, Any]:
+    from harness.run.runner import load_run_meta
+
+    return dict(load_run_meta(results, run_id))
+
+
+def test_an_agent_without_the_farms_certificate_is_refused(lab: Lab, tmp_path: Path) -> None:
+    other = tmp_path / "other-farm"
+    init_farm(other)
+    remote = f"TLS handshake failed with remote 'tls://{lab.net.address('h2')}:"
+    for name, security in (("rogue", {"tls": other}), ("plain", {"insecure": True})):
+        before = lab.scheduler_log().count(remote)
+        agent = lab.start_agent("h2", name=name, **security)
+        try:
+            wait_until(lambda: lab.scheduler_log().count(remote) > before,  # noqa: B023
+                       f"the scheduler to refuse the {name} agent's worker", 120)
+            seen = lab.workers()
+            assert not any(worker.endswith(f"@{name}") for worker in seen.values()), seen
+        finally:
+            agent.terminate()
+            agent.wait(timeout=60)
+            lab.agents.pop(name)
+    refusals = [line for line in lab.scheduler_log().splitlines()
+                if "TLS handshake failed" in line]
+    assert refusals and all(remote in line for line in refusals), refusals
+    assert lab.workers() == lab.expected_workers()
+
+
+def test_an_agent_whose_link_goes_down_mid_run_comes_back_and_nothing_is_lost_or_doubled(
+    lab: Lab, host_build: Build, tiny_ladder: dict[str, Path],
+    fault_row: Callable[[str], Any],
+) -> None:
+    row = fault_row(f"farm: an agent host's network down {WORKER_TTL_S + 10} s mid-run "
+                    "(past the worker TTL)")
+
+    def outage(results: Path) -> None:
+        wait_until(lambda: bool(set(stored(results)["device_serial"]) & set(lab.phones["h1"])),
+                   "a job of h1 to be stored", 600)
+        lab.net.link_down("h1")
+        row.injected = True
+        time.sleep(WORKER_TTL_S + 10)  # the fault's length: the scheduler drops h1's workers
+        lab.net.link_up("h1")
+
+    summary, results = run_driver(lab, "link-down", host_build, outage)
+    lost, duplicated, trials = audit_run(summary, results, lab)
+    row.trials, row.lost, row.duplicated = len(trials), lost, duplicated
+    assert (lost, duplicated) == (0, 0), json.dumps(summary)
+    assert trials["trial_id"].is_unique
+    lab.wait_for_workers(lab.expected_workers())  # h1's phones have workers again
+
+
+def test_an_agent_host_killed_outright_frees_its_phones_after_the_lease_ttl(
+    lab: Lab, host_build: Build, tiny_ladder: dict[str, Path],
+    fault_row: Callable[[str], Any],
+) -> None:
+    row = fault_row("farm: an agent host killed outright mid-run; its phones moved to the "
+                    "other host")
+    gone = list(lab.phones["h2"])
+    killed_at: list[float] = []
+
+    def kill(results: Path) -> None:
+        wait_until(lambda: bool(set(stored(results)["device_serial"]) & set(gone)),
+                   "a job of h2 to be stored", 600)
+        lab.net.link_down("h2")  # the power cut: no FIN, no goodbye
+        lab.net.kill_host("h2")
+        killed_at.append(time.time())
+        row.injected = True
+        lab.agents.pop("h2", None)
+        for serial in gone:  # the phones are plugged into h1's USB hub
+            lab.net.unplug(serial)
+            lab.net.connect_phone(serial, "h1")
+
+    summary, results = run_driver(lab, "host-killed", host_build, kill)
+    lost, duplicated, trials = audit_run(summary, results, lab)
+    row.trials, row.lost, row.duplicated = len(trials), lost, duplicated
+    assert (lost, duplicated) == (0, 0), json.dumps(summary)
+    moved = [job for job in summary["jobs"] if job["serial"] in gone
+             and job["worker"] == f"{job['serial']}@h1"]
+    assert moved, summary["jobs"]  # the dead host's queued jobs ran on h1
+    # the job h2 was running when it died held the phone's lease: h1 waited for it to expire
+    waited = [job for job in moved if job["lease_s"] > 5]
+    assert waited, [(j["key"], j["lease_s"]) for j in moved]
+    assert all(job["lease_s"] < LEASE_TTL_S + 20 for job in moved)
+    lab.phones["h1"] += gone
+    lab.phones["h2"] = []
