@@ -200,6 +200,110 @@ def dask_figures(runs: Sequence[dict[str, Any]], counts: Sequence[int],
     return figures
 
 
+def _scheduler_file_address(path: Path) -> str | None:
+    try:
+        return str(json.loads(path.read_text())["address"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def measure_two_hosts(lab: Lab, rounds: int) -> dict[str, Any]:
+    """The matrix on a farm of two hosts, each in its own network namespace with one of the
+    lab's phones plugged in (``harness.testing.netns``), everything on TLS: the scheduler and
+    the driver (``harness run --backend dask`` as a command) in a third namespace. A cold run
+    first, then ``rounds`` rounds of 1 phone (on h1) and 2 phones (one per host), rotating."""
+    from harness.farm.security import init_farm
+    from harness.testing import netns
+
+    problem = netns.netns_unavailable()
+    if problem:
+        return {"skipped": problem}
+    harness = str(Path(sys.executable).parent / "harness")
+    work = lab.work / "two-hosts"
+    work.mkdir(parents=True, exist_ok=True)
+    tls = work / "tls"
+    if not (tls / "ca.pem").is_file():
+        init_farm(tls)
+    lab.ensure_phones(2)
+    serials = [p.serial for p in lab.phones[:2]]
+    runs: list[dict[str, Any]] = []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with netns.lab_network(["h1", "h2"], work / "net") as net:
+        for serial, host in zip(serials, ("h1", "h2"), strict=True):
+            net.connect_phone(serial, host)
+        address_file = work / "scheduler.json"
+        address_file.unlink(missing_ok=True)
+        net.popen("ctl", [harness, "farm", "scheduler", "--host", net.address("ctl"), "--port",
+                          "0", "--scheduler-file", str(address_file), "--tls", str(tls)],
+                  env=env, log=work / "scheduler.log")
+        deadline = time.monotonic() + 60
+        while (address := _scheduler_file_address(address_file)) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError((work / "scheduler.log").read_text())
+            time.sleep(0.2)
+        for host in ("h1", "h2"):
+            net.popen(host, [harness, "farm", "agent", "--scheduler", address, "--name", host,
+                             "--listen-host", net.address(host), "--poll", "0.3",
+                             "--no-soc-tag", "--tls", str(tls),
+                             "--cache", str(work / f"cache-{host}"),
+                             "--log-dir", str(work / f"logs-{host}")],
+                      env={**env, **net.adb_server(host).env}, log=work / f"agent-{host}.log")
+
+        def one(phones: int, kind: str, index: int) -> None:
+            out = work / f"run-{len(runs)}.json"
+            done = net.run("ctl", [harness, "run", str(MATRIX), "--backend", "dask",
+                                   "--scheduler", address, "--tls", str(tls),
+                                   "--devices", ",".join(serials[:phones]), "--results",
+                                   str(work / "results"), "--builds", str(lab.builds),
+                                   "--json"], env=env, timeout=900)
+            if done.returncode != 0:
+                raise RuntimeError(f"two-host run failed: {done.stderr[-2000:]}")
+            out.write_text(done.stdout)
+            data = json.loads(done.stdout)
+            runs.append({"round": index, "kind": kind, "phones": phones,
+                         "makespan_s": data["wall_s"], "outcomes": data["trials_by_outcome"],
+                         "bytes_served": data["artifact_bytes_served"], "jobs": data["jobs"],
+                         "security": data["farm_security"], **job_split(data["jobs"])})
+
+        deadline = time.monotonic() + 120
+        while True:  # the cold run doubles as the wait for both hosts' workers
+            try:
+                one(2, "cold", -1)
+                break
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(2)
+        for index in range(rounds):
+            for phones in ((1, 2) if index % 2 == 0 else (2, 1)):
+                one(phones, "warm", index)
+    return {"runs": runs}
+
+
+def two_host_figures(data: dict[str, Any]) -> list[Figure]:
+    if "skipped" in data:
+        return [Figure("3 farm (dask, 2 hosts): efficiency, 2 phones", None, "ratio", "-",
+                       ">= 0.85", None, f"not measured: {data['skipped']}")]
+    warm = [r for r in data["runs"] if r["kind"] == "warm"]
+
+    def median_of(key: str, n: int) -> float:
+        return statistics.median([r[key] for r in warm if r["phones"] == n])
+
+    make = median_of("makespan_s", 1) / median_of("makespan_s", 2)
+    engine = median_of("engine_span_s", 1) / median_of("engine_span_s", 2)
+    return [
+        Figure("3 farm (dask, 2 hosts): efficiency, 2 phones", make, "ratio",
+               f"makespan {median_of('makespan_s', 1):.1f} s -> "
+               f"{median_of('makespan_s', 2):.1f} s", ">= 0.85", make >= 0.85,
+               "one phone per host, each host in its own network namespace, all on TLS; "
+               "the driver is `harness run --backend dask` beside the scheduler"),
+        Figure("3 farm (dask, 2 hosts): engine-only efficiency, 2 phones", engine, "ratio",
+               f"busiest phone's trials {median_of('engine_span_s', 1):.1f} s -> "
+               f"{median_of('engine_span_s', 2):.1f} s", ">= 0.85", engine >= 0.85,
+               "set-up left out"),
+    ]
+
+
 def measure(lab: Lab, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
     rounds = 2 if quick else 3
     cores = os.cpu_count() or 1
@@ -240,7 +344,9 @@ def measure(lab: Lab, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
     dask_counts = COUNTS[:2] if quick else COUNTS
     dask = measure_dask(lab, dask_counts, rounds)
     figures += dask_figures(dask["runs"], dask_counts, cores)
-    return figures, {"rounds": rounds, "cores": cores, "runs": runs,
+    two_hosts = measure_two_hosts(lab, rounds)
+    figures += two_host_figures(two_hosts)
+    return figures, {"two_hosts": two_hosts, "rounds": rounds, "cores": cores, "runs": runs,
                      "warm_bytes_pushed": sum(d.bytes_pushed for d in warm.devices),
                      "efficiency": {str(k): v for k, v in eff.items()},
                      "median_tg_tps": {str(k): v for k, v in tg.items()},

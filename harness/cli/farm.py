@@ -35,6 +35,12 @@ def tls_options(function: F) -> F:
         help=f"The farm's certificates from `harness farm init DIR` (or ${TLS_ENV}).")(function)
 
 
+def say_insecure(role: str) -> None:
+    """The one line every --insecure command prints (stderr): what it gives up."""
+    click.echo(f"farm {role}: --insecure: plaintext and no credentials; anyone who reaches "
+               "this farm can use it", err=True)
+
+
 @click.group("farm")
 def farm() -> None:
     """Run `harness run` across USB hosts on Dask distributed (needs harness[farm]).
@@ -135,6 +141,8 @@ def agent_command(scheduler: str, host: str | None, listen_host: str,
     require_distributed()
     tls = resolve("agent", tls_dir, insecure)
     scheduler = scheduler_url(scheduler, tls)
+    if tls is None:
+        say_insecure("agent")
     name = host or socket.gethostname()
     config = AgentConfig(scheduler=scheduler, host=name, listen_host=listen_host, tls=tls,
                          tags=_parse_tags(tags), soc_tag=not no_soc_tag,
@@ -184,6 +192,8 @@ def scheduler_command_(host: str, port: int, worker_ttl: str, allowed_failures: 
     """
     require_distributed()
     tls = resolve("scheduler", tls_dir, insecure)
+    if tls is None:
+        say_insecure("scheduler")
     config = SchedulerConfig(host=host, port=port, worker_ttl=worker_ttl,
                              allowed_failures=allowed_failures,
                              dashboard_address=dashboard_address, scheduler_file=scheduler_file,

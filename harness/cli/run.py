@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from harness.budget import DEFAULT_RESERVE_BYTES
-from harness.cli.farm import tls_options
+from harness.cli.farm import say_insecure, tls_options
 from harness.errors import ConfigError
 from harness.farm.security import resolve
 from harness.plan import parse_size
@@ -171,6 +171,8 @@ def _run_on_farm(matrix: Path, devices_spec: str, scheduler: str | None, options
         raise ConfigError("--devices sim:N starts phones on this host; on the farm, start them "
                           "with `harness sim start` where an agent runs and name their serials")
     tls = resolve("driver", tls_dir, insecure)
+    if tls is None:
+        say_insecure("driver")
     serials = None if devices_spec == "all" else [
         s.strip() for s in devices_spec.split(",") if s.strip()]
     progress = _Progress(console)

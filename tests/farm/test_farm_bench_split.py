@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.farm import dask_figures, job_split
+from bench.farm import dask_figures, job_split, two_host_figures
 
 
 def test_the_engine_span_is_the_busiest_phones_trial_time_and_setup_is_apart() -> None:
@@ -31,3 +31,18 @@ def test_farm_efficiency_is_reported_by_makespan_and_by_engine_time() -> None:
     assert figures["3 farm (dask): efficiency, 2 phones"].met is False
     assert figures["3 farm (dask): engine-only efficiency, 2 phones"].value == 1.0
     assert figures["3 farm (dask): cold run set-up per job"].value == 4.0
+
+
+def test_the_two_host_rows_compare_one_phone_on_h1_with_one_phone_per_host() -> None:
+    def run(phones: int, make: float, engine: float) -> dict[str, object]:
+        return {"kind": "warm", "phones": phones, "makespan_s": make, "engine_span_s": engine}
+
+    runs = [{"kind": "cold", "phones": 2, "makespan_s": 60.0, "engine_span_s": 60.0},
+            run(1, 10.0, 8.0), run(2, 11.0, 9.0), run(2, 9.0, 7.0), run(1, 10.0, 8.0)]
+    figures = {f.figure: f for f in two_host_figures({"runs": runs})}
+    made = figures["3 farm (dask, 2 hosts): efficiency, 2 phones"]
+    assert made.value == pytest.approx(1.0) and made.met is True  # the cold run is left out
+    assert figures["3 farm (dask, 2 hosts): engine-only efficiency, 2 phones"].value == 1.0
+    skipped = two_host_figures({"skipped": "network namespaces need root"})
+    assert [f.value for f in skipped] == [None]
+    assert "not measured: network namespaces need root" in skipped[0].note

@@ -74,6 +74,7 @@ def test_virtual_phones_are_not_started_by_a_farm_run() -> None:
 def test_scheduler_binds_to_localhost_without_dashboard_by_default() -> None:
     code, output = invoke("farm", "scheduler", "--dry-run", "--port", "0", "--insecure")
     assert code == 0, output
+    assert "farm scheduler: --insecure: plaintext and no credentials" in output
     assert "-m distributed.cli.dask_scheduler --host 127.0.0.1 --port 0 --no-dashboard" in output
     assert "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=2" in output
     assert "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL=120s" in output
