@@ -235,7 +235,7 @@ class ArtifactService:
     host: str = "127.0.0.1"
     port: int = 0
     tls: FarmTLS | None = None  # the driver's certificates; None: plaintext (--insecure)
-    token: str = field(default_factory=lambda: secrets.token_urlsafe(32))  # per run
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)  # per run
     _server: _Server | None = field(default=None, init=False, repr=False)
     _thread: threading.Thread | None = field(default=None, init=False, repr=False)
 

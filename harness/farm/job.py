@@ -65,7 +65,8 @@ class JobRequest:
     done: frozenset[str]  # trials stored before the run started (resume)
     topic: str  # Dask event topic for progress
     artifacts_url: str = ""  # the driver's artifact service, https://host:port (http: insecure)
-    artifacts_token: str = ""  # the run's token, asked of every request by that service
+    # the run's token, asked of every request by that service (never in a repr or a log)
+    artifacts_token: str = field(default="", repr=False)
     model_refs: tuple[tuple[tuple[str, str], FileRef], ...] = ()  # (model, quant) -> its file
 
     @property
