@@ -136,5 +136,12 @@ def test_halving_the_storage_speed_slows_paging_and_leaves_a_fitting_cell_alone(
             tg[(speed, str(quant))] = float(rows["tg_tps"].median())
         paging = trials.set_index("quant")["paging"]
         assert paging.loc["F16"].all() and not paging.loc["Q8_0"].any()
+        # the fitting cell reads (next to) nothing from storage while decoding: the storage
+        # speed cannot reach it, whatever its tok/s does on a shared CPU
+        fits = trials[trials["quant"] == "Q8_0"]["read_bytes_per_token"]
+        assert (fits.fillna(0) < 1 << 20).all(), fits
     assert tg[(50.0, "F16")] <= 0.7 * tg[(100.0, "F16")], tg  # paging: storage-bound
-    assert 0.75 <= tg[(50.0, "Q8_0")] / tg[(100.0, "Q8_0")] <= 1.33, tg  # fits: unaffected
+    # fits: unaffected by storage; its speed is CPU-bound, and one pair measured minutes apart
+    # on a shared 2-core machine has been seen 0.65 apart (clean clone, 2026-12-05): a sanity
+    # bound here, the cause is asserted above
+    assert 0.5 <= tg[(50.0, "Q8_0")] / tg[(100.0, "Q8_0")] <= 2.0, tg
