@@ -146,7 +146,7 @@ class TrialRecord:
     launch_uptime_s: float | None = None  # the phone's /proc/uptime at that launch (its clock)
     sustained_s: float | None = None  # the cell's sustained duration (None: a burst cell)
     sustained_reps: int | None = None  # back-to-back repetitions the sustained launch ran
-    time_to_throttle_s: float | None = None  # first series point < 90% of the initial median
+    time_to_throttle_s: float | None = None  # lasting drop below 90% of the start (sustained.py)
     steady_state_ratio: float | None = None  # median of the last fifth / initial median
     sustained_tg_tps: float | None = None  # median generation rate of the last fifth
     energy_source: str | None = None  # power_supply, dumpsys or monitor:<name>
@@ -187,6 +187,10 @@ class TrialRecord:
     output_reference_tokens: int | None = None  # tokens the reference generated
     output_reference: str | None = None  # what the continuation was compared with
     output_check_detail: str | None = None  # what differed, or why not checked / the error
+    # added in schema 10 (older parts read it as null): when, in seconds since the launch, the
+    # phone first reported throttling in the trial's samples (big cores capped, or a thermal
+    # status of MODERATE and above); it locates a sustained series' lasting drop
+    throttle_reported_s: float | None = None
 
 
 class TrialIdentity(Protocol):

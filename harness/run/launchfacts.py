@@ -21,7 +21,7 @@ from harness.run import energy as power
 from harness.run import sustained
 
 # columns a failed trial keeps (the rest only mean something for an ok one)
-ALWAYS = frozenset({"launched_at", "launch_uptime_s", "sustained_reps"})
+ALWAYS = frozenset({"launched_at", "launch_uptime_s", "sustained_reps", "throttle_reported_s"})
 
 
 @dataclass(frozen=True)
@@ -112,10 +112,13 @@ def _ms(uptime: float, t0: float) -> int:
 
 def measured(cell: Cell, measurements: Sequence[Measurement], timing: Timing,
              launched_at: datetime, energy_enabled: bool, charging: bool | None = None,
+             throttle: sustained.Report | None = None,
              ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(the schema-6 trial columns, extra sample rows as SampleRecord field values)."""
+    """(the schema-6 trial columns, extra sample rows as SampleRecord field values);
+    ``throttle``: when the phone reported throttling (it dates a sustained series' throttle)."""
     t0, t1 = timing.t0, timing.t1
-    columns: dict[str, Any] = {"launched_at": launched_at, "launch_uptime_s": t0}
+    columns: dict[str, Any] = {"launched_at": launched_at, "launch_uptime_s": t0,
+                               "throttle_reported_s": throttle.at_s if throttle else None}
     rows: list[dict[str, Any]] = []
     if cell.sustained_s:
         columns["sustained_reps"] = len(measurements) or None
@@ -125,7 +128,7 @@ def measured(cell: Cell, measurements: Sequence[Measurement], timing: Timing,
             lengths = [cell.n_gen / r if r and r > 0 and math.isfinite(r) else 0.0
                        for r in rates]
             points = sustained.series(rates, lengths, t1 - t0, fill)
-            summary = sustained.summarise(points)
+            summary = sustained.summarise(points, throttle)
             columns.update(time_to_throttle_s=summary.time_to_throttle_s,
                            steady_state_ratio=summary.steady_state_ratio,
                            sustained_tg_tps=summary.sustained_tps)

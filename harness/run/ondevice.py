@@ -51,12 +51,14 @@ redirection ends a POSIX shell), their errors kept in ``err``, and skipped after
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from harness.android.readerrors import parse_read_errors
 from harness.android.thermal import ThermalZone, read_thermal_zones
 from harness.run.energy import BATTERY
-from harness.run.state import DeviceState, ProcessMemory
+from harness.run.state import DeviceState, ProcessMemory, mitigating
+from harness.run.sustained import Report
 
 CLOCK_TICKS = 100  # USER_HZ: the unit of /proc/<pid>/stat times on Android (and Linux) kernels
 TICK_S = 0.05
@@ -286,6 +288,15 @@ def _state(words: list[str], zones: list[tuple[str, str]]) -> DeviceState:
 def _hottest(zones: tuple[ThermalZone, ...]) -> float | None:
     """The hottest real zone (the HAL's sensors are not read on the phone during a trial)."""
     return max((z.celsius for z in zones if z.celsius is not None), default=None)
+
+
+def throttle_report(ticks: Sequence[Tick]) -> Report | None:
+    """The first reading in which the phone reported throttling, and the one before it."""
+    readings = sorted((t.t_ms, t.state) for t in ticks if t.state is not None)
+    for i, (t_ms, state) in enumerate(readings):
+        if mitigating(state):
+            return Report(t_ms / 1000, readings[i - 1][0] / 1000 if i else None)
+    return None
 
 
 def parse(text: str, t0: float | None, errors: str = "", dumpsys_text: str = "") -> Sampled:

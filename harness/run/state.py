@@ -50,6 +50,15 @@ def is_capped(state: DeviceState) -> bool:
     return state.big_max_khz < state.big_hw_max_khz
 
 
+MITIGATING_STATUS = 2  # MODERATE: Android's first status whose throttling apps notice
+
+
+def mitigating(state: DeviceState) -> bool:
+    """The phone says it is holding its CPUs back: big cores capped, or MODERATE and above."""
+    status = state.thermal_status
+    return is_capped(state) or (status is not None and status >= MITIGATING_STATUS)
+
+
 def throttled_during(states: Sequence[DeviceState], max_thermal_status: int) -> bool:
     """A trial is throttled when the status rose above the policy or the big cores were capped."""
     for state in states:

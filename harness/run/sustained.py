@@ -13,7 +13,16 @@ From the series:
   after the last stretch of ``CONFIRM_POINTS`` points back at speed before that step. So a
   second-long stall of a busy host early in the run is passed over when the phone recovered
   from it and throttled later, while a throttle that deepens in stages counts from its first
-  stage. No confirmed-slow point: no throttle;
+  stage. No confirmed-slow point: no throttle.
+  When the phone itself reported throttling during the launch (a ``Report``: the first of the
+  sampler's readings that found its big cores capped or a thermal status of MODERATE and above,
+  and the reading before it, which did not), the throttle began between those two readings:
+  the onset is the first point ending after the calm reading that is confirmed slow against
+  the rate just before it (the median of the last ``max(3, 5%)`` points that ended by then).
+  A slowdown the phone did not report, such as the host's load rising before the throttle or
+  its burst after it, then moves the onset by at most the readings' interval. When no such
+  point follows, or the phone reported throttling from its first reading on, the rule above
+  decides;
 - **steady-state ratio**: the median of the last fifth over the initial median;
 - **sustained rate**: the median of the last fifth.
 
@@ -37,6 +46,15 @@ MAX_REPS = 5000
 class Point:
     t_s: float  # seconds since the launch, at the end of the repetition
     tps: float
+
+
+@dataclass(frozen=True)
+class Report:
+    """When the phone said it throttled: seconds since the launch of the first reading that
+    said so, and of the reading before it that did not (None: there was none)."""
+
+    at_s: float
+    calm_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -66,13 +84,18 @@ def series(rates: Sequence[float | None], durations_s: Sequence[float], end_s: f
     return points[::-1]
 
 
+def _head(points: Sequence[Point]) -> int:
+    return max(3, math.ceil(0.05 * len(points)))
+
+
 def _initial(points: Sequence[Point]) -> float | None:
-    head = max(3, math.ceil(0.05 * len(points)))
-    first = [p.tps for p in points[:head]]
+    first = [p.tps for p in points[:_head(points)]]
     return statistics.median(first) if first else None
 
 
-def summarise(points: Sequence[Point]) -> Summary:
+def summarise(points: Sequence[Point], report: Report | None = None) -> Summary:
+    """The series' summary; ``report``: when the phone reported throttling (None: it did not,
+    or it cannot say)."""
     if len(points) < MIN_REPS:
         return Summary(None, None, None)
     initial = _initial(points)
@@ -80,7 +103,9 @@ def summarise(points: Sequence[Point]) -> Summary:
         return Summary(None, None, None)
     tail = [p.tps for p in points[-max(1, len(points) // 5):]]
     sustained = statistics.median(tail)
-    onset = throttle_onset([p.tps for p in points], THROTTLE_SHARE * initial)
+    onset = reported_onset(points, report) if report is not None else None
+    if onset is None:
+        onset = throttle_onset([p.tps for p in points], THROTTLE_SHARE * initial)
     throttle_at = points[onset].t_s if onset is not None else None
     return Summary(throttle_at, sustained / initial, sustained)
 
@@ -121,3 +146,22 @@ def throttle_onset(rates: Sequence[float], slow_below: float) -> int | None:
     after = back_at_speed[-1] if back_at_speed else -1
     later = [i for i in confirmed if i > after]
     return later[0] if later else confirmed[0]
+
+
+def reported_onset(points: Sequence[Point], report: Report) -> int | None:
+    """The onset of the throttle the phone reported (see the module's docstring), or None."""
+    if report.calm_s is None:  # throttled from its first reading: not begun during the launch
+        return None
+    start = next((i for i, p in enumerate(points) if p.t_s > report.calm_s), None)
+    if start is None:
+        return None
+    before = [p.tps for p in points[:start]][-_head(points):]
+    level = statistics.median(before) if len(before) >= 3 else _initial(points)
+    if not level or level <= 0:
+        return None
+    slow_below = THROTTLE_SHARE * level
+    rates = [p.tps for p in points]
+    for i in range(start, len(rates) - CONFIRM_POINTS + 1):
+        if rates[i] < slow_below and statistics.median(rates[i:i + CONFIRM_POINTS]) < slow_below:
+            return i
+    return None

@@ -349,7 +349,8 @@ class TrialRunner:
         timing = Timing.read(after, wall, idle, counter_end)
         extra, extra_samples = measured(spec.cell, measurements, timing, launched_at,
                                         self.policy.energy.enabled,
-                                        conditions.preflight.charging)
+                                        conditions.preflight.charging,
+                                        ondevice.throttle_report(sampled.ticks))
         engine_log = parse_memory_log(stderr)
         mems = [t.memory for t in ticks if t.memory]
         top = peak([*(m.rss_kb for m in mems), *(m.vm_hwm_kb for m in mems)])

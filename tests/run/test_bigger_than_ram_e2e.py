@@ -8,6 +8,7 @@ kills what a phone would page, which is what this issue is about.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,16 @@ def _cgroups_or_skip(path: Path) -> None:
     reason = cgroups.probe(path)
     if reason is not None:
         pytest.skip(f"no cgroup memory model here: {reason}")
+
+
+def _engine_text_bytes(build: Build) -> int:
+    """The engine binary's size and its shared libraries' (ldd: the host's loader resolves
+    them), the most of its text that can be resident."""
+    binary = build.binary()
+    listing = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True)
+    libs = {Path(word) for line in listing.stdout.splitlines() for word in line.split()
+            if word.startswith("/") and Path(word).is_file()}
+    return binary.stat().st_size + sum(lib.stat().st_size for lib in libs)
 
 
 def _run(matrix: Path, phone: Any, results: Path, build: Build) -> pd.DataFrame:
@@ -62,9 +73,14 @@ def test_bigger_than_ram_pages_with_mmap_is_killed_without_and_loads_at_storage_
     assert (dense["storage_read_mb_s"] == 100).all()
     size = int(dense["model_file_bytes"].iloc[0])
     assert size > limit  # the file is bigger than what the phone leaves the engine
-    # resident never above the phone's limit: the engine's PSS (VmHWM also counts the host's
-    # shared libraries, which a phone counts as the system's, not the app's budget)
-    assert (dense["peak_pss_bytes"] <= limit).all(), dense[["peak_pss_bytes", "vm_hwm_bytes"]]
+    # resident never above the phone's limit. The engine's PSS also counts pages the phone's
+    # cgroup was never charged for: the engine binary's and the host libraries' text (pushed by
+    # adbd or cached by the host, both outside the cgroup) and what the launch found of the model
+    # still cached (charged to adbd's push); the kernel bounds the rest by the limit
+    outside = _engine_text_bytes(host_build) + dense["cache_resident_bytes"].fillna(0)
+    assert (dense["peak_pss_bytes"] <= limit + outside).all(), (
+        dense[["peak_pss_bytes", "vm_hwm_bytes", "cache_resident_bytes"]], outside)
+    assert (dense["peak_pss_bytes"] < size).all()  # the whole file was never resident
     assert (dense["read_bytes"] >= 2 * size).all() and (dense["major_faults"] > 0).all()
     # every token reads nearly every matrix again: more than half the file per token
     assert (dense["read_bytes_per_token"] >= 0.5 * size).all(), dense["read_bytes_per_token"]

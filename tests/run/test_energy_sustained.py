@@ -9,8 +9,10 @@ import pytest
 
 from harness.cell import Cell
 from harness.engines.base import Measurement
-from harness.run import energy, sustained
+from harness.run import energy, ondevice, sustained
 from harness.run.launchfacts import Idle, Timing, headline, measured
+from harness.run.ondevice import Tick
+from harness.run.state import DeviceState
 
 CELL = Cell(build="b", model="tiny", quant="Q8_0", n_ctx=512, type_k="f16", type_v="f16",
             threads=1, affinity="all", flash_attn="auto", mmap=True, n_batch=256, n_ubatch=128,
@@ -193,3 +195,57 @@ def test_the_step_is_where_the_log_rate_drops_most() -> None:
     assert sustained.step_index([10.0] * 7 + [5.0] * 3) == 7
     assert sustained.step_index([5.0] * 4 + [10.0] * 4) is None  # a rise is no drop
     assert sustained.step_index([3.0]) is None
+
+
+def test_the_phones_report_dates_the_throttle_a_loaded_host_would_move() -> None:
+    """The phone throttles at 21 s (to 80%); a burst of host load at 41 s cuts the rate further
+    after six points back at speed: the rate alone dates the throttle to the burst. The phone's
+    readings (calm at 19.5 s, capped at 21.5 s) date it to where it began."""
+    rates = [100.0] * 20 + [80.0] * 14 + [95.0] * 6 + [40.0] * 40
+    points = [sustained.Point(float(i + 1), r) for i, r in enumerate(rates)]
+    assert sustained.summarise(points).time_to_throttle_s == 41.0
+    report = sustained.Report(at_s=21.5, calm_s=19.5)
+    assert sustained.summarise(points, report).time_to_throttle_s == 21.0
+    # the host slowed the engine by 15% at 8 s, before the phone throttled at 21 s: against the
+    # start the rate says 8 s; against the rate just before the calm reading, 21 s
+    loaded = [100.0] * 7 + [85.0] * 13 + [60.0] * 30
+    points = [sustained.Point(float(i + 1), r) for i, r in enumerate(loaded)]
+    assert sustained.summarise(points).time_to_throttle_s == 8.0
+    assert sustained.summarise(points, report).time_to_throttle_s == 21.0
+    # capped from the first reading on (not a throttle that began here), or no slow point after
+    # the calm reading: the rate alone decides
+    assert sustained.summarise(points, sustained.Report(0.5)).time_to_throttle_s == 8.0
+    assert sustained.summarise(points, sustained.Report(49.5, 48.5)).time_to_throttle_s == 8.0
+    # the report never invents a throttle the rate does not show
+    steady = [sustained.Point(float(i + 1), 100.0) for i in range(40)]
+    assert sustained.summarise(steady, report).time_to_throttle_s is None
+
+
+def test_the_phones_first_throttling_reading_and_the_one_before() -> None:
+    cool = DeviceState(thermal_status=1, big_max_khz=2_400_000, big_hw_max_khz=2_400_000)
+    capped = DeviceState(thermal_status=1, big_max_khz=1_600_000, big_hw_max_khz=2_400_000)
+    moderate = DeviceState(thermal_status=2)
+    ticks = [Tick(500, None, cool), Tick(900, None, None), Tick(2500, None, moderate),
+             Tick(1500, None, cool)]
+    assert ondevice.throttle_report(ticks) == sustained.Report(2.5, 1.5)
+    assert ondevice.throttle_report([*ticks, Tick(2000, None, capped)]) == sustained.Report(2.0,
+                                                                                            1.5)
+    assert ondevice.throttle_report([Tick(0, None, capped)]) == sustained.Report(0.0)
+    assert ondevice.throttle_report(ticks[:2]) is None
+
+
+def test_a_sustained_launch_dates_its_throttle_by_the_phones_report() -> None:
+    cell = Cell(**{**CELL.__dict__, "n_prompt": 0, "sustained_s": 80.0})
+    rates = [100.0] * 20 + [80.0] * 14 + [95.0] * 6 + [40.0] * 40
+    reps = [Measurement(i, None, r, None) for i, r in enumerate(rates)]
+    decode_s = sum(128 / r for r in rates)  # the launch, end to end
+    timing = Timing(t0=100.0, t1=100.0 + decode_s, readings=(), idle=Idle())
+    when = datetime(2026, 12, 5, tzinfo=UTC)
+    began = 128 / 100 * 20 + 128 / 80  # the end of the first slow repetition
+    alone, _ = measured(cell, reps, timing, when, energy_enabled=False)
+    told, _ = measured(cell, reps, timing, when, energy_enabled=False,
+                       throttle=sustained.Report(began + 1.0, began - 2.0))
+    assert told["time_to_throttle_s"] == pytest.approx(began)
+    assert told["throttle_reported_s"] == pytest.approx(began + 1.0)
+    assert alone["time_to_throttle_s"] > began + 128 / 80 * 13
+    assert alone["throttle_reported_s"] is None

@@ -18,6 +18,7 @@ from test_run_e2e import run_cli  # harness run --json, exit 0 asserted
 
 from harness import store
 from harness.artifacts.builds import Build
+from harness.run.trial import TrialPolicy
 from harness.testing import truth
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,6 +30,7 @@ THROTTLES_AT = truth.THROTTLING_STATUS
 # repetitions idle and 7.1 with two other test runs on the cores)
 TOLERANCE_REPS = 10
 ENERGY_TOLERANCE = 0.10
+STATE_READ_S = TrialPolicy.state_interval_s  # how often the sampler reads the clocks
 
 pytestmark = pytest.mark.slow
 
@@ -57,6 +59,10 @@ def test_sustained_matrix_throttles_the_hot_config_and_measures_energy(
     state = phone.sandbox / "state"
     truth_s = truth.throttled_after_s(state, hot, within_s=float(hot["wall_s"]))
     assert truth_s is not None, "the phone's model never throttled during the hot trial"
+    # the phone's own report (its big cores capped, read every 2 s by the on-device sampler)
+    # came within a reading of the crossing; the cool one's never came
+    assert truth_s <= hot["throttle_reported_s"] <= truth_s + STATE_READ_S + 1.0
+    assert pd.isna(cool["throttle_reported_s"])
     rep_s = hot["n_gen"] / hot["tg_tps"]
     assert hot["time_to_throttle_s"] == pytest.approx(truth_s, abs=TOLERANCE_REPS * rep_s + 1.0)
     # energy per token within 10% of the phone's truth, on a discharging phone
