@@ -292,7 +292,8 @@ def _hottest(zones: tuple[ThermalZone, ...]) -> float | None:
 
 def throttle_report(ticks: Sequence[Tick]) -> Report | None:
     """The first reading in which the phone reported throttling, and the one before it."""
-    readings = sorted((t.t_ms, t.state) for t in ticks if t.state is not None)
+    readings = sorted(((t.t_ms, t.state) for t in ticks if t.state is not None),
+                      key=lambda reading: reading[0])
     for i, (t_ms, state) in enumerate(readings):
         if mitigating(state):
             return Report(t_ms / 1000, readings[i - 1][0] / 1000 if i else None)

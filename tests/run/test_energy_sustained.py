@@ -231,6 +231,9 @@ def test_the_phones_first_throttling_reading_and_the_one_before() -> None:
     assert ondevice.throttle_report([*ticks, Tick(2000, None, capped)]) == sustained.Report(2.0,
                                                                                             1.5)
     assert ondevice.throttle_report([Tick(0, None, capped)]) == sustained.Report(0.0)
+    # two readings in the same millisecond: the earlier one in the file counts first
+    assert ondevice.throttle_report([Tick(7, None, cool), Tick(7, None, capped)]) == \
+        sustained.Report(0.007, 0.007)
     assert ondevice.throttle_report(ticks[:2]) is None
 
 
