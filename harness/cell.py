@@ -13,6 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness import knobs
 from harness.labels import config_label
 
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
@@ -63,6 +64,10 @@ class Cell:
     # The model's page cache at launch: "cold", "warm", or "" (as the phone has it). Out of
     # the ids when empty.
     cache: str = ""
+    # Where the model runs (harness.knobs): llama.cpp's device name, "none" for the CPU only,
+    # and the layers offloaded to it (-1: all). Out of the ids at their defaults.
+    compute_device: str = knobs.default("compute_device")
+    n_gpu_layers: int = knobs.default("n_gpu_layers")
 
     def __post_init__(self) -> None:
         if self.load_mode == ("mmap" if self.mmap else "none"):  # one spelling per cell
@@ -87,6 +92,9 @@ class Cell:
         for knob in ("load_mode", "cache"):
             if not data[knob]:
                 data.pop(knob)
+        for spec in knobs.KNOBS:
+            if spec.quiet_in_ids and data[spec.name] == spec.default:
+                data.pop(spec.name)
         if data["engine"] == DEFAULT_ENGINE or not with_build:
             data.pop("engine")
         if not with_build:
@@ -117,7 +125,8 @@ class Cell:
                 "n_prompt": self.n_prompt, "n_gen": self.n_gen, "n_depth": self.n_depth,
                 "n_batch": self.n_batch, "n_ubatch": self.n_ubatch, "mmap": self.mmap,
                 "load_mode": self.resolved_load_mode, "cache": self.cache or None,
-                "swa_full": self.swa_full, "sustained_s": self.sustained_s or None}
+                "swa_full": self.swa_full, "sustained_s": self.sustained_s or None,
+                **{k.column: getattr(self, k.name) for k in knobs.KNOBS}}
 
     def label(self) -> str:
         """Every knob of the configuration (``harness.labels.config_label``), e.g.

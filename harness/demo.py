@@ -80,3 +80,12 @@ def prepare_slow_build(paths: DemoPaths, say: Callable[[str], None]) -> None:
     say("engine: building host-slow, the same llama.cpp without AVX2 (cached by content; about "
         "5 minutes the first time)")
     ensure_host_build("host-slow", paths.builds)
+
+
+def prepare_vulkan_build(paths: DemoPaths, say: Callable[[str], None]) -> None:
+    """``host-vulkan``: llama.cpp with its Vulkan backend, for the virtual GPU phone."""
+    from harness.artifacts.cmake_build import ensure_host_build
+
+    say("engine: building host-vulkan, llama.cpp with its Vulkan backend (cached by content; "
+        "about 8 minutes the first time)")
+    ensure_host_build("host-vulkan", paths.builds)

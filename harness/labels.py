@@ -2,7 +2,8 @@
 
 A configuration is what ``config_id`` hashes: model, quant, n_ctx, KV types, threads and
 affinity, flash attention, the workload, the batch sizes, how the model is loaded (mmap or a
-load mode) and its page cache, swa_full and a sustained duration. ``config_label`` names all of
+load mode) and its page cache, swa_full, a sustained duration, and the compute device with its
+offloaded layers (``harness.knobs``). ``config_label`` names all of
 them (a knob at its quiet default says nothing: ``@all``, ``mmap``, burst); ``distinct_labels``
 names a set of configurations for one table or report: the core knobs always, every other knob
 wherever it differs within the set, so two configurations never share a label.
@@ -19,13 +20,15 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness import knobs
+
 Row = Mapping[str, Any]
 
 #: The trial columns a configuration is read from (all of ``Cell.identity`` but the build).
 CONFIG_COLUMNS: tuple[str, ...] = (
     "model_name", "quant", "n_ctx", "type_k", "type_v", "threads", "affinity", "flash_attn",
     "n_prompt", "n_gen", "n_depth", "n_batch", "n_ubatch", "mmap", "load_mode", "cache",
-    "swa_full", "sustained_s",
+    "swa_full", "sustained_s", *knobs.COLUMNS,
 )
 
 
@@ -97,6 +100,15 @@ def _swa(row: Row) -> str:
     return "swa-full" if bool(_get(row, "swa_full", False)) else "swa-window"
 
 
+def _offload(row: Row) -> str:
+    """``cpu`` (device none), else the device and its layers: ``Vulkan0/ngl=all``."""
+    device = _get(row, "compute_device", knobs.CPU_DEVICE)
+    layers = _int(_get(row, "n_gpu_layers", 0))
+    if device == knobs.CPU_DEVICE and not layers:
+        return "cpu"
+    return f"{device}/ngl={knobs.gpu_layers_text(layers)}"
+
+
 def _sustained(row: Row) -> str:
     seconds = _get(row, "sustained_s", 0.0)
     return f"sustained{float(seconds):g}s" if seconds and float(seconds) > 0 else "burst"
@@ -126,6 +138,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("cache", _cache, quiet="cache=as-found"),
     Knob("swa", _swa, quiet="swa-window"),
     Knob("sustained", _sustained, quiet="burst"),
+    Knob("offload", _offload, quiet="cpu"),
 )
 
 

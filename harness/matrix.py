@@ -10,6 +10,7 @@ format and examples.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import re
@@ -20,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from harness.artifacts.ladder import LADDER_SIZES
+from harness import knobs
+from harness.artifacts.ladder import LADDER_SIZES, SYNTHETIC_SIZES
 from harness.cell import (
     CACHE_STATES,
     DEFAULT_ENGINE,
@@ -38,7 +40,7 @@ from harness.metrics import ADAPTIVE_METRICS
 # Axes in expansion order (the last one varies fastest).
 AXES = (
     "engine", "build", "model", "quant", "n_ctx", "kv", "threads", "affinity", "flash_attn", "mmap",
-    "n_batch", "n_ubatch", "swa_full", "load_mode", "cache",
+    "n_batch", "n_ubatch", "swa_full", "load_mode", "cache", *knobs.AXES,
 )
 REQUIRED_AXES = ("build", "model", "quant", "n_ctx")
 # Values of axes a matrix leaves out (llama.cpp's own defaults where it has one).
@@ -54,6 +56,7 @@ AXIS_DEFAULTS: dict[str, Any] = {
     "swa_full": False,  # llama-bench's (fixed) choice; llama-cpp-python's own default is true
     "load_mode": "",  # as mmap says
     "cache": "",  # the page cache as the phone has it
+    **knobs.DEFAULTS,
 }
 WORKLOAD_KEYS = ("n_prompt", "n_gen", "n_depth", "sustained")
 SUSTAINED_KEYS = ("duration_s",)
@@ -326,6 +329,14 @@ def _engine(check: _Checker, value: Any, where: str) -> str:
                             "or the path of a generic engine's .yaml file)")
 
 
+def _registered(check: _Checker, value: Any, where: str, *, knob: knobs.Knob) -> Any:
+    """A knob of the registry: its own parser, its problem named at the key path."""
+    try:
+        return knob.parse(value)
+    except ValueError as error:
+        raise check.fail(where, str(error)) from None
+
+
 AxisParser = Callable[[_Checker, Any, str], Any]
 AXIS_PARSERS: dict[str, AxisParser] = {
     "engine": _engine,
@@ -343,6 +354,7 @@ AXIS_PARSERS: dict[str, AxisParser] = {
     "swa_full": _boolean,
     "load_mode": lambda c, v, w: _choice(c, v, w, LOAD_MODES, "load_mode"),
     "cache": lambda c, v, w: _choice(c, v, w, CACHE_STATES, "cache state"),
+    **{knob.axis: functools.partial(_registered, knob=knob) for knob in knobs.KNOBS},
 }
 WORKLOAD_PARSERS: dict[str, AxisParser] = {
     "n_prompt": lambda c, v, w: c.integer(v, w, 0),
@@ -717,9 +729,43 @@ def expand(matrix: Matrix) -> list[Cell]:
             combos.append(dict(rule))
     cells: dict[str, Cell] = {}
     for combo in combos:
-        cell = _to_cell(combo, matrix)
+        cell = _to_cell(_resolved(combo, matrix), matrix)
         cells.setdefault(cell.cell_id, cell)
     return list(cells.values())
+
+
+def _resolved(combo: Mapping[str, Any], matrix: Matrix) -> Mapping[str, Any]:
+    """``n_gpu_layers: half`` as a count of the combination's model's layers."""
+    if combo.get("n_gpu_layers") != "half":
+        return combo
+    source = matrix.models[combo["model"]]
+    try:
+        layers = knobs.resolve_gpu_layers("half", model_layers(source, combo.get("quant")))
+    except ValueError as error:
+        raise ConfigError(f"{matrix.source}: axes.n_gpu_layers: model {source.name}: "
+                          f"{error}") from None
+    return {**combo, "n_gpu_layers": layers}
+
+
+def model_layers(source: ModelSource, quant: str | None) -> int | None:
+    """The repeating layers of a matrix's model: its card, its ladder's spec, or its file."""
+    if source.card is not None:
+        return source.card.n_layer
+    if source.ladder in SYNTHETIC_SIZES:
+        from harness.artifacts.testmodels import spec_for
+
+        return spec_for(source.ladder).n_layer
+    path: Path | None = source.path_for(quant) if quant else None
+    if source.ladder is not None and quant:
+        from harness.artifacts.ladder import default_cache_root
+        from harness.artifacts.realmodel import ladder_paths
+
+        path = ladder_paths(default_cache_root()).get(quant)
+    if path is None or not path.is_file():
+        return None
+    from harness.artifacts.gguf_info import read_model_info
+
+    return read_model_info(path).n_layer
 
 
 def _to_cell(combo: Mapping[str, Any], matrix: Matrix) -> Cell:
@@ -750,6 +796,7 @@ def _to_cell(combo: Mapping[str, Any], matrix: Matrix) -> Cell:
         n_depth=_depth(values.get("n_depth", workload.n_depth), values, workload),
         repetitions=matrix.repetitions,
         sustained_s=float(values.get("sustained", workload.sustained_s)),
+        **{knob.name: values[knob.axis] for knob in knobs.KNOBS},
     )
 
 

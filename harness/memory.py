@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from harness import knobs
 from harness.cell import KV_TYPES, Cell
 from harness.units import MIB
 
@@ -179,11 +180,31 @@ class MemoryPrediction:
     caches: tuple[KvCache, ...] = ()  # the KV term, cache by cache
     compute_reserved: int = 0  # the compute buffer llama.cpp reserves (and logs); compute is
     # what the measured graphs touch: only the last token's logits are computed
+    # The compute device's share (harness.knobs: device, n_gpu_layers; 0 on the CPU): the
+    # offloaded layers' weights and KV cache (parts of ``weights`` and ``kv``), and the device's
+    # own compute buffer (on top of the host's). On a phone it is the same RAM (unified memory).
+    device_weights: int = 0
+    device_kv: int = 0
+    device_compute: int = 0
+    # the host's compute buffer in the device's pinned host memory (llama.cpp's Vulkan_Host):
+    # part of ``compute``, allocated through the GPU's driver, so the phone counts it as GPU
+    # memory; the smaller the offload, the more of the graph it holds
+    device_pinned: int = 0
 
     @property
     def total(self) -> int:
         return (self.weights + self.repack + self.kv + self.compute + self.vocab + self.state
-                + self.overhead)
+                + self.overhead + self.device_compute)
+
+    @property
+    def device(self) -> int:
+        """Bytes in the compute device's buffers."""
+        return self.device_weights + self.device_kv + self.device_compute + self.device_pinned
+
+    @property
+    def host(self) -> int:
+        """Bytes in the process's own memory: everything the device does not hold."""
+        return self.total - self.device
 
     def terms(self) -> dict[str, int]:
         return {
@@ -194,6 +215,7 @@ class MemoryPrediction:
             "vocab": self.vocab,
             "state": self.state,
             "overhead": self.overhead,
+            "device_compute": self.device_compute,
         }
 
 
@@ -398,10 +420,14 @@ def predict_peak(cell: Cell, model: ModelInfo | ModelCard,
                  head_dim_v=model.head_dim_v, n_vocab=model.n_vocab, flash_attn=flash,
                  n_ctx_swa=swa_cells)
     repacked = repack_bytes(model, repack)
+    split = offload_split(cell, model, weights)
+    kv = sum(c.bytes for c in caches)
+    reserved = compute_buffer_bytes(**shape)  # type: ignore[arg-type]
+    compute = compute_buffer_bytes(**shape, n_outputs=1)  # type: ignore[arg-type]
     return MemoryPrediction(
-        weights=weights if cell.mmap else weights - repacked,
-        kv=sum(c.bytes for c in caches),
-        compute=compute_buffer_bytes(**shape, n_outputs=1),  # type: ignore[arg-type]
+        weights=(weights if cell.mmap else weights - repacked) + split.duplicate,
+        kv=kv,
+        compute=compute,
         overhead=engine.overhead_bytes,
         n_ctx=n_ctx,
         n_ubatch=ubatch,
@@ -411,5 +437,52 @@ def predict_peak(cell: Cell, model: ModelInfo | ModelCard,
         vocab=model.n_vocab * VOCAB_BYTES_PER_TOKEN,
         state=depth_state_bytes(caches, cell.n_depth) if engine.saves_depth_state else 0,
         caches=caches,
-        compute_reserved=compute_buffer_bytes(**shape),  # type: ignore[arg-type]
+        compute_reserved=reserved,
+        device_weights=split.weights,
+        device_kv=round(kv * split.layer_share),
+        device_compute=reserved if split.weights or split.layer_share else 0,
+        device_pinned=(min(compute, round(reserved * (1 - split.layer_share)))
+                       if cell.compute_device != knobs.CPU_DEVICE else 0),
     )
+
+
+@dataclass(frozen=True)
+class OffloadSplit:
+    """What an offload puts on the device: weight bytes (the tied output's copy included), the
+    share of the repeating layers (their KV cache follows them), and the bytes the device holds
+    in addition to the host's weights (a tied embedding's copy as the output layer)."""
+
+    weights: int = 0
+    layer_share: float = 0.0
+    duplicate: int = 0
+
+
+def offload_split(cell: Cell, model: ModelInfo | ModelCard, weights: int) -> OffloadSplit:
+    """The device's part of the weights for ``cell``'s device and n_gpu_layers.
+
+    llama.cpp (src/llama-model.cpp) keeps the input embedding on the CPU and offloads from the
+    end: the output layer first, then the last repeating layers. A file gives each layer's
+    bytes (``layer_bytes``); a card spreads the non-embedding weights evenly over the layers.
+    A tied embedding used as the output layer is copied to the device (llama.cpp duplicates it).
+    """
+    if cell.compute_device == knobs.CPU_DEVICE or cell.n_gpu_layers == 0:
+        return OffloadSplit()
+    n_layer = model.n_layer
+    layers = knobs.offloaded_layers(cell.n_gpu_layers, n_layer)
+    output = knobs.output_offloaded(cell.n_gpu_layers)
+    per_layer = tuple(getattr(model, "layer_bytes", ()) or ())
+    embedding = int(getattr(model, "token_embd_bytes", 0) or 0)
+    tied = bool(getattr(model, "tied_embeddings", False))
+    output_bytes = int(getattr(model, "output_bytes", 0) or 0)
+    if len(per_layer) == n_layer and per_layer:
+        on_device = sum(per_layer[n_layer - layers:]) if layers else 0
+    else:  # a card: no per-layer figures; an untied embedding as big as the output matrix
+        output_bytes = output_bytes or model.n_vocab * model.n_embd * weights // max(
+            getattr(model, "n_params", 0) or 1, 1)
+        embedding = embedding or output_bytes
+        body = max(weights - output_bytes - embedding, 0)
+        on_device = body * layers // max(n_layer, 1)
+    duplicate = embedding if (output and tied) else 0
+    if output:
+        on_device += duplicate or output_bytes
+    return OffloadSplit(on_device, layers / n_layer if n_layer else 0.0, duplicate)

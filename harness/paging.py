@@ -80,16 +80,20 @@ def predict_paging(cell: Cell, model: ModelInfo | ModelCard, prediction: MemoryP
     the weights are not mapped or what must stay resident does not fit at all."""
     if not maps_weights(cell):
         return None
-    resident = prediction.total - prediction.weights
+    # weights offloaded to a GPU/NPU live in the device's buffers: never paged, always resident
+    pageable = prediction.weights - prediction.device_weights
+    resident = prediction.total - pageable
     cache = budget - resident
     if cache <= 0:
         return None
     experts = getattr(model, "expert_tensor_bytes", 0) or 0
+    if prediction.device_weights and prediction.weights:
+        experts = round(experts * pageable / prediction.weights)
     n_expert = getattr(model, "n_expert", 0) or 0
     used = getattr(model, "n_expert_used", 0) or 0
     embedding = 0 if getattr(model, "tied_embeddings", False) else \
         getattr(model, "token_embd_bytes", 0) or 0
-    dense = max(0, prediction.weights - experts - embedding - prediction.repack)
+    dense = max(0, pageable - experts - embedding - prediction.repack)
     active = round(experts * used / n_expert) if n_expert and experts else 0
     if cache < dense + active:
         read = dense + active

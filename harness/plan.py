@@ -117,6 +117,8 @@ class PlannedCell:
             "cache": cell.cache or None,
             "repetitions": cell.repetitions,
             "predicted_peak_bytes": pred.total if pred else None,
+            "predicted_host_bytes": pred.host if pred else None,
+            "predicted_device_bytes": pred.device if pred else None,
             "predicted": pred.terms() if pred else None,
             "feasible": self.feasible,
             "reason_code": self.reason_code,

@@ -24,7 +24,9 @@ from harness.virtual.config import (
     THERMAL_HALS,
     AndroidRules,
     BackgroundApp,
+    GpuConfig,
     PowerConfig,
+    parse_gpu,
 )
 from harness.virtual.power import PowerParams
 
@@ -74,6 +76,7 @@ class DeviceProfile:
     storage_class: str | None = None
     storage_readahead_kb: int | None = None  # the flash's read_ahead_kb (None: 128, Linux's)
     source: str = ""  # the file it came from
+    gpu: GpuConfig | None = None  # a virtual phone's GPU (harness.virtual.config.parse_gpu)
 
     @property
     def model(self) -> str:
@@ -126,7 +129,7 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
     known = {
         "name", "description", "props", "ram_mb", "available_mb", "storage_free_mb",
         "clusters", "thermal", "battery_level", "android", "power_model",
-        "memory_bandwidth_gbps", "storage",
+        "memory_bandwidth_gbps", "storage", "gpu",
     }
     unknown = sorted(set(data) - known)
     if unknown:
@@ -181,6 +184,7 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
         memory_bandwidth_gbps=_bandwidth(data.get("memory_bandwidth_gbps"), source),
         **_storage(data.get("storage"), f"{source}: storage"),
         source=source,
+        gpu=parse_gpu(data.get("gpu"), f"{source}: gpu"),
     )
 
 

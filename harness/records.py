@@ -191,6 +191,25 @@ class TrialRecord:
     # phone first reported throttling in the trial's samples (big cores capped, or a thermal
     # status of MODERATE and above); it locates a sustained series' lasting drop
     throttle_reported_s: float | None = None
+    # added in schema 11 (older parts read them as null: the CPU, no offload, nothing read):
+    # where the model ran (harness.knobs) and what the engine and the phone said about it
+    compute_device: str | None = None  # the cell's device knob: none (CPU only), Vulkan0, ...
+    n_gpu_layers: int | None = None  # the cell's offloaded layers (-1: all)
+    gpu_info: str | None = None  # the engine's account of the build's GPUs (llama-bench gpu_info)
+    devices_used: str | None = None  # the devices the engine says the test used
+    gpu_driver: str | None = None  # the backend's own line about the device and its driver
+    offloaded_layers: int | None = None  # layers the engine reports it put on the device
+    model_layers: int | None = None  # of that many (llama.cpp counts the output layer)
+    gpu_emulated: str | None = None  # e.g. "lavapipe": a software GPU, never a phone's speed
+    device_memory_bytes: int | None = None  # peak device (GPU/NPU) memory the phone reported
+    device_memory_source: str | None = None  # where from, or "unreadable: <why>"
+    host_memory_bytes: int | None = None  # peak process memory less its device buffers
+    device_reported_bytes: int | None = None  # llama.cpp's non-CPU buffers (model+KV+compute)
+    predicted_device_bytes: int | None = None  # the predictor's device share
+    predicted_host_bytes: int | None = None  # the predictor's host share
+    max_gpu_temp_c: float | None = None  # the hottest GPU zone during the trial
+    gpu_throttled: bool | None = None  # the GPU's clock was capped below its maximum
+    gpu_unreadable: str | None = None  # why the GPU's nodes could not be read (None: read)
 
 
 class TrialIdentity(Protocol):
@@ -231,6 +250,7 @@ class DeviceMeta:
     cpu_emulation: str | None = None
     memory_model: str | None = None  # a virtual phone's: cgroup or simulated
     storage_read_mb_s: float | None = None  # the phone's storage read speed, where known
+    gpu_emulated: str | None = None  # a virtual phone's software GPU (e.g. "lavapipe")
 
 
 @dataclass(frozen=True)
@@ -281,7 +301,7 @@ def new_trial(ids: TrialIdentity, cell: Cell, outcome: str, *,
         "outcome": Outcome(outcome).value,
         "device_abi": device.abi, "cpu_emulation": device.cpu_emulation,
         "memory_model": device.memory_model, "storage_read_mb_s": device.storage_read_mb_s,
-        "engine": cell.engine,
+        "gpu_emulated": device.gpu_emulated, "engine": cell.engine,
     }
     return TrialRecord(**(columns | measured))
 
@@ -309,6 +329,12 @@ class SampleRecord:
     # added in schema 8: the engine's paging so far (cumulative since its start)
     major_faults: int | None = None
     read_bytes: int | None = None
+    # added in schema 11: the GPU beside the CPU (None: no GPU node read)
+    gpu_cur_khz: int | None = None  # kgsl gpuclk (Hz on the phone, stored in kHz)
+    gpu_max_khz: int | None = None  # kgsl max_gpuclk: below the top clock when capped
+    gpu_busy_pct: float | None = None  # kgsl gpu_busy_percentage
+    gpu_temp_c: float | None = None  # the gpu thermal zone
+    device_memory_bytes: int | None = None  # the process's GPU memory (dumpsys / kgsl)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@ root, so a fresh CI machine pays once and later sessions only copy a few MB.
 aarch64-linux-gnu compiler (no NDK): one static llama-bench that runs on an arm64 virtual phone
 through qemu-aarch64. It is cached the same way (about 10 minutes on 2 cores the first time).
 
+``vulkan_build`` is the same llama.cpp with its Vulkan backend (``host-vulkan``), for the
+virtual GPU phone (Mesa's software Vulkan driver): cached the same way (5-10 minutes, once).
+
 ``wrong_build`` is host-release with one planted kernel bug (harness/artifacts/patched.py): the
 output check's true positive. Cached by content too (a full compile, about 5 minutes, once).
 """
@@ -46,6 +49,12 @@ def slow_build(engine_builds_root: Path) -> Build:
 def arm64_build(engine_builds_root: Path) -> Build:
     """``arm64-release``: arm64-v8a, static, armv8.2-a+dotprod+fp16, via the cross compiler."""
     return ensure_cross_build("arm64-release", engine_builds_root)
+
+
+@pytest.fixture(scope="session")
+def vulkan_build(engine_builds_root: Path) -> Build:
+    """``host-vulkan``: GGML_VULKAN=ON beside the CPU backend (glslc, libvulkan-dev)."""
+    return ensure_host_build("host-vulkan", engine_builds_root)
 
 
 # The planted bug of ``wrong_build``: RMS norm's sum of squares covers only the first quarter of

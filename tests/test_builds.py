@@ -19,8 +19,10 @@ from harness.artifacts.builds import (
     builds_root,
     copy_build,
     import_build,
+    launch_env,
     list_builds,
     load_manifest,
+    manifest_from_dict,
     open_build,
     parse_version_output,
     verify_build,
@@ -222,7 +224,8 @@ def test_manifest_records_cpu_features_and_reads_them_back(
                         engine="llama.cpp", abi="arm64-v8a", version="0.5.0", commit="c",
                         cpu=ARM_CPU)
     data = json.loads((build.path / MANIFEST).read_text())
-    assert data["format"] == 2
+    assert data["format"] == 3
+    assert data["backends"] == [] and data["env"] == {}  # a CPU build needs nothing more
     assert data["cpu"] == {
         "arch": "aarch64", "arch_flags": ["-march=armv8.2-a+dotprod+fp16"],
         "features": {"dotprod": True, "fp16": True, "i8mm": False, "sve": False, "sme": False},
@@ -312,7 +315,7 @@ def test_cached_builds_from_before_cpu_features_get_them_on_use(
     assert host.manifest.cpu == cpu_features("host", slow)
     assert ensure_cross_build("arm64-release", root, cache=cache).manifest.cpu == ARM_CPU
     cached = list_builds(cache / "builds")
-    assert all(b.manifest.cpu is not None and b.manifest.format == 2 for b in cached)
+    assert all(b.manifest.cpu is not None and b.manifest.format == 3 for b in cached)
     assert not (cache / "cmake").exists()  # nothing was compiled
 
 
@@ -382,3 +385,19 @@ def test_cli_builds_the_vendored_llama_cpp_for_the_host(
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert [(r.n_prompt, r.n_gen) for r in parse_output(run.stdout)] == [(32, 0), (0, 16)]
+
+
+def test_manifest_records_backends_and_launch_environment(tmp_path: Path, prebuilt: Path) -> None:
+    """A GPU/NPU build says which backends it has and what its launch needs ({lib}: its
+    lib/ folder on the device), and reads them back; a bad env is refused naming the key."""
+    build = write_build(tmp_path, "npu", {"bin/llama-bench": prebuilt / "bin" / "llama-bench"},
+                        engine="llama.cpp", abi="arm64-v8a", backends=("opencl", "hexagon"),
+                        env={"ADSP_LIBRARY_PATH": "{lib}"})
+    again = list_builds(tmp_path)[0].manifest
+    assert again.backends == ("opencl", "hexagon")
+    assert launch_env(again, "/data/local/tmp/b/lib") == {
+        "ADSP_LIBRARY_PATH": "/data/local/tmp/b/lib"}
+    data = json.loads((build.path / MANIFEST).read_text())
+    data["env"] = {"BAD NAME": "x"}
+    with pytest.raises(ConfigError, match="key 'env'"):
+        manifest_from_dict(data, build.path / MANIFEST)

@@ -28,6 +28,7 @@ from harness.artifacts.testmodels import (
     ModelSpec,
     cache_key,
     ensure_ladder,
+    ladder_quants,
     vocabulary,
     write_model,
 )
@@ -165,14 +166,18 @@ def test_atomic_output_leaves_nothing_behind_on_failure(tmp_path: Path) -> None:
 
 
 def test_ladder_has_every_quant_in_order(tiny_ladder: dict[str, Path]) -> None:
-    assert tuple(tiny_ladder) == LADDER_QUANTS
+    """The K-quant ladder largest first, then Q4_0 (the GPU backends' type) after it."""
+    assert tuple(tiny_ladder) == (*LADDER_QUANTS, "Q4_0") == ladder_quants("tiny")
     for quant, path in tiny_ladder.items():
         assert path.name == f"harness-tiny-{quant}.gguf"
     sizes = [tiny_ladder[q].stat().st_size for q in LADDER_QUANTS]
     assert sizes == sorted(sizes, reverse=True)
+    # Q4_0 (4.5 bits a weight) lies between Q5_K_M and Q3_K_M
+    assert tiny_ladder["Q3_K_M"].stat().st_size < tiny_ladder["Q4_0"].stat().st_size < \
+        tiny_ladder["Q5_K_M"].stat().st_size
 
 
-@pytest.mark.parametrize("quant", LADDER_QUANTS)
+@pytest.mark.parametrize("quant", ladder_quants("tiny"))
 def test_ladder_file_really_is_its_quant(tiny_ladder: dict[str, Path], quant: str) -> None:
     reader = gguf.GGUFReader(tiny_ladder[quant])
     assert _field(reader, "general.file_type") == FILE_TYPES[quant]
@@ -181,10 +186,11 @@ def test_ladder_file_really_is_its_quant(tiny_ladder: dict[str, Path], quant: st
         assert types[f"blk.{i}.ffn_gate.weight"] == MAIN_TENSOR_TYPES[quant]
         assert types[f"blk.{i}.ffn_up.weight"] == MAIN_TENSOR_TYPES[quant]
         assert types[f"blk.{i}.attn_norm.weight"] == "F32"
-    assert not LEGACY_FALLBACKS & set(types.values())
+    # a K-quant rung has no fallback types; the Q4_0 rung is one by design
+    assert not (LEGACY_FALLBACKS - {quant}) & set(types.values())
 
 
-@pytest.mark.parametrize("quant", LADDER_QUANTS)
+@pytest.mark.parametrize("quant", ladder_quants("tiny"))
 def test_ladder_file_loads_and_generates_with_finite_logits(
     tiny_ladder: dict[str, Path], quant: str
 ) -> None:
@@ -247,7 +253,7 @@ def test_cli_ladder_json_lists_every_quant(tiny_ladder: dict[str, Path]) -> None
     result = CliRunner().invoke(main, ["models", "ladder", "--size", "tiny", "--json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert [row["quant"] for row in rows] == list(LADDER_QUANTS)
+    assert [row["quant"] for row in rows] == list(ladder_quants("tiny"))
     for row in rows:
         path = tiny_ladder[row["quant"]]
         assert row["path"] == str(path)
@@ -259,7 +265,7 @@ def test_cli_ladder_json_lists_every_quant(tiny_ladder: dict[str, Path]) -> None
 def test_cli_ladder_table_names_every_quant(tiny_ladder: dict[str, Path]) -> None:
     result = CliRunner().invoke(main, ["models", "ladder"])
     assert result.exit_code == 0, result.output
-    for quant in LADDER_QUANTS:
+    for quant in ladder_quants("tiny"):
         assert quant in result.stdout
 
 

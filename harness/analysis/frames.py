@@ -26,6 +26,7 @@ import pandas as pd
 
 from harness.cell import DEFAULT_ENGINE
 from harness.errors import ConfigError, StoreError
+from harness.knobs import CPU_DEVICE
 from harness.labels import config_label
 from harness.metrics import DEFAULT_METRICS, METRIC_COLUMNS, metric
 from harness.store import read_table
@@ -95,7 +96,7 @@ class SampleGroup:
     outcomes: Mapping[str, int] = field(default_factory=dict)
     n_not_applied_excluded: int = 0  # ok trials whose affinity/threads did not take effect
     n_invalid_excluded: int = 0  # ok trials the validity gates failed (and not flagged above)
-    cpu_emulation: str | None = None  # the emulator of a virtual phone's CPU, None when native
+    cpu_emulation: str | None = None  # a virtual phone's emulators (CPU, and GPU for GPU cells)
     engine: str = DEFAULT_ENGINE
 
     @property
@@ -261,10 +262,15 @@ def _group(key: CellKey, side: Side, rows: pd.DataFrame, metrics: Sequence[str],
 
 
 def _emulation(rows: pd.DataFrame) -> str | None:
-    if "cpu_emulation" not in rows:
-        return None
-    named = sorted({str(v) for v in rows["cpu_emulation"].dropna()})
-    return ",".join(named) or None
+    """The emulators a group's speeds came from: a virtual phone's CPU (qemu-aarch64), and its
+    GPU (``gpu:lavapipe``) for cells that ran on it."""
+    named: set[str] = set()
+    if "cpu_emulation" in rows:
+        named |= {str(v) for v in rows["cpu_emulation"].dropna()}
+    if "gpu_emulated" in rows and "compute_device" in rows:
+        on_gpu = rows["compute_device"].notna() & (rows["compute_device"] != CPU_DEVICE)
+        named |= {f"gpu:{v}" for v in rows.loc[on_gpu, "gpu_emulated"].dropna()}
+    return ",".join(sorted(named)) or None
 
 
 def side_rows(frame: pd.DataFrame, side: Side) -> pd.DataFrame:

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.analysis.frames import engine_column
-from harness.analysis.sustained import GROUP, column, median
+from harness.analysis.sustained import candidate_groups, column, median
 from harness.labels import config_label
 from harness.paging import MB
 
@@ -95,9 +94,6 @@ def paging_table(trials: pd.DataFrame) -> tuple[PagingRow, ...]:
     wanted = (paging | cache | mode).to_numpy()
     if not wanted.any():
         return ()
-    scope = trials[wanted]
-    scope = scope.assign(engine=engine_column(scope).to_numpy())
-    rows = [_row(tuple(str(k) for k in key), group)
-            for key, group in scope.groupby(list(GROUP), sort=True, observed=True)]
+    rows = [_row(key, group) for key, group in candidate_groups(trials, wanted)]
     return tuple(sorted(rows, key=lambda r: (r.device, r.model, r.quant, r.load_mode,
                                              r.cache, r.build_id, r.engine)))

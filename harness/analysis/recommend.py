@@ -59,6 +59,7 @@ from harness.analysis.sustained import (
     sustained_mask,
 )
 from harness.budget import fit
+from harness.knobs import CPU_DEVICE, gpu_layers_text
 from harness.labels import config_label
 from harness.metrics import objective as metric_of
 from harness.paging import MB, PagingPrediction
@@ -108,6 +109,8 @@ class Pick:
     storage_bound_tg_tps: float | None = None  # storage speed / bytes per token
     kv_kl: float | None = None  # the KV type's KL at kv_depth (0 for f16; None: not measured)
     kv_depth: int | None = None  # the measured depth kv_kl comes from
+    compute_device: str = CPU_DEVICE  # where the model runs (harness.knobs): none is the CPU
+    n_gpu_layers: int = 0  # layers on that device (-1: all)
 
     @property
     def candidate(self) -> CandidateKey:
@@ -207,10 +210,16 @@ def _reject(row: Mapping[str, Any], code: str, reason: str) -> Rejected:
 
 
 def _worst_peak(ok: pd.DataFrame) -> int | None:
-    """The worst trial's peak: its sampled PSS or its VmHWM, whichever is larger (its sampled
-    RSS where neither was read)."""
+    """The worst trial's peak: its sampled PSS or its VmHWM, or its host memory plus its device
+    (GPU/NPU) memory as the phone reported them, whichever is largest (its sampled RSS where
+    none was read)."""
     columns = [c for c in ("peak_pss_bytes", "vm_hwm_bytes") if c in ok]
-    peaks = (ok[columns].max(axis=1, skipna=True).dropna() if columns
+    frame = ok[columns].copy()
+    if {"host_memory_bytes", "device_memory_bytes"} <= set(ok):
+        # on a phone a GPU's buffers are its RAM too: the host's share plus the device's
+        frame["with_device"] = ok["host_memory_bytes"] + ok["device_memory_bytes"]
+        columns.append("with_device")
+    peaks = (frame[columns].max(axis=1, skipna=True).dropna() if columns
              else pd.Series(dtype="float64"))
     if peaks.empty:
         peaks = ok["peak_rss_bytes"].dropna()
@@ -653,6 +662,9 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
     paging = m.paging if m else None
     explanation = _explain(m, peak, headroom, score, objective, pareto, reserve, kv_loss,
                            KvType(str(row["type_k"]), str(row["type_v"])).label)
+    device, layers = _offload_of(row)
+    if device != CPU_DEVICE:
+        explanation = f"on {device} with n_gpu_layers {gpu_layers_text(layers)}; {explanation}"
     if planned is not None:
         explanation = f"{_planned_paging_text(planned)}; {explanation}"
     return Pick(
@@ -675,7 +687,15 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
         storage_bound_tg_tps=(paging.storage_bound_tg_tps if paging
                               else planned.tg_tps if planned else None),
         kv_kl=kv_loss.kl if kv_loss else None, kv_depth=kv_loss.depth if kv_loss else None,
+        compute_device=device, n_gpu_layers=layers,
     )
+
+
+def _offload_of(row: Mapping[str, Any]) -> tuple[str, int]:
+    """A candidate's device and layers (a store or a plan from before the knobs: the CPU)."""
+    device, layers = row.get("compute_device"), row.get("n_gpu_layers")
+    return (device if isinstance(device, str) and device else CPU_DEVICE,
+            int(layers) if layers is not None and not pd.isna(layers) else 0)
 
 
 def _planned_paging_text(paging: PagingPrediction) -> str:

@@ -25,6 +25,16 @@ from harness.labels import CONFIG_COLUMNS, config_label
 GROUP = ("device_serial", "config_id", "build_id", "engine")
 
 
+def candidate_groups(trials: pd.DataFrame, wanted: np.ndarray,
+                     ) -> list[tuple[tuple[str, ...], pd.DataFrame]]:
+    """The ``wanted`` trials grouped by (device, config, build, engine), keys as text, an
+    absent engine read as llama-bench: the rows of the report's per-candidate tables."""
+    scope = trials[wanted]
+    scope = scope.assign(engine=engine_column(scope).to_numpy())
+    return [(tuple(str(k) for k in key), group)
+            for key, group in scope.groupby(list(GROUP), sort=True, observed=True)]
+
+
 def column(frame: pd.DataFrame, name: str) -> pd.Series:
     """A column, or all-null when an older frame lacks it."""
     if name in frame:

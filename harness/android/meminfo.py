@@ -54,6 +54,13 @@ class ProcessMemInfo:
     graphics_kb: int | None = None
     private_other_kb: int | None = None
     system_kb: int | None = None
+    # the graphics rows of the table (Gfx dev, EGL mtrack, GL mtrack: the GPU's memory as the
+    # memtrack HAL reports it), summed; None when the table has none (no memtrack HAL: the
+    # App Summary's "Graphics: 0" then says nothing)
+    mtrack_kb: int | None = None
+
+
+GRAPHICS_ROWS = ("Gfx dev", "EGL mtrack", "GL mtrack")
 
 
 @dataclass(frozen=True)
@@ -119,10 +126,13 @@ def _read_table(block: list[str]) -> dict[str, int | bool | None]:
     if len(top) != len(bottom) or not top:
         return {}
     titles = [f"{a} {b}" for a, b in zip(top, bottom, strict=True)]
+    graphics: int | None = None
     for line in block[dashes + 1 :]:
         if not line.strip():
             break
         match = _ROW.match(line)
+        if match is not None and match.group("label").strip() in GRAPHICS_ROWS:
+            graphics = (graphics or 0) + int(match.group("nums").split()[0])
         if match is None or match.group("label").strip() != "TOTAL":
             continue
         values = dict(zip(titles, (int(n) for n in match.group("nums").split()), strict=False))
@@ -134,6 +144,7 @@ def _read_table(block: list[str]) -> dict[str, int | bool | None]:
             "private_clean_kb": values.get("Private Clean"),
             "swap_pss_kb": values.get(swap_title) if swap_title else None,
             "swap_is_pss": swap_title.startswith("SwapPss") if swap_title else None,
+            "mtrack_kb": graphics,
         }
     return {}
 

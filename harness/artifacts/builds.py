@@ -29,12 +29,16 @@ from harness.artifacts.hashing import file_sha256
 from harness.errors import BuildError, ConfigError
 
 MANIFEST = "manifest.json"
-# 2 added "cpu" (CpuFeatures). Older formats still load; what they lack reads as unknown (None).
-MANIFEST_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# 2 added "cpu" (CpuFeatures); 3 "backends" and "env". Older formats still load; what they lack
+# reads as unknown (None, or no backend named and no environment).
+MANIFEST_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+#: the placeholder in a manifest's env for the build's lib/ folder on the device
+LIB_PLACEHOLDER = "{lib}"
 FILE_DIRS = ("bin", "lib")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # "version: 0.5.0-dev (build 0, commit 0c1e570)" (2025+) or "version: 4589 (3e4b7a6d)" (older).
 _VERSION_NEW = re.compile(r"version:\s*(\S+)\s*\(build\s*(\d+),\s*commit\s*([0-9A-Za-z]+)\)")
 _VERSION_OLD = re.compile(r"version:\s*(\S+)\s*\(([0-9A-Za-z]+)\)")
@@ -61,10 +65,18 @@ class Manifest:
     source: str | None = None  # where the code came from (path or sdist name)
     cpu: CpuFeatures | None = None  # None: unknown (imports, format-1 manifests)
     format: int = MANIFEST_VERSION
+    # ggml backends compiled in besides the CPU's ("vulkan", "opencl", "hexagon"); () for a CPU
+    # build and for manifests from before format 3
+    backends: tuple[str, ...] = ()
+    # the environment a launch on the device needs ({lib}: the build's lib/ folder there), e.g.
+    # ADSP_LIBRARY_PATH for the Hexagon backend's DSP libraries
+    env: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> str:
         data = asdict(self)
         data["cmake_flags"] = list(self.cmake_flags)
+        data["backends"] = list(self.backends)
+        data["env"] = dict(self.env)
         data["cpu"] = self.cpu.to_dict() if self.cpu else None
         return json.dumps(data, indent=2) + "\n"
 
@@ -209,6 +221,14 @@ def manifest_from_dict(data: Any, where: Path) -> Manifest:
     if not all(isinstance(flag, str) for flag in flags):
         raise ConfigError(f"{where}: key 'cmake_flags' must be a list of strings")
     files = tuple(_file_entry(entry, i, where) for i, entry in enumerate(need("files", list)))
+    backends = data.get("backends") or []
+    if not isinstance(backends, list) or not all(isinstance(b, str) for b in backends):
+        raise ConfigError(f"{where}: key 'backends' must be a list of backend names")
+    env = data.get("env") or {}
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and _ENV_NAME.match(k)
+            for k, v in env.items()):
+        raise ConfigError(f"{where}: key 'env' must map variable names to strings")
     name = need("name", str)
     if not _NAME.match(name):
         raise ConfigError(f"{where}: key 'name' ({name!r}) must use letters, digits, '.', '_' "
@@ -226,6 +246,8 @@ def manifest_from_dict(data: Any, where: Path) -> Manifest:
         source=need("source", str, optional=True),
         cpu=cpu,
         format=fmt,
+        backends=tuple(backends),
+        env=tuple(sorted(env.items())),
     )
 
 
@@ -303,6 +325,8 @@ def write_build(
     source: str | None = None,
     cpu: CpuFeatures | None = None,
     replace: bool = False,
+    backends: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> Build:
     """Copy ``{"bin/x": src, "lib/y": src}`` into ``root/name`` with a manifest, atomically.
 
@@ -334,7 +358,8 @@ def write_build(
             name=name, engine=engine, version=version, commit=commit, abi=abi,
             cmake_flags=tuple(cmake_flags), files=scan_files(tmp),
             created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-            host=platform.node(), source=source, cpu=cpu,
+            host=platform.node(), source=source, cpu=cpu, backends=tuple(backends),
+            env=tuple(sorted((env or {}).items())),
         )
         (tmp / MANIFEST).write_text(manifest.to_json())
         if target.exists():
@@ -388,11 +413,18 @@ def copy_build(build: Build, root: Path, name: str) -> Build:
         except ConfigError:
             current = None
         if (current and current.manifest.files == build.manifest.files
-                and current.manifest.cpu == build.manifest.cpu and not verify_build(current)):
+                and current.manifest.cpu == build.manifest.cpu
+                and current.manifest.backends == build.manifest.backends
+                and current.manifest.env == build.manifest.env and not verify_build(current)):
             return current
     m = build.manifest
     return write_build(
         root, name, {f.path: build.path / f.path for f in m.files}, engine=m.engine, abi=m.abi,
         version=m.version, commit=m.commit, cmake_flags=m.cmake_flags, source=m.source,
-        cpu=m.cpu, replace=True,
+        cpu=m.cpu, replace=True, backends=m.backends, env=dict(m.env),
     )
+
+
+def launch_env(manifest: Manifest, lib_dir: str | None) -> dict[str, str]:
+    """The build's launch environment on a device whose copy of ``lib/`` is ``lib_dir``."""
+    return {key: value.replace(LIB_PLACEHOLDER, lib_dir or ".") for key, value in manifest.env}

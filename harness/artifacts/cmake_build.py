@@ -26,6 +26,16 @@ Choices, and why:
 - Tests, the server and the unified app are off. Examples are configured (``llama-simple``, the
   greedy text generator of the output check, is one) but only the requested targets are built:
   ``llama-bench`` and ``llama-simple`` by default, neither needs ``common``.
+- Backends (``--backend``) follow llama.cpp's docs: Vulkan ``GGML_VULKAN=ON`` (glslc and the
+  Vulkan headers; the NDK brings both for Android); OpenCL for Adreno ``GGML_OPENCL=ON``,
+  ``GGML_OPENCL_USE_ADRENO_KERNELS=ON``, ``GGML_OPENCL_EMBED_KERNELS=ON`` (docs/backend/
+  OPENCL.md: the NDK with the OpenCL headers and ICD loader in its sysroot); Hexagon
+  ``GGML_HEXAGON=ON`` with OpenCL beside it, ``HEXAGON_SDK_ROOT``/``HEXAGON_TOOLS_ROOT`` and
+  ``PREBUILT_LIB_DIR=android_aarch64`` (docs/backend/snapdragon/CMakeUserPresets.json). What a
+  backend needs is checked before cmake runs: one line names what is missing. The manifest
+  records the backends and the launch environment (Hexagon: ``ADSP_LIBRARY_PATH`` = the build's
+  lib/). Host Vulkan builds put ``vulkan_compat/`` first on the include path: Debian 12's Vulkan
+  headers (1.3.239) lack VK_EXT_layer_settings, which ggml-vulkan.cpp names.
 - The cmake work tree lives in the cache, one per (source tree, ABI): changing a flag recompiles
   only what depends on it (the slow variant rebuilds ggml-cpu, not all of llama.cpp). Its
   CMakeCache.txt is dropped before each configure so one variant's ``-D`` never leaks into the
@@ -63,6 +73,16 @@ from harness.artifacts.llama_source import (
 from harness.errors import BuildError
 
 ABIS = ("host", "arm64-v8a")
+BACKENDS = ("cpu", "vulkan", "opencl", "hexagon")
+VULKAN_COMPAT = Path(__file__).with_name("vulkan_compat")  # our vulkan/vulkan.hpp, see above
+_COMPAT_KEY = "<vulkan_compat>"  # the folder's place in cache keys (its content is keyed)
+# what each backend adds to the manifest's backends, and the launch environment it needs
+BACKEND_NAMES: dict[str, tuple[str, ...]] = {
+    "cpu": (), "vulkan": ("vulkan",), "opencl": ("opencl",), "hexagon": ("opencl", "hexagon"),
+}
+BACKEND_ENV: dict[str, dict[str, str]] = {"hexagon": {"ADSP_LIBRARY_PATH": "{lib}"}}
+# the NDK's sysroot, where OpenCL headers and the ICD loader are installed (docs/backend/OPENCL.md)
+NDK_SYSROOT = Path("toolchains/llvm/prebuilt/linux-x86_64/sysroot")
 ANDROID_PLATFORM = "android-28"
 # llama-simple (examples/simple): greedy continuation of a prompt, for the output check
 # (harness/run/outputcheck.py). It links only libllama, so it adds one source file to a build.
@@ -119,6 +139,8 @@ HOST_VARIANTS: dict[str, dict[str, str]] = {
         "GGML_BMI2": "OFF",
     },
 }
+# Host builds with a GPU backend, for the virtual GPU phone (Mesa's software Vulkan, lavapipe).
+HOST_BACKEND_VARIANTS: dict[str, str] = {"host-vulkan": "vulkan"}
 # arm64 variants built with the cross compiler (no NDK), for virtual phones under qemu-aarch64.
 CROSS_VARIANTS: dict[str, dict[str, str]] = {
     "arm64-release": {},
@@ -180,6 +202,68 @@ def cmake_defines(
         raise BuildError("-D GGML_NATIVE=ON: native builds use AMX on these machines and crash; "
                          "harness builds are never native")
     return defines
+
+
+def backend_defines(backend: str, abi: str, *, ndk: Path | None = None,
+                    hexagon_sdk: Path | None = None, hexagon_tools: Path | None = None,
+                    compat: Path = VULKAN_COMPAT) -> dict[str, str]:
+    """The ``-D`` options of one backend (llama.cpp's docs), on top of the ABI's."""
+    if backend == "cpu":
+        return {}
+    if backend == "vulkan":
+        host = {"CMAKE_CXX_FLAGS": f"-I{compat}"} if abi == "host" else {}
+        return {"GGML_VULKAN": "ON", **host}
+    opencl = {"GGML_OPENCL": "ON", "GGML_OPENCL_USE_ADRENO_KERNELS": "ON",
+              "GGML_OPENCL_EMBED_KERNELS": "ON"}
+    if backend == "opencl":
+        return opencl
+    if backend == "hexagon":
+        return {**opencl, "GGML_HEXAGON": "ON", "HEXAGON_SDK_ROOT": str(hexagon_sdk),
+                "HEXAGON_TOOLS_ROOT": str(hexagon_tools), "PREBUILT_LIB_DIR": "android_aarch64",
+                "GGML_OPENMP": "OFF", "GGML_LLAMAFILE": "OFF"}
+    raise BuildError(f"unknown --backend {backend!r}; use one of {', '.join(BACKENDS)}")
+
+
+def backend_problem(backend: str, abi: str, ndk: Path | None, *,
+                    hexagon_sdk: Path | None = None, hexagon_tools: Path | None = None,
+                    which: Callable[[str], str | None] = shutil.which,
+                    exists: Callable[[Path], bool] = Path.exists) -> str | None:
+    """What a backend's build needs and this machine lacks, in one line (None: nothing)."""
+    if backend in ("cpu",):
+        return None
+    if backend == "vulkan":
+        if abi == "host":
+            missing = [pkg for tool, pkg in (("glslc", "glslc"),) if which(tool) is None]
+            if not exists(Path("/usr/include/vulkan/vulkan.hpp")):
+                missing.append("libvulkan-dev")
+            if not exists(Path("/usr/include/spirv/unified1/spirv.hpp")):
+                missing.append("spirv-headers")
+            if missing:
+                return (f"--backend vulkan needs {', '.join(missing)}: apt-get install "
+                        f"{' '.join(missing)} (and mesa-vulkan-drivers to run on this host)")
+            return None
+        if ndk is None:
+            return ("--backend vulkan --abi arm64-v8a needs the Android NDK (--ndk PATH or "
+                    "$ANDROID_NDK): it has the Vulkan headers and glslc")
+        return None
+    if ndk is None:
+        return (f"--backend {backend} needs the Android NDK (--ndk PATH or $ANDROID_NDK) and "
+                "--abi arm64-v8a; docs/gpu.md says how to set it up")
+    if abi != "arm64-v8a":
+        return f"--backend {backend} builds for phones only: use --abi arm64-v8a"
+    sysroot = ndk / NDK_SYSROOT
+    for need in (sysroot / "usr/include/CL/cl.h",
+                 sysroot / "usr/lib/aarch64-linux-android/libOpenCL.so"):
+        if not exists(need):
+            return (f"--backend {backend}: {need} is missing: install the Khronos OpenCL "
+                    "headers and ICD loader into the NDK's sysroot (docs/gpu.md)")
+    if backend == "hexagon":
+        for flag, path in (("--hexagon-sdk", hexagon_sdk), ("--hexagon-tools", hexagon_tools)):
+            if path is None or not exists(path):
+                shown = "not given" if path is None else f"{path} does not exist"
+                return (f"--backend hexagon needs the Hexagon SDK: {flag} ({shown}; or "
+                        "$HEXAGON_SDK_ROOT / $HEXAGON_TOOLS_ROOT)")
+    return None
 
 
 def cross_toolchain_text(cc: Path, cxx: Path) -> str:
@@ -395,12 +479,21 @@ def build_llama_cpp(
     nice: bool = True,
     replace: bool = False,
     cache: Path | None = None,
+    backend: str = "cpu",
+    hexagon_sdk: Path | None = None,
+    hexagon_tools: Path | None = None,
 ) -> Build:
     """``harness build llama.cpp``: compile in the cache, then copy the products into a build."""
     source = source.resolve()
     cache = cache or cache_root()
+    if backend not in BACKENDS:
+        raise BuildError(f"unknown --backend {backend!r}; use one of {', '.join(BACKENDS)}")
     if ndk is not None and not (ndk / NDK_TOOLCHAIN).is_file():
         raise BuildError(f"{ndk}: not an Android NDK (no {NDK_TOOLCHAIN}); check --ndk")
+    problem = backend_problem(backend, abi, ndk, hexagon_sdk=hexagon_sdk,
+                              hexagon_tools=hexagon_tools)
+    if problem:
+        raise BuildError(problem)
     cross = abi == "arm64-v8a" and ndk is None
     toolchain = write_cross_toolchain(cache) if cross else None
     target = root / name
@@ -410,27 +503,39 @@ def build_llama_cpp(
     overrides: dict[str, str] = {}
     if commit and git_commit(source) is None:  # cmake cannot ask git: tell it the commit
         overrides["LLAMA_BUILD_COMMIT"] = commit[:7]
+    overrides.update(backend_defines(backend, abi, ndk=ndk, hexagon_sdk=hexagon_sdk,
+                                     hexagon_tools=hexagon_tools))
     overrides.update(extra or {})
     defines = cmake_defines(abi, ndk, overrides, toolchain=toolchain)
-    # The NDK and the cross compiler get separate trees: a toolchain never changes inside one.
-    work = work_dir(cache, source, f"{abi}-{CROSS_TRIPLE}" if cross else abi)
+    # The NDK and the cross compiler get separate trees: a toolchain never changes inside one;
+    # so does each backend (a GPU backend's shaders and libraries stay out of the CPU tree).
+    tree = f"{abi}-{CROSS_TRIPLE}" if cross else abi
+    work = work_dir(cache, source, tree if backend == "cpu" else f"{tree}-{backend}")
     products = compile_llama_cpp(source, work, defines, targets, jobs, progress, nice)
     cmakelists = source / "CMakeLists.txt"
     return write_build(
         root, name, collect_products(products, targets), engine="llama.cpp", abi=abi_name(abi),
         version=None if abi == "host" else source_version(cmakelists.read_text()),
         commit=commit, cmake_flags=[f"-D{k}={v}" for k, v in defines.items()], source=origin,
-        cpu=cpu_features(abi, defines), replace=replace,
+        cpu=cpu_features(abi, defines), replace=replace, backends=BACKEND_NAMES[backend],
+        env=BACKEND_ENV.get(backend, {}),
     )
 
 
 def host_variant_key(variant: str) -> str:
-    """Cache key of a host variant: source version + every cmake flag + machine + targets."""
-    if variant not in HOST_VARIANTS:
-        raise BuildError(f"unknown host build {variant!r}; known: {', '.join(HOST_VARIANTS)}")
-    defines = cmake_defines("host", None, HOST_VARIANTS[variant])
-    text = json.dumps([LLAMA_CPP_PYTHON_VERSION, defines, os.uname().machine, DEFAULT_TARGETS],
-                      sort_keys=True)
+    """Cache key of a host variant: source version + every cmake flag + machine + targets (and
+    the content of our Vulkan compatibility header for a Vulkan build, not its path)."""
+    backend = HOST_BACKEND_VARIANTS.get(variant, "cpu")
+    if variant not in HOST_VARIANTS and backend == "cpu":
+        known = ", ".join([*HOST_VARIANTS, *HOST_BACKEND_VARIANTS])
+        raise BuildError(f"unknown host build {variant!r}; known: {known}")
+    extra = {**HOST_VARIANTS.get(variant, {}),
+             **backend_defines(backend, "host", compat=Path(_COMPAT_KEY))}
+    defines = cmake_defines("host", None, extra)
+    compat = "" if backend != "vulkan" else hashlib.sha256(
+        (VULKAN_COMPAT / "vulkan" / "vulkan.hpp").read_bytes()).hexdigest()
+    text = json.dumps([LLAMA_CPP_PYTHON_VERSION, defines, os.uname().machine, DEFAULT_TARGETS,
+                       *([compat] if compat else [])], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -459,8 +564,8 @@ def ensure_host_build(
     a copy named ``variant`` (reused when its files already match).
     """
     return _ensure_cached_build(
-        variant, root, "host", host_variant_key(variant), HOST_VARIANTS[variant], cache, progress
-    )
+        variant, root, "host", host_variant_key(variant), HOST_VARIANTS.get(variant, {}), cache,
+        progress, HOST_BACKEND_VARIANTS.get(variant, "cpu"))
 
 
 def ensure_cross_build(
@@ -479,7 +584,7 @@ def ensure_cross_build(
 
 def _ensure_cached_build(
     variant: str, root: Path, abi: str, key: str, extra: Mapping[str, str],
-    cache: Path | None, progress: Progress | None,
+    cache: Path | None, progress: Progress | None, backend: str = "cpu",
 ) -> Build:
     cache = cache or cache_root()
     cached_root = cache / "builds"
@@ -493,7 +598,7 @@ def _ensure_cached_build(
         source = ensure_llama_source(root=cache / "src")
         cached = build_llama_cpp(
             source, cached_root, cached_name, abi=abi, extra=extra, progress=progress,
-            nice=True, replace=True, cache=cache,
+            nice=True, replace=True, cache=cache, backend=backend,
         )
     return copy_build(cached, root, variant)
 
@@ -504,5 +609,5 @@ def _with_cpu(build: Build, cpu: CpuFeatures) -> Build:
     return write_build(
         build.path.parent, m.name, {f.path: build.path / f.path for f in m.files}, engine=m.engine,
         abi=m.abi, version=m.version, commit=m.commit, cmake_flags=m.cmake_flags,
-        source=m.source, cpu=cpu, replace=True,
+        source=m.source, cpu=cpu, replace=True, backends=m.backends, env=dict(m.env),
     )

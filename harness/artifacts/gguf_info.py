@@ -62,6 +62,10 @@ class ModelInfo:
     expert_tensor_bytes: int = 0
     # Data bytes of token_embd.weight: a token reads one row of it, not the matrix.
     token_embd_bytes: int = 0
+    # Data bytes of each repeating layer's tensors (blk.N.*), and of the output layer's
+    # (output.weight, output_norm.weight): how an offload of n_gpu_layers splits the weights.
+    layer_bytes: tuple[int, ...] = ()
+    output_bytes: int = 0
 
     @property
     def n_swa_layers(self) -> int:
@@ -266,7 +270,19 @@ def _read_model_info(path: Path, resolved: str, size: int, mtime_ns: int) -> Mod
         n_expert_used=_optional_int(fields, f"{arch}.expert_used_count", 0),
         expert_tensor_bytes=sum(int(t.n_bytes) for t in tensors if "_exps" in t.name),
         token_embd_bytes=sum(int(t.n_bytes) for t in tensors if t.name == "token_embd.weight"),
+        layer_bytes=_layer_bytes(tensors, n_layer),
+        output_bytes=sum(int(t.n_bytes) for t in tensors if t.name.startswith("output")),
     )
+
+
+def _layer_bytes(tensors: list[Any], n_layer: int) -> tuple[int, ...]:
+    """Data bytes per repeating layer, from the ``blk.<i>.`` tensor names."""
+    sizes = [0] * n_layer
+    for tensor in tensors:
+        parts = tensor.name.split(".")
+        if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit() and int(parts[1]) < n_layer:
+            sizes[int(parts[1])] += int(tensor.n_bytes)
+    return tuple(sizes)
 
 
 def file_sha256(path: Path | str) -> str:

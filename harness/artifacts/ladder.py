@@ -33,7 +33,13 @@ LADDER_SIZES: tuple[str, ...] = SYNTHETIC_SIZES + REAL_LADDERS
 # Ladders with fewer rungs than LADDER_QUANTS. The MoE model is there to show mmap paging of
 # experts, which needs an unquantised, an 8-bit and a 4-bit file, not seven quantisations of a
 # quarter-GB model (each costs CI time).
-_LADDER_RUNGS: dict[str, tuple[str, ...]] = {"moe": ("F16", "Q8_0", "Q4_K_M")}
+# The dense synthetic ladders add Q4_0 after them: the type GPU backends have their own fast
+# kernels for (Adreno's OpenCL, Vulkan), beside Q8_0 (matrices/gpu.yaml).
+_LADDER_RUNGS: dict[str, tuple[str, ...]] = {
+    "moe": ("F16", "Q8_0", "Q4_K_M"),
+    "tiny": (*LADDER_QUANTS, "Q4_0"),
+    "bench": (*LADDER_QUANTS, "Q4_0"),
+}
 
 
 def default_cache_root() -> Path:
@@ -67,6 +73,7 @@ FILE_TYPES: dict[str, int] = {
     "Q4_K_M": 15,
     "Q3_K_M": 12,
     "Q2_K": 10,
+    "Q4_0": 2,
 }
 
 # The ggml tensor type of the bulk of the matrices (ffn_gate/ffn_up) in each rung. The *_M mixes
@@ -79,6 +86,7 @@ MAIN_TENSOR_TYPES: dict[str, str] = {
     "Q4_K_M": "Q4_K",
     "Q3_K_M": "Q3_K",
     "Q2_K": "Q2_K",
+    "Q4_0": "Q4_0",
 }
 
 

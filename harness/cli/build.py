@@ -14,6 +14,7 @@ from rich.table import Table
 from harness.artifacts.builds import Build, builds_root, import_build, list_builds, verify_build
 from harness.artifacts.cmake_build import (
     ABIS,
+    BACKENDS,
     DEFAULT_TARGETS,
     abi_name,
     build_llama_cpp,
@@ -34,6 +35,7 @@ def _summary(build: Build) -> dict[str, Any]:
         "commit": m.commit, "abi": m.abi, "files": len(m.files),
         "bytes": sum(f.size for f in m.files), "created_at": m.created_at,
         "cpu": m.cpu.to_dict() if m.cpu else None,
+        "backends": list(m.backends), "env": dict(m.env),
     }
 
 
@@ -75,6 +77,15 @@ def build() -> None:
 @click.option("--ndk", type=click.Path(file_okay=False, path_type=Path), envvar="ANDROID_NDK",
               help="Android NDK root for arm64-v8a (default: $ANDROID_NDK; with neither, "
                    "Debian's aarch64 cross compiler is used).")
+@click.option("--backend", type=click.Choice(BACKENDS), default="cpu", show_default=True,
+              help="A GPU/NPU backend beside the CPU's: vulkan (glslc + Vulkan headers; for a "
+                   "phone the NDK), opencl (Adreno; the NDK with OpenCL headers and ICD loader), "
+                   "hexagon (Snapdragon NPU; NDK + Hexagon SDK). See docs/gpu.md.")
+@click.option("--hexagon-sdk", type=click.Path(file_okay=False, path_type=Path),
+              envvar="HEXAGON_SDK_ROOT", help="Hexagon SDK root (default: $HEXAGON_SDK_ROOT).")
+@click.option("--hexagon-tools", type=click.Path(file_okay=False, path_type=Path),
+              envvar="HEXAGON_TOOLS_ROOT",
+              help="Hexagon tools root (default: $HEXAGON_TOOLS_ROOT).")
 @click.option("-D", "defines", multiple=True, metavar="KEY=VAL",
               help="Extra cmake definition, e.g. -D GGML_AVX2=OFF (repeatable).")
 @click.option("--target", "targets", multiple=True, metavar="TOOL",
@@ -85,7 +96,8 @@ def build() -> None:
 @BUILDS_OPTION
 @JSON_OPTION
 def build_llama(
-    source: Path, name: str, abi: str, ndk: Path | None, defines: tuple[str, ...],
+    source: Path, name: str, abi: str, ndk: Path | None, backend: str,
+    hexagon_sdk: Path | None, hexagon_tools: Path | None, defines: tuple[str, ...],
     targets: tuple[str, ...], jobs: int | None, replace: bool, builds_dir: Path | None,
     as_json: bool,
 ) -> None:
@@ -96,7 +108,10 @@ def build_llama(
     an NDK it uses Debian's aarch64-linux-gnu cross compiler (package g++-aarch64-linux-gnu) and
     links one static llama-bench, runnable under qemu-aarch64. The cmake tree is kept in
     $HARNESS_CACHE/cmake, so rebuilding with other flags is incremental. The manifest records
-    the CPU features the build was compiled for (arch flags, AVX2/dotprod/..., KleidiAI).
+    the CPU features the build was compiled for (arch flags, AVX2/dotprod/..., KleidiAI), the
+    backends compiled in and the environment a launch needs (--backend hexagon:
+    ADSP_LIBRARY_PATH). What a backend needs and this machine lacks is named before anything
+    is compiled.
 
     \b
     Example:
@@ -104,6 +119,9 @@ def build_llama(
       harness build llama.cpp --source ../llama.cpp --name slow -D GGML_AVX2=OFF
       harness build llama.cpp --source ../llama.cpp --name phone --abi arm64-v8a --ndk $NDK
       harness build llama.cpp --source ../llama.cpp --name arm64 --abi arm64-v8a   # no NDK
+      harness build llama.cpp --source ../llama.cpp --name host-vulkan --backend vulkan
+      harness build llama.cpp --source ../llama.cpp --name adreno --abi arm64-v8a \
+          --ndk $NDK --backend opencl
     """
     extra = parse_defines(defines)
     root = builds_root(builds_dir)
@@ -120,6 +138,7 @@ def build_llama(
         made = build_llama_cpp(
             source, root, name, abi=abi, ndk=ndk, extra=extra,
             targets=targets or DEFAULT_TARGETS, jobs=jobs, progress=advance, replace=replace,
+            backend=backend, hexagon_sdk=hexagon_sdk, hexagon_tools=hexagon_tools,
         )
     _report(made, as_json)
 

@@ -6,13 +6,21 @@ from pathlib import Path
 
 import click
 
-from harness.demo import DemoPaths, demo_environment, prepare_artifacts, prepare_slow_build
+from harness.demo import (
+    DemoPaths,
+    demo_environment,
+    prepare_artifacts,
+    prepare_slow_build,
+    prepare_vulkan_build,
+)
 
 BUILDS = Path("matrices/builds.yaml")
 SUSTAINED = Path("matrices/sustained.yaml")
 HOT_PHONE = Path("devices/virtual/hot-unplugged.yaml")
 BIGGER = Path("matrices/bigger-than-ram.yaml")
 SMALL_PHONE = Path("devices/virtual/small-ram.yaml")
+GPU = Path("matrices/gpu.yaml")
+GPU_PHONE = Path("devices/virtual/gpu-phone.yaml")
 
 
 @click.command()
@@ -38,8 +46,10 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
     llama-cpp-python on the same cells), then matrices/sustained.yaml on one phone that heats
     fast and runs on battery (sustained curves, energy per token), then
     matrices/bigger-than-ram.yaml on a phone with 128 MB free and slow storage (models bigger
-    than its RAM: paging with mmap, killed without it, cold and warm loads), and writes
-    reports/demo.html with host-release and host-slow compared.
+    than its RAM: paging with mmap, killed without it, cold and warm loads), then
+    matrices/gpu.yaml on a phone with a (software) Vulkan GPU (the CPU against partial and full
+    offload, with the GPU's memory as the phone reports it), and writes reports/demo.html with
+    host-release and host-slow compared.
 
     \b
     Example:
@@ -63,6 +73,8 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
         prepare_artifacts(paths, say, "moe")
     if BUILDS in matrices:
         prepare_slow_build(paths, say)
+    if sustained:
+        prepare_vulkan_build(paths, say)
     with demo_environment(paths):
         for each in matrices:
             say(f"running {each} on {phones} virtual phones")
@@ -78,6 +90,10 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
             ctx.invoke(run_command, matrix=BIGGER, devices_spec="sim:1",
                        results=paths.results, builds=paths.builds, profile=str(SMALL_PHONE),
                        reserve="0", no_skip=True)
+            say(f"running {GPU} on a virtual phone with a software Vulkan GPU ({GPU_PHONE}): "
+                "the CPU against partial and full offload")
+            ctx.invoke(run_command, matrix=GPU, devices_spec="sim:1", results=paths.results,
+                       builds=paths.builds, profile=str(GPU_PHONE), reserve="0")
     from harness.cli import main
 
     report = main.get_command(ctx, "report")

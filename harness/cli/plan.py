@@ -101,14 +101,15 @@ def _device_json(profile: DeviceProfile | None, memory: str | None) -> dict[str,
 
 def _cell_table(planned: list[PlannedCell]) -> Table:
     table = Table(show_lines=False, pad_edge=False)
-    for title in ("#", "runs on", "cell", "peak", "weights", "kv", "compute", "fits", "time"):
+    for title in ("#", "runs on", "cell", "peak", "host", "device", "weights", "kv", "compute",
+                  "fits", "time"):
         table.add_column(title, justify="right" if title not in ("runs on", "cell") else "left",
                          no_wrap=title == "cell")
     table.add_column("why not", overflow="fold")
     for i, p in enumerate(planned, 1):
         pred = p.prediction
-        terms = [size(x) for x in (pred.total, pred.weights, pred.kv, pred.compute)] if pred else [
-            "-"] * 4
+        terms = [size(x) for x in (pred.total, pred.host, pred.device, pred.weights, pred.kv,
+                                    pred.compute)] if pred else ["-"] * 6
         table.add_row(
             str(i), p.cell.setup_label(), display_label(p.cell), *terms, _fits(p),
             _duration(p.estimated_seconds) if p.feasible else "-",

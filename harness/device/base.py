@@ -44,6 +44,9 @@ class DeviceFacts:
     abi: str | None = None
     abis: tuple[str, ...] = ()  # every ABI the device executes (ro.product.cpu.abilist)
     cpu_emulation: str | None = None  # a virtual phone whose CPU is emulated names the emulator
+    # a virtual phone's GPU is emulated (ro.harness.gpu_emulated, e.g. lavapipe: Vulkan run on
+    # the host's CPU); its speeds are never a phone GPU's
+    gpu_emulated: str | None = None
     total_ram_kb: int | None = None
     available_ram_kb: int | None = None
     cpu_count: int | None = None

@@ -76,6 +76,7 @@ def gather_facts(device: Device, kind: str, storage_path: str) -> DeviceFacts:
         abi=props.get("ro.product.cpu.abi"),
         abis=_abis(props),
         cpu_emulation=props.get("ro.harness.emulated_cpu") or None,
+        gpu_emulated=props.get("ro.harness.gpu_emulated") or None,
         total_ram_kb=memory.mem_total_kb if memory else None,
         available_ram_kb=memory.mem_available_kb if memory else None,
         cpu_count=len(topology.cpus) or None,

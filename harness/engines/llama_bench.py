@@ -13,6 +13,13 @@ exactly ``n_prompt + n_gen + n_depth`` tokens (tools/llama-bench/llama-bench.cpp
 therefore unsupported, and the way to measure speed at a given fill of the context is n_depth.
 It also always sets ``swa_full`` false: a cell asking for a full-size sliding-window cache is
 unsupported here.
+
+Where the model runs is always said: ``-dev`` (the cell's device, ``none`` for the CPU only) and
+``-ngl`` (its offloaded layers) are passed on every command line. llama-bench's own defaults are
+``-ngl -1`` (every layer) on the first device, so a build with Vulkan, OpenCL or Hexagon would
+otherwise run a "CPU" cell on the GPU; and ``-ngl 0`` alone still sends large batched ops to a
+device that is present. A build too old for ``-dev`` runs CPU cells with ``-ngl 0`` and refuses
+device cells. ``backends`` in the JSONL describes the build; ``devices`` the test's devices.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from harness import knobs
 from harness.cell import Cell
 from harness.engines.base import (
     Measurement,
@@ -41,6 +49,7 @@ class BenchRecord:
     build_commit: str | None = None
     build_number: int | None = None
     cpu_info: str | None = None
+    gpu_info: str | None = None  # the build's GPU devices, described (not what the test used)
     backends: str | None = None
     model_filename: str | None = None
     model_type: str | None = None
@@ -49,6 +58,8 @@ class BenchRecord:
     n_batch: int | None = None
     n_ubatch: int | None = None
     n_threads: int | None = None
+    n_gpu_layers: int | None = None
+    devices: str | None = None  # the test's devices ("auto", "none", "Vulkan0", ...)
     cpu_mask: str | None = None
     cpu_strict: bool | None = None
     type_k: str | None = None
@@ -156,6 +167,7 @@ class Dialect:
     flash_attn_words: bool = True  # -fa on|off|auto (newer) instead of -fa 1|0
     depth: bool = True  # -d / --n-depth exists
     cpu_mask: bool = True  # -C / --cpu-strict exist
+    device: bool = True  # -dev / --device and --list-devices exist
 
 
 def dialect_from_help(text: str) -> Dialect:
@@ -165,6 +177,7 @@ def dialect_from_help(text: str) -> Dialect:
         flash_attn_words="on|off|auto" in text,
         depth="--n-depth" in text,
         cpu_mask="--cpu-mask" in text,
+        device="--device" in text,
     )
 
 
@@ -189,6 +202,12 @@ class LlamaBench:
         if cell.load_mode and not self.dialect.load_mode:
             return (f"this llama-bench has no --load-mode (only -mmp 0|1), so load_mode "
                     f"{cell.load_mode} cannot be asked; use mmap true/false or a newer build")
+        offload = knobs.offload_problem(cell.compute_device, cell.n_gpu_layers)
+        if offload:
+            return offload
+        if cell.compute_device != knobs.CPU_DEVICE and not self.dialect.device:
+            return (f"this llama-bench has no -dev/--device (an older build), so device "
+                    f"{cell.compute_device} cannot be asked; use a newer build")
         return None
 
     def argv(
@@ -209,6 +228,9 @@ class LlamaBench:
             argv += ["-lm", cell.resolved_load_mode]
         else:
             argv += ["-mmp", "1" if cell.mmap else "0"]
+        if self.dialect.device:  # never llama-bench's own choice (-ngl -1 on the first device)
+            argv += ["-dev", cell.compute_device]
+        argv += ["-ngl", str(cell.n_gpu_layers)]
         mask = affinity_mask(cell, cpu_mask)
         if mask:
             argv += ["-C", mask, "--cpu-strict", "1"]

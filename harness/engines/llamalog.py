@@ -10,6 +10,12 @@ buffers its weights went to (``CPU_REPACK model buffer size = ...`` for repacked
 context its compute buffer. These are the engine's own figures, printed to 2 decimals of a MiB;
 the harness stores them beside its predictions so the predictor is checked on every trial.
 
+With a GPU or NPU backend the same lines name the device's buffers (``Vulkan0 model buffer
+size``, ``Vulkan0 KV buffer size``, ``Vulkan0 compute buffer size``; host-side ones are named
+``CPU...`` or ``..._Host``), ``load_tensors: offloaded 9/9 layers to GPU`` says how many layers
+went there (llama.cpp counts the output layer), and the backend describes its device and driver
+(``ggml_vulkan: 0 = llvmpipe (LLVM 15.0.6, 256 bits) (llvmpipe) | uma: 1 | ...``).
+
 The same log has llama.cpp's load time (``llama_perf_context_print: load time = X ms``, after
 each test): from the start of the model's load until its first batch was evaluated, so it counts
 the page faults an mmap'd model defers to that batch. The first one is the launch's: later
@@ -28,6 +34,10 @@ _NEW_CONTEXT = re.compile(r"llama_context: constructing llama_context|llama_init
                           r"llama_context: n_ctx\s*=")
 _REPACK = re.compile(r"CPU_REPACK model buffer size\s*=\s*([0-9.]+)\s*MiB")
 _COMPUTE = re.compile(r"CPU compute buffer size\s*=\s*([0-9.]+)\s*MiB")
+_BUFFER = re.compile(r"^\w+:\s+(\S+) (model|KV|compute) buffer size\s*=\s*([0-9.]+)\s*MiB")
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_DRIVER = re.compile(r"^(ggml_vulkan: \d+ = .*|ggml_opencl: (?:device|OpenCL driver): .*|"
+                     r"ggml_hexagon: .*)$")
 _LOAD = re.compile(r"llama_perf_context_print:\s+load time\s*=\s*([0-9.]+)\s*ms")
 
 
@@ -47,6 +57,16 @@ class EngineMemoryLog:
     repack_bytes: int | None
     compute_bytes: int | None
     load_ms: float | None = None  # llama.cpp's load time of the launch's first context
+    device_bytes: int | None = None  # model + KV + compute buffers on devices (not the host)
+    device_buffers: tuple[tuple[str, str, int], ...] = ()  # (buffer, kind, bytes), largest
+    offloaded_layers: int | None = None  # "offloaded N/M layers to GPU": N
+    model_layers: int | None = None  # and M
+    driver: str | None = None  # the backend's line about its device and driver
+
+
+def host_buffer(name: str) -> bool:
+    """Buffers in the host's memory: CPU, CPU_Mapped, CPU_REPACK, Vulkan_Host, ..."""
+    return name.startswith("CPU") or name.endswith("_Host")
 
 
 def _mib(text: str) -> int:
@@ -60,7 +80,17 @@ def parse_memory_log(text: str) -> EngineMemoryLog:
     repack: int | None = None
     compute: int | None = None
     load: float | None = None
+    buffers: dict[tuple[str, str], int] = {}
+    offloaded: tuple[int, int] | None = None
+    driver: str | None = None
     for line in text.splitlines():
+        if (buf := _BUFFER.search(line.strip())) is not None and not host_buffer(buf.group(1)):
+            key = (buf.group(1), buf.group(2))
+            buffers[key] = max(buffers.get(key, 0), _mib(buf.group(3)))
+        if (off := _OFFLOADED.search(line)) is not None:
+            offloaded = (int(off.group(1)), int(off.group(2)))
+        if driver is None and (drv := _DRIVER.search(line.strip())) is not None:
+            driver = drv.group(1)[:300]
         if load is None and (timed := _LOAD.search(line)) is not None:
             load = float(timed.group(1))
         if _NEW_CONTEXT.search(line) and (current is None or current):
@@ -76,7 +106,10 @@ def parse_memory_log(text: str) -> EngineMemoryLog:
         elif (cp := _COMPUTE.search(line)) is not None:
             compute = max(compute or 0, _mib(cp.group(1)))
     filled = [c for c in contexts if c]
-    if not filled:
-        return EngineMemoryLog(None, (), repack, compute, load)
-    biggest = max(filled, key=lambda c: sum(k.bytes for k in c))
-    return EngineMemoryLog(sum(k.bytes for k in biggest), tuple(biggest), repack, compute, load)
+    biggest = max(filled, key=lambda c: sum(k.bytes for k in c)) if filled else []
+    return EngineMemoryLog(
+        sum(k.bytes for k in biggest) if filled else None, tuple(biggest), repack, compute, load,
+        device_bytes=sum(buffers.values()) if buffers else None,
+        device_buffers=tuple((n, k, b) for (n, k), b in sorted(buffers.items())),
+        offloaded_layers=offloaded[0] if offloaded else None,
+        model_layers=offloaded[1] if offloaded else None, driver=driver)

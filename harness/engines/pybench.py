@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from harness import knobs
 from harness.cell import LOAD_MODES, Cell
 from harness.engines.base import (
     Measurement,
@@ -47,6 +48,8 @@ class PyBench:
     """
 
     name: str = "llama-cpp-python"
+    # the device's llama-cpp-python can offload (llama_supports_gpu_offload), as probed
+    gpu_offload: bool = False
 
     def supports(self, cell: Cell) -> str | None:
         common = common_problem(cell)
@@ -54,6 +57,13 @@ class PyBench:
             return common[1]
         if cell.affinity != "all":
             return "llama-cpp-python cannot pin threads to CPUs; use affinity 'all'"
+        offload = knobs.offload_problem(cell.compute_device, cell.n_gpu_layers)
+        if offload:
+            return offload
+        if cell.compute_device != knobs.CPU_DEVICE and not self.gpu_offload:
+            return (f"this llama-cpp-python has no GPU backend (llama_supports_gpu_offload is "
+                    f"false), so device {cell.compute_device} cannot be used; install a wheel "
+                    "built with one (CMAKE_ARGS=-DGGML_VULKAN=ON ...)")
         return None
 
     def argv(
@@ -70,6 +80,7 @@ class PyBench:
             "--flash-attn", str(flash), "--load-mode", cell.resolved_load_mode,
             "--n-batch", str(cell.n_batch), "--n-ubatch", str(cell.n_ubatch),
             "--reps", str(cell.repetitions), "--verbose",
+            "--device", cell.compute_device, "--n-gpu-layers", str(cell.n_gpu_layers),
             "--swa-full" if cell.swa_full else "--no-swa-full",
         ]
 
@@ -96,6 +107,22 @@ def _ggml_type(llama: Any, name: str) -> int:
     return int(value)
 
 
+def _select_device(llama: Any, mparams: Any, name: str) -> Any:
+    """Offload only to ``name`` (``none``: no device at all, the CPU only), as llama-bench's
+    ``-dev``; returns the ctypes list, which must outlive the model load."""
+    if name != knobs.CPU_DEVICE and not llama.llama_supports_gpu_offload():
+        raise SystemExit(f"pybench: this llama-cpp-python has no GPU backend for {name}")
+    by_name = getattr(llama, "ggml_backend_dev_by_name", None)
+    if name == knobs.CPU_DEVICE:
+        devices = (ctypes.c_void_p * 1)()  # an empty, NULL-terminated list
+    elif by_name is not None and (found := by_name(name.encode())):
+        devices = (ctypes.c_void_p * 2)(found)
+    else:
+        raise SystemExit(f"pybench: this llama-cpp-python cannot select device {name}")
+    mparams.devices = ctypes.addressof(devices)  # a c_void_p field: the list's address
+    return devices
+
+
 def run(args: argparse.Namespace) -> int:
     import llama_cpp as llama  # imported here: the adapter above must not need it
 
@@ -106,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
     llama.llama_backend_init()
     mparams = llama.llama_model_default_params()
     mparams.load_mode = _load_mode(llama, args.load_mode)
+    mparams.n_gpu_layers = args.n_gpu_layers
+    args._devices = _select_device(llama, mparams, args.device)  # alive through the load
     model = llama.llama_model_load_from_file(str(args.model).encode(), mparams)
     if not model:
         print(f"pybench: cannot load {args.model}", file=sys.stderr)
@@ -139,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
         "model_n_params": int(llama.llama_model_n_params(model)),
         "n_batch": args.n_batch, "n_ubatch": args.n_ubatch, "n_threads": args.threads,
         "type_k": args.type_k, "type_v": args.type_v, "flash_attn": _FLASH[args.flash_attn],
-        "load_mode": args.load_mode, "n_ctx": n_ctx,
+        "load_mode": args.load_mode, "n_ctx": n_ctx, "n_gpu_layers": args.n_gpu_layers,
+        "devices": args.device,
         "swa_full": bool(args.swa_full),
     }
     try:
@@ -238,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n-batch", type=int, default=2048)
     parser.add_argument("--n-ubatch", type=int, default=512)
     parser.add_argument("--reps", "-r", type=int, default=5)
+    parser.add_argument("--device", default=knobs.CPU_DEVICE,
+                        help="the only device to offload to (none: the CPU only)")
+    parser.add_argument("--n-gpu-layers", type=int, default=0)
     parser.add_argument("--verbose", "-v", action="store_true")
     parser.add_argument("--load-only", action="store_true",
                         help="load the model, create the context and exit (with --verbose: "

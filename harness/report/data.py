@@ -124,13 +124,17 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     firsts = df.groupby("device_serial", observed=True, sort=True)["device_model"].first()
     emulated = (df.groupby("device_serial", observed=True, sort=True)["cpu_emulation"].first()
                 if "cpu_emulation" in df else pd.Series(dtype=object))
+    gpus = (df.groupby("device_serial", observed=True, sort=True)["gpu_emulated"].first()
+            if "gpu_emulated" in df else pd.Series(dtype=object))
 
     def device_label(serial: object) -> str:
         model = firsts.get(serial)
         label = f"{model} · {serial}" if isinstance(model, str) and model else str(serial)
-        emulator = emulated.get(serial)
-        # an emulated CPU's speed is not a phone's: say so wherever the device is named
-        return f"{label} · emulated CPU ({emulator})" if isinstance(emulator, str) else label
+        emulator, gpu = emulated.get(serial), gpus.get(serial)
+        # an emulated CPU's (or GPU's) speed is not a phone's: say so wherever it is named
+        if isinstance(emulator, str):
+            label = f"{label} · emulated CPU ({emulator})"
+        return f"{label} · emulated GPU ({gpu})" if isinstance(gpu, str) else label
 
     df["device"] = _group_labels(df, ["device_serial"], device_label)
     # one row per config_id, one label each: the knobs that differ within the report are named
@@ -525,6 +529,7 @@ def build_report_data(
     energy = _timed(timings, "energy", lambda: workloads.energy_section(trials, names))
     valid = _timed(timings, "validity", lambda: workloads.validity_section(trials, names))
     paged = _timed(timings, "paging", lambda: workloads.paging_section(trials, names))
+    offloaded = _timed(timings, "offload", lambda: workloads.offload_section(trials, names))
     scope = (f"run {options.run_id}" if options.run_id else
              f"since {options.since}" if options.since else "whole store")
     return ReportData(
@@ -536,4 +541,5 @@ def build_report_data(
         recommendations=recs, timings=timings, conditions=ran_as, quality=scored,
         kv_quality=kv_scored,
         heatmap_engine=side.engine if side else None, engines=engines, sustained=sustained,
-        energy=energy, validity=valid, changes=changed, noise=noise, paging=paged)
+        energy=energy, validity=valid, changes=changed, noise=noise, paging=paged,
+        offload=offloaded)

@@ -48,6 +48,11 @@ TRIAL_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((
     "load_mode", "cache", "cache_resident_bytes", "major_faults", "read_bytes",
     "read_bytes_per_token", "major_faults_per_token", "load_ms", "paging",
     "predicted_paging_tg_tps",
+    # schema 11: where the model ran and what the phone said of its GPU (the Offload section)
+    "gpu_emulated", "gpu_info", "devices_used", "gpu_driver", "offloaded_layers",
+    "model_layers", "device_memory_bytes", "device_memory_source", "host_memory_bytes",
+    "device_reported_bytes", "predicted_device_bytes", "predicted_host_bytes",
+    "max_gpu_temp_c", "gpu_throttled", "output_check",
     # every knob of a configuration, so labels name whatever differs (harness.labels)
     *CONFIG_COLUMNS,
 )))
@@ -55,7 +60,8 @@ TRIAL_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((
 DICTIONARY_COLUMNS = frozenset(
     f.name for f in SCHEMAS["trials"] if f.type == pa.string()
 ) - {"trial_id", "error", "evidence", "invalid_reason"}
-SAMPLE_COLUMNS = ("trial_id", "t_ms", "pss_bytes", "thermal_status", "max_temp_c", "tg_tps")
+SAMPLE_COLUMNS = ("trial_id", "t_ms", "pss_bytes", "thermal_status", "max_temp_c", "tg_tps",
+                  "gpu_cur_khz", "gpu_max_khz", "gpu_busy_pct", "gpu_temp_c")
 
 
 def _partition_date(path: Path) -> date | None:

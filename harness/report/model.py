@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from harness.analysis.offload_table import OffloadRow
 from harness.analysis.paging_table import PagingRow
 from harness.analysis.recommend import Pick
 
@@ -462,6 +463,18 @@ class PagingSection:
 
 
 @dataclass(frozen=True)
+class OffloadSection:
+    """Shown only when the scope holds cells on a GPU/NPU or phones that reported device
+    memory (``analysis.offload_table``; rows carry the report's device and config labels)."""
+
+    rows: tuple[OffloadRow, ...] = ()
+
+    @property
+    def present(self) -> bool:
+        return bool(self.rows)
+
+
+@dataclass(frozen=True)
 class InvalidRow:
     """A device and (config, build, engine) with ok trials that failed a validity gate."""
 
@@ -639,4 +652,5 @@ class ReportData:
     paging: PagingSection = field(default_factory=PagingSection)
     changes: ChangesSection = field(default_factory=ChangesSection)
     noise: NoiseFloorSection = field(default_factory=NoiseFloorSection)
+    offload: OffloadSection = field(default_factory=OffloadSection)
 

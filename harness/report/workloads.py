@@ -18,6 +18,7 @@ import pandas as pd
 
 from harness.analysis.energy_table import energy_table
 from harness.analysis.frames import engine_column, usable
+from harness.analysis.offload_table import offload_table
 from harness.analysis.paging_table import paging_table
 from harness.analysis.sustained import (
     SustainedFigures,
@@ -31,6 +32,7 @@ from harness.report.model import (
     EnergyRow,
     EnergySection,
     InvalidRow,
+    OffloadSection,
     PagingSection,
     SustainedDevice,
     SustainedLine,
@@ -125,6 +127,14 @@ def validity_section(trials: pd.DataFrame, labels: Labels) -> ValiditySection:
                             r.engine, r.checked, r.invalid, r.reasons, r.tg_tps, r.pp_tps)
                  for r in found.rows)
     return ValiditySection(found.checked, found.invalid, rows)
+
+
+def offload_section(trials: pd.DataFrame, labels: Labels) -> OffloadSection:
+    """``offload_table`` with the report's device and config labels."""
+    rows = tuple(dataclasses.replace(r, device=labels.device(r.device),
+                                     label=labels.config(r.config_id))
+                 for r in offload_table(trials))
+    return OffloadSection(rows)
 
 
 def paging_section(trials: pd.DataFrame, labels: Labels) -> PagingSection:

@@ -30,12 +30,13 @@ class Kind(StrEnum):
     WAITING = "waiting"  # grace_s: the farm waits for a phone's worker to come back
     ADAPTIVE = "adaptive"  # candidate, baseline, label, step, reason, repetitions: a pair settled
     OUTPUT_CHECK = "output_check"  # build, model, quant, status, detail: a build's output checked
+    DEVICES = "devices"  # build, devices, error: the compute devices a build has on the phone
 
 
 ERRORS = frozenset({Kind.LOST, Kind.FAILED, Kind.PUSH_FAILED, Kind.ABI_MISMATCH})
 # What a farm worker relays to the driver as it happens (the rest arrives with the job's result).
 FORWARDED = frozenset({Kind.JOB, Kind.TRIAL, Kind.PUSH, Kind.PUSHED, Kind.PUSH_FAILED,
                        Kind.ABI_MISMATCH, Kind.RECONNECTING, Kind.RECONNECTED, Kind.ADAPTIVE,
-                       Kind.OUTPUT_CHECK})
+                       Kind.OUTPUT_CHECK, Kind.DEVICES})
 
 Event = Callable[[str, str, dict[str, Any]], None]  # (kind, serial, details)

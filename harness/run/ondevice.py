@@ -35,6 +35,14 @@ power: every tick is a wake-up the phone pays for):
   default: never during the trial; the host reads it before and after) also the framework's
   thermal status from ``dumpsys thermalservice``, the only read that forks (the status exists
   nowhere in sysfs);
+- with the memory reads, on a phone with kgsl (Adreno), the engine's GPU memory from
+  ``/sys/class/kgsl/kgsl/proc/<pid>/kernel`` and the part of it mapped into the process
+  (``gpumem_mapped``: inside its PSS), 0 while the engine has none (its folder appears with
+  its first allocation; a ``k`` line says the phone has kgsl at all), and on every tick its
+  largest ``kernel`` (a short trial's buffers can live between two memory reads; a ``G`` line
+  at the end); on the state ticks
+  the GPU's clocks, busy share and thermal level from ``/sys/class/kgsl/kgsl-3d0`` (a ``g``
+  line); a phone without them (Mali, OEM builds) has their errors in ``err``;
 - every ``dumpsys_s`` (0, the default: never) a ``dumpsys meminfo <pid>`` into its own file;
 - with every 2nd ``m`` line of the first ``fast_s`` seconds, then on every state tick, each
   thread's Cpus_allowed_list (the affinity the kernel applied), kept in ``aff`` when it changed;
@@ -57,7 +65,7 @@ from dataclasses import dataclass, field
 from harness.android.readerrors import parse_read_errors
 from harness.android.thermal import ThermalZone, read_thermal_zones
 from harness.run.energy import BATTERY
-from harness.run.state import DeviceState, ProcessMemory, mitigating
+from harness.run.state import DeviceState, GpuState, ProcessMemory, mitigating
 from harness.run.sustained import Report
 
 CLOCK_TICKS = 100  # USER_HZ: the unit of /proc/<pid>/stat times on Android (and Linux) kernels
@@ -79,6 +87,9 @@ class Rates:
     steady_tick_s: float = STEADY_TICK_S  # after fast_s (with power off)
     big_cpu: int = 0
     power: bool = False
+    # a cell on a GPU/NPU: where the phone has no kgsl nodes, its dumpsys meminfo (graphics
+    # rows) this often instead (0: never), unless dumpsys_s already asks for it
+    gpu_dumpsys_s: float = 0.0
 
     def every(self, seconds: float) -> int:
         """Ticks between two reads of something read every ``seconds`` (0: never)."""
@@ -133,6 +144,9 @@ case $(( (2 * rs + rp) / (2 * rp) )) in 4) pk=4;; 16) pk=16;; 64) pk=64;; esac; 
 [ $((mp * pk)) -gt "$m" ] && m=$((mp * pk)); }
 R=/proc/$p/smaps_rollup; true 2>>err < $R || R=
 I=/proc/$p/io; true 2>>err < $I || I=
+K=/sys/class/kgsl/kgsl/proc; if [ -d $K ]; then echo "k 1" >&4; else K=; fi
+D={dumpsys}; [ -z "$K" ] && [ $D -eq 0 ] && D={gpudm}; nd=$D
+G=/sys/class/kgsl/kgsl-3d0; read -r _x 2>>err < $G/gpuclk || G=
 C=/sys/devices/system/cpu/cpu{cpu}/cpufreq; read -r hw 2>>err < $C/cpuinfo_max_freq || hw=-
 read -r _x 2>>err < $C/scaling_cur_freq || C=
 B={battery}; read -r _x 2>>err < $B/capacity || B=
@@ -141,15 +155,19 @@ read -r y 2>>err < $z/type && read -r _x 2>>err < $z/temp &&
 { Z="$Z ${z##*/}"; echo "z ${z##*/} $y" >&4; }
 done; y=
 up; s0=${u%.*}; f0=${u#*.}; e=0
-while [ -d /proc/$p ]; do
+gx=0; gy=0; while [ -d /proc/$p ]; do
 tk
+[ -n "$K" ] && { x=0; read -r x 2>/dev/null < $K/$p/kernel; [ "${x:-0}" -gt "$gx" ] && {
+gx=$x; x=0; read -r x 2>/dev/null < $K/$p/gpumem_mapped; gy=${x:-0}; }; }
 mt=; if [ $e -ge $nm ]; then mt=1; pm; pg; sc
 [ "$th" -gt "$t" ] && t=$th; q1=; q2=; q3=; q4=
 if [ -n "$R" ] && [ $e -ge $nq ]; then dr=$(( ${rs:-0} - qr )); [ $dr -lt 0 ] && dr=$((-dr))
 if [ $((dr * 64)) -ge "$qr" ] || [ $e -ge $nr ]; then g $R; qr=${rs:-0}; nr=$((e + {state}))
 nq=$((e + {mem})); fi; fi
+gm=-; gp=-; [ -n "$K" ] && { gm=0; gp=0; read -r gm 2>/dev/null < $K/$p/kernel
+read -r gp 2>/dev/null < $K/$p/gpumem_mapped; }
 echo "m $u ${rs:--} $h ${q1:--} ${q2:--} ${q3:--} ${q4:--} ${sw:--} $t ${eu:--} ${es:--} \
-${mf:--} ${rb:--}" >&4
+${mf:--} ${rb:--} ${gm:--} ${gp:--}" >&4
 w="$h $m $t"; [ "$w" = "$wm" ] || { echo "$w" >&5; wm=$w; }
 ml=$((ml + 1)); if [ $e -lt {fast} ]; then nm=$((e + 20)); else nm=$((e + {mem})); fi; fi
 st=; if [ $e -ge $ns ]; then st=1; ns=$((e + {state})); c1=; c2=; bl=; bt=; ts=
@@ -161,8 +179,11 @@ dumpsys thermalservice > ts.txt 2>/dev/null; while read -r a b v _u; do
 case "$a $b" in "Thermal Status:") ts=$v; break;; esac; done 2>/dev/null < ts.txt; fi
 zs=; for z in $Z; do v=; read -r v 2>/dev/null < /sys/class/thermal/$z/temp; zs="$zs ${v:--}"
 done; echo "s $u ${c1:--} ${c2:--} $hw ${bl:--} ${bt:--} ${ts:--}$zs" >&4
+if [ -n "$G" ]; then g1=; g2=; g3=; g4=; read -r g1 < $G/gpuclk; read -r g2 < $G/max_gpuclk
+read -r g3 _x < $G/gpu_busy_percentage; read -r g4 < $G/thermal_pwrlevel
+echo "g $u ${g1:--} ${g2:--} ${g3:--} ${g4:--}" >&4; fi 2>/dev/null
 fi
-if [ {dumpsys} -gt 0 ] && [ $e -ge $nd ]; then nd=$((e + {dumpsys}))
+if [ $D -gt 0 ] && [ $e -ge $nd ]; then nd=$((e + D))
 { echo "==dm $u"; dumpsys meminfo $p 2>&1; [ -d /proc/$p ] && echo "==alive"; } >> dm.txt; fi
 if [ -n "$st" ] || { [ -n "$mt" ] && [ $e -lt {fast} ] && [ $((ml % 2)) -eq 1 ]; }
 then a=; c=0
@@ -178,6 +199,7 @@ pm; pg; [ "$th" -gt "$t" ] && t=$th
 w="$h $m $t"; [ "$w" = "$wm" ] || echo "$w" >&5
 read -r _ _ _ _ _ _ _ _ _ _ _ _ _ su ss cu cs _ < /proc/$$/stat
 echo "c $su $ss $cu $cs" >&4
+[ -n "$K" ] && echo "G $gx $gy" >&4
 echo "$u" > t1
 """
 
@@ -207,6 +229,7 @@ def script(rates: Rates) -> str:
         "{fast}": str(_cs(rates.fast_s)), "{mem}": str(max(1, _cs(rates.memory_s))),
         "{state}": str(_cs(rates.state_s) or 1_000_000_000),
         "{status}": str(_cs(rates.status_s)), "{dumpsys}": str(_cs(rates.dumpsys_s)),
+        "{gpudm}": str(_cs(rates.gpu_dumpsys_s)),
         "{tick}": f"{float(rates.tick_s):g}",
         "{steady}": f"{steady:g}",
     }
@@ -237,6 +260,7 @@ class Tick:
     t_ms: int
     memory: ProcessMemory | None
     state: DeviceState | None
+    gpu: GpuState | None = None
 
 
 @dataclass(frozen=True)
@@ -248,6 +272,9 @@ class Sampled:
     dumpsys: tuple[tuple[int, str], ...] = ()  # (t_ms, one `dumpsys meminfo` output)
     lines: int = 0
     extra: dict[str, str] = field(default_factory=dict)
+    kgsl: bool = False  # the phone has kgsl's per-process GPU memory nodes
+    gpu_peak_bytes: int | None = None  # the largest kgsl reading of any tick (and its mapped
+    gpu_peak_mapped_bytes: int | None = None  # part): every tick reads it, not only m lines
 
 
 def _int(word: str) -> int | None:
@@ -268,10 +295,19 @@ def _memory(words: list[str]) -> ProcessMemory | None:
     if rss is None and pss is None:  # the engine had no mapping left (a zombie): nothing read
         return None
     faults, read = (_int(w) for w in words[10:12]) if len(words) >= 12 else (None, None)
+    gpu, mapped = (_int(w) for w in words[12:14]) if len(words) >= 14 else (None, None)
     return ProcessMemory(pss_kb=pss, rss_kb=rss, swap_kb=swap_pss if swap_pss is not None
                          else swap, pss_anon_kb=anon, pss_file_kb=file_,
                          vm_hwm_kb=hwm or None, source=SOURCE, major_faults=faults,
-                         read_bytes=read)
+                         read_bytes=read, gpu_bytes=gpu, gpu_mapped_bytes=mapped)
+
+
+def _gpu(words: list[str]) -> GpuState:
+    """A ``g`` line after its time: gpuclk, max_gpuclk (Hz), busy %, thermal_pwrlevel."""
+    cur, top, busy, level = (_int(w) for w in words[:4])
+    return GpuState(cur_khz=cur // 1000 if cur is not None else None,
+                    max_khz=top // 1000 if top is not None else None,
+                    busy_pct=float(busy) if busy is not None else None, pwrlevel=level)
 
 
 def _state(words: list[str], zones: list[tuple[str, str]]) -> DeviceState:
@@ -279,10 +315,12 @@ def _state(words: list[str], zones: list[tuple[str, str]]) -> DeviceState:
     temps = words[6:]
     found = read_thermal_zones({zone: (kind, temps[i] if i < len(temps) and temps[i] != "-"
                                        else None) for i, (zone, kind) in enumerate(zones)})
+    gpu = [z.celsius for z in found if z.celsius is not None and "gpu" in z.type.lower()]
     return DeviceState(
         thermal_status=status, max_temp_c=_hottest(found),
         battery_level=level, battery_temp_c=batt / 10 if batt is not None else None,
-        big_cur_khz=cur, big_max_khz=cap, big_hw_max_khz=hw)
+        big_cur_khz=cur, big_max_khz=cap, big_hw_max_khz=hw,
+        max_gpu_temp_c=max(gpu) if gpu else None)
 
 
 def _hottest(zones: tuple[ThermalZone, ...]) -> float | None:
@@ -309,18 +347,27 @@ def parse(text: str, t0: float | None, errors: str = "", dumpsys_text: str = "")
     engine_cpu: float | None = None
     sampler_cpu: float | None = None
     lines = 0
+    kgsl = False
+    peak_gpu: int | None = None
+    peak_mapped: int | None = None
     for line in text.splitlines():
         words = line.split()
         if not words:
             continue
         kind, rest = words[0], words[1:]
+        if kind == "k":
+            kgsl = True
+            continue
+        if kind == "G" and len(rest) == 2 and all(w.isdigit() for w in rest):
+            peak_gpu, peak_mapped = int(rest[0]), int(rest[1])
+            continue
         if kind == "z" and len(rest) >= 2:
             zones.append((rest[0], " ".join(rest[1:])))
             continue
         if kind == "c" and len(rest) == 4 and all(w.isdigit() for w in rest):
             sampler_cpu = sum(int(w) for w in rest) / CLOCK_TICKS
             continue
-        if kind not in ("m", "s") or not rest:
+        if kind not in ("m", "s", "g") or not rest:
             continue
         if first is None:
             try:
@@ -331,7 +378,7 @@ def parse(text: str, t0: float | None, errors: str = "", dumpsys_text: str = "")
         if t_ms is None:
             continue
         lines += 1
-        if kind == "m" and len(rest) in (11, 13):
+        if kind == "m" and len(rest) in (11, 13, 15):
             memory = _memory(rest[1:])
             if memory is not None:
                 ticks.append(Tick(t_ms, memory, None))
@@ -340,8 +387,11 @@ def parse(text: str, t0: float | None, errors: str = "", dumpsys_text: str = "")
                 engine_cpu = (user + system) / CLOCK_TICKS
         elif kind == "s" and len(rest) >= 7:
             ticks.append(Tick(t_ms, None, _state(rest[1:], zones)))
+        elif kind == "g" and len(rest) == 5:
+            ticks.append(Tick(t_ms, None, None, _gpu(rest[1:])))
     return Sampled(tuple(ticks), sampler_cpu, engine_cpu, parse_read_errors(errors),
-                   _dumpsys_outputs(dumpsys_text, first), lines)
+                   _dumpsys_outputs(dumpsys_text, first), lines, kgsl=kgsl,
+                   gpu_peak_bytes=peak_gpu, gpu_peak_mapped_bytes=peak_mapped)
 
 
 def _dumpsys_outputs(text: str, t0: float | None) -> tuple[tuple[int, str], ...]:

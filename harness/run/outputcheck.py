@@ -22,11 +22,12 @@ worker's (``harness.run.worker``), computing the reference ``harness.run.referen
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from harness.run.watch import launch_line
 
 #: the greedy generator of a llama.cpp build (examples/simple), pushed with the build
 GENERATOR = "llama-simple"
@@ -87,8 +88,14 @@ def not_checked(reason: str) -> Verdict:
 
 
 def generator_command(binary: str, model: str, prompt: str, tokens: int,
-                      lib_dir: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """The device shell line: ``llama-simple -m MODEL -n N PROMPT``, every word quoted.
+                      lib_dir: str | None = None, env: Mapping[str, str] | None = None,
+                      n_gpu_layers: int = 0) -> str:
+    """The device shell line: ``llama-simple -m MODEL -n N -ngl L PROMPT``, every word quoted.
+
+    ``-ngl`` is always given (llama-simple's own default offloads 99 layers to any device a GPU
+    build finds): the trial's layers on its device, 0 for a CPU cell. llama-simple has no
+    ``-dev``: its layers go to the build's first device, and a 0 keeps its few-token batches on
+    the CPU.
 
     The prompt is one word (llama-simple joins the words after its options with spaces, so one
     quoted word arrives as written). Like a trial's launch, the build's ``lib/`` goes on
@@ -96,9 +103,8 @@ def generator_command(binary: str, model: str, prompt: str, tokens: int,
     """
     if tokens < 1:
         raise ValueError(f"tokens must be >= 1, got {tokens}")
-    settings = {**({"LD_LIBRARY_PATH": lib_dir} if lib_dir else {}), **(env or {})}
-    prefix = ["env", *(f"{k}={v}" for k, v in sorted(settings.items()))] if settings else []
-    return shlex.join([*prefix, binary, "-m", model, "-n", str(tokens), prompt])
+    return launch_line([binary, "-m", model, "-n", str(tokens), "-ngl", str(n_gpu_layers),
+                        prompt], lib_dir, env)
 
 
 def _text(data: bytes) -> str:

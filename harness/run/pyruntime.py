@@ -31,11 +31,13 @@ _MARK = "@@harness:python"
 class PythonRuntime:
     path: str  # the interpreter on the device
     llama_cpp_version: str
+    gpu_offload: bool = False  # llama_supports_gpu_offload(): the wheel has a GPU backend
 
 
 def probe_command(candidates: tuple[str, ...] = PYTHON_CANDIDATES) -> str:
     """One shell line (mksh and toybox only) that names the first interpreter and its llama_cpp."""
-    check = shlex.quote("import llama_cpp; print(llama_cpp.__version__)")
+    check = shlex.quote("import llama_cpp; print(llama_cpp.__version__, "
+                        "'gpu=%d' % bool(llama_cpp.llama_supports_gpu_offload()))")
     words = " ".join(shlex.quote(c) for c in candidates)
     return (f"for p in {words}; do if [ -x \"$p\" ]; then echo {_MARK} \"$p\"; "
             f"\"$p\" -c {check} 2>&1 | tail -n 3; break; fi; done")
@@ -54,7 +56,9 @@ def parse_probe(output: str, serial: str) -> PythonRuntime | str:
     if not rest or any(word in version for word in ("Error", "error", "not found")):
         detail = version or "no output"
         return f"{serial}: {path} cannot import llama_cpp ({detail}): pip install llama-cpp-python"
-    return PythonRuntime(path, version)
+    words = version.split()
+    gpu = len(words) > 1 and words[1] == "gpu=1"
+    return PythonRuntime(path, words[0] if words else version, gpu_offload=gpu)
 
 
 def bench_files(package_parent: Path | None = None) -> list[tuple[Path, str]]:

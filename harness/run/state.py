@@ -20,6 +20,7 @@ class DeviceState:
     surface_temp_c: float | None = None
     surface_source: str | None = None
     unreadable: tuple[str, ...] = ()  # "thermal_zone1/temp: Permission denied", ...
+    max_gpu_temp_c: float | None = None  # the hottest zone whose type names the GPU
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,24 @@ class ProcessMemory:
     # bytes read from storage (/proc/PID/io read_bytes; page cache hits are not counted)
     major_faults: int | None = None
     read_bytes: int | None = None
+    # the process's GPU memory as the phone's kgsl node says (/sys/class/kgsl/kgsl/proc/PID/
+    # kernel); None: not read (no kgsl, or the tick did not read it)
+    gpu_bytes: int | None = None
+    gpu_mapped_bytes: int | None = None  # of which mapped into the process (inside its PSS)
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """The GPU as kgsl-3d0 reports it (Adreno): clocks in kHz, busy share, thermal level."""
+
+    cur_khz: int | None = None  # gpuclk (Hz on the phone)
+    max_khz: int | None = None  # max_gpuclk: lowered while the phone throttles the GPU
+    busy_pct: float | None = None  # gpu_busy_percentage
+    pwrlevel: int | None = None  # thermal_pwrlevel: 0 none, higher: capped by heat
+
+    @property
+    def capped(self) -> bool:
+        return bool(self.pwrlevel)
 
 
 def _max(values: Sequence[float | int | None]) -> float | None:

@@ -25,12 +25,16 @@ from typing import Any
 from harness.android.battery import is_charging, parse_battery
 from harness.android.kernel import parse_boot_id, parse_memory_pressure, parse_uptime
 from harness.android.lmkd import parse_lmkd_kill
+from harness.android.meminfo import parse_meminfo
 from harness.android.readerrors import parse_read_errors
 from harness.artifacts.devicetools import pagecache_command, parse_residency
+from harness.cell import Cell
 from harness.device.base import Device
 from harness.engines.base import Engine, Measurement, affinity_mask
+from harness.engines.devices import Capability, device_problem
 from harness.engines.llamalog import EngineMemoryLog, parse_memory_log
 from harness.errors import DeviceError, EngineError, HarnessError
+from harness.knobs import CPU_DEVICE
 from harness.matrix import EnergyPolicy, Requirements
 from harness.records import (
     BuildMeta,
@@ -47,6 +51,12 @@ from harness.run.affinity import AffinityCheck, check_applied, parse_readback
 from harness.run.cooldown import CooldownPolicy, GateResult, wait_until_ready
 from harness.run.deploy import DEVICE_ROOT
 from harness.run.launchfacts import ALWAYS, Idle, Timing, headline, measured, rep_seconds
+from harness.run.offload import (
+    device_memory,
+    engine_offload,
+    gpu_throttled,
+    offload_mismatch,
+)
 from harness.run.ondevice import Tick
 from harness.run.order import TrialSpec
 from harness.run.outcome import Observation, Verdict, classify
@@ -87,6 +97,7 @@ __all__ = [  # the launch line and its readers live in harness.run.watch; kept i
 CALIBRATION_REPS = 2  # a sustained cell's calibration launch: the last repetition counts
 SUSTAINED_OVERRUN = 5  # a sustained launch may take this many times its duration (throttled)
 MAX_UNREADABLE = 12  # reasons kept per trial (a phone can deny dozens of thermal zones)
+GPU_DUMPSYS_S = 1.0  # a device cell's dumpsys meminfo, on phones without kgsl nodes
 
 
 @dataclass(frozen=True)
@@ -108,6 +119,9 @@ class TrialContext:
     env: Mapping[str, str] = field(default_factory=dict)  # more of the engine's environment
     pagecache: str | None = None  # the page-cache tool on the device (devicetools), if pushed
     predicted_paging_tg_tps: float | None = None  # the plan's storage-bound decode speed
+    capability: Capability | None = None  # the build's devices on this phone (None: not asked)
+    predicted_device_bytes: int | None = None  # the predictor's split of the peak
+    predicted_host_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -163,7 +177,7 @@ def _check_engine_report(records: Sequence[Any], spec: TrialSpec) -> str | None:
             got = data.get(key)
             if got is not None and got != value:
                 return f"asked {key}={value}, engine ran {key}={got}"
-    return None
+    return offload_mismatch(records, cell)
 
 
 def _new_kills(before: Baseline, after_text: str, pid: int | None) -> tuple[str | None,
@@ -246,7 +260,8 @@ class TrialRunner:
 
     def run(self, spec: TrialSpec, ctx: TrialContext) -> tuple[TrialRecord, list[SampleRecord]]:
         started_at = datetime.now(UTC)
-        unsupported = ctx.engine.supports(spec.cell)
+        unsupported = ctx.engine.supports(spec.cell) or device_problem(
+            spec.cell.compute_device, ctx.capability, self.device.serial)
         if unsupported:
             return self._record(spec, ctx, started_at,
                                 Verdict(Outcome.UNSUPPORTED, unsupported), [], None), []
@@ -283,7 +298,8 @@ class TrialRunner:
         timeout_s = self.policy.timeout_s + SUSTAINED_OVERRUN * spec.cell.sustained_s
         idle = self._idle_power() if self.policy.energy.enabled else Idle()
 
-        rates = self._rates(ctx, power=self.policy.energy.enabled and bool(idle.readings))
+        rates = self._rates(ctx, power=self.policy.energy.enabled and bool(idle.readings),
+                            gpu=spec.cell.compute_device != CPU_DEVICE)
         timed_out = threading.Event()
 
         def watchdog() -> None:
@@ -369,6 +385,7 @@ class TrialRunner:
             pressure_full_us=_pressure_growth(baseline, after.get("pressure", "")),
             lmkd_app_kills=app_kills,
         ))
+        gpu = _gpu_columns(spec.cell, sampled, ticks)
         storage = _storage_columns(spec, ctx, ticks, timing, headline(measurements, spec.cell),
                                    after.get("cache", ""), engine_log,
                                    verdict.outcome == Outcome.OK)
@@ -386,20 +403,23 @@ class TrialRunner:
                                       {**(extra if verdict.outcome == Outcome.OK else
                                           {k: v for k, v in extra.items() if k in ALWAYS}),
                                        "sampler_cpu_s": sampled.sampler_cpu_s,
-                                       "engine_cpu_s": sampled.engine_cpu_s, **storage}))
+                                       "engine_cpu_s": sampled.engine_cpu_s, **storage,
+                                       **engine_offload(records, engine_log), **gpu}))
         samples = self._samples(spec, ticks)
         samples += [_sample(spec, **row) for row in extra_samples]
         return trial, sorted(samples, key=lambda r: r.t_ms)
 
-    def _rates(self, ctx: TrialContext, power: bool) -> ondevice.Rates | None:
-        """The on-device sampler's rates from the policy; None: no sampling at all."""
+    def _rates(self, ctx: TrialContext, power: bool, gpu: bool = False) -> ondevice.Rates | None:
+        """The on-device sampler's rates from the policy; None: no sampling at all. A cell on
+        a device also reads ``dumpsys meminfo`` where the phone has no kgsl nodes."""
         policy = self.policy
         if policy.sample_interval_s <= 0:
             return None
         return ondevice.Rates(memory_s=policy.sample_interval_s, state_s=policy.state_interval_s,
                               status_s=policy.status_interval_s,
                               dumpsys_s=policy.dumpsys_interval_s, fast_s=policy.fast_start_s,
-                              big_cpu=ctx.big_cpu, power=power)
+                              big_cpu=ctx.big_cpu, power=power,
+                              gpu_dumpsys_s=GPU_DUMPSYS_S if gpu else 0.0)
 
     def _sustained_reps(self, spec: TrialSpec, ctx: TrialContext, workdir: str) -> int:
         """How many repetitions fill the cell's duration: one calibration launch per cell."""
@@ -512,6 +532,11 @@ class TrialRunner:
                 source=m.source if m else None,
                 major_faults=m.major_faults if m else None,
                 read_bytes=m.read_bytes if m else None,
+                gpu_cur_khz=tick.gpu.cur_khz if tick.gpu else None,
+                gpu_max_khz=tick.gpu.max_khz if tick.gpu else None,
+                gpu_busy_pct=tick.gpu.busy_pct if tick.gpu else None,
+                gpu_temp_c=s.max_gpu_temp_c if s else None,
+                device_memory_bytes=m.gpu_bytes if m else None,
             ))
         return out
 
@@ -547,7 +572,9 @@ class TrialRunner:
             predicted_peak_bytes=ctx.predicted_peak_bytes,
             max_temp_c=hottest(states),
             max_thermal_status=worst_status(states),
-            throttled=throttled_during(states, self.policy.throttle_status),
+            # a capped GPU clock throttles what runs on the GPU
+            throttled=throttled_during(states, self.policy.throttle_status) or bool(
+                cell.compute_device != CPU_DEVICE and findings.measured.get("gpu_throttled")),
             cooldown_waited_s=gate.waited_s if gate else None,
             start_thermal_status=start_state.thermal_status if start_state else None,
             start_temp_c=start_state.max_temp_c if start_state else None,
@@ -579,8 +606,36 @@ class TrialRunner:
             kv_reported_bytes=log.kv_bytes if log else None,
             repack_reported_bytes=log.repack_bytes if log else None,
             compute_reported_bytes=log.compute_bytes if log else None,
+            predicted_device_bytes=ctx.predicted_device_bytes,
+            predicted_host_bytes=ctx.predicted_host_bytes,
             **findings.measured,
         )
+
+
+def _gpu_columns(cell: Cell, sampled: ondevice.Sampled, ticks: Sequence[Tick]) -> dict[str, Any]:
+    """Device memory (the phone's report), the host's rest, and the GPU's heat and clocks.
+
+    A CPU cell has device memory only where the phone can say it (kgsl: 0 when the engine
+    allocated nothing there); a device cell whose phone cannot say it is "unreadable", never 0.
+    """
+    memories = [t.memory for t in ticks if t.memory is not None and t.memory.source ==
+                ondevice.SOURCE]
+    reports = [info for _, text in sampled.dumpsys if (info := parse_meminfo(text)) is not None]
+    found = device_memory(memories, sampled.kgsl, reports, sampled.gpu_peak_bytes)
+    on_device = cell.compute_device != CPU_DEVICE
+    states = [t.gpu for t in ticks if t.gpu is not None]
+    zones = [s.max_gpu_temp_c for s in (t.state for t in ticks if t.state) if s.max_gpu_temp_c
+             is not None]
+    gpu_errors = [r for r in sampled.unreadable if "kgsl" in r]
+    columns: dict[str, Any] = {
+        "max_gpu_temp_c": max(zones) if zones else None,
+        "gpu_throttled": gpu_throttled(states),
+        "gpu_unreadable": "; ".join(gpu_errors) if on_device and gpu_errors else None,
+    }
+    if found.device_bytes is None and not on_device:
+        return columns  # a CPU cell on a phone that cannot tell: nothing to say
+    return {**columns, "device_memory_bytes": found.device_bytes,
+            "device_memory_source": found.source, "host_memory_bytes": found.host_bytes}
 
 
 def _after_command(workdir: str) -> str:

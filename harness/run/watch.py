@@ -15,6 +15,15 @@ from harness.run.ondevice import Rates, start_command
 from harness.run.state import ProcessMemory
 
 
+def launch_line(argv: Sequence[str], lib_dir: str | None,
+                env: Mapping[str, str] | None = None) -> str:
+    """``env LD_LIBRARY_PATH=... K=V ... argv``, every word quoted: how an engine of a build
+    starts on the phone (its ``lib/`` first on the loader's path, the build's environment)."""
+    settings = {**({"LD_LIBRARY_PATH": lib_dir} if lib_dir else {}), **(env or {})}
+    prefix = ["env", *(f"{k}={v}" for k, v in sorted(settings.items()))] if settings else []
+    return " ".join(shlex.quote(word) for word in [*prefix, *argv])
+
+
 def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None,
                    sampler: Rates | None = None, env: Mapping[str, str] | None = None,
                    prelude: str = "") -> str:
@@ -28,9 +37,7 @@ def launch_command(workdir: str, argv: Sequence[str], lib_dir: str | None,
     ``t0``: the page cache set as the cell asks (``harness.run.trial.cache_prelude``), right
     before the engine, with nothing in between that could change it.
     """
-    settings = {**({"LD_LIBRARY_PATH": lib_dir} if lib_dir else {}), **(env or {})}
-    prefix = ["env", *(f"{k}={v}" for k, v in sorted(settings.items()))] if settings else []
-    words = " ".join(shlex.quote(word) for word in [*prefix, *argv])
+    words = launch_line(argv, lib_dir, env)
     folder = shlex.quote(workdir)
     first = f"{prelude}; " if prelude else ""
     setup = (f"mkdir -p {folder} && cd {folder} && echo $$ > pid || exit 1; {first}"

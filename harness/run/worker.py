@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import store
+from harness import knobs, store
 from harness.artifacts.builds import Build
 from harness.artifacts.devicetools import ensure_pagecache
 from harness.artifacts.gguf_info import ModelInfo, file_sha256
@@ -24,6 +24,7 @@ from harness.cell import DEVICE_PYTHON_BUILD, Cell
 from harness.device.base import Device, DeviceFacts
 from harness.device.lease import DeviceBusyError, DeviceLease
 from harness.engines import Engine, LlamaBench, PyBench, get_engine
+from harness.engines.devices import Capability, capability_from_output, list_devices_command
 from harness.errors import BuildError, ConfigError, DeviceError, DeviceLostError, HarnessError
 from harness.plan import PlannedCell, build_repack, plan_cells
 from harness.profiles import storage_speed
@@ -55,6 +56,7 @@ from harness.run.pyruntime import (
 from harness.run.session import DeviceSummary, Prepared, RunOptions
 from harness.run.trial import TrialContext, TrialPolicy, TrialRunner
 from harness.run.validity import Bandwidth, needs_bandwidth, validate
+from harness.run.watch import launch_line
 from harness.units import KIB
 
 Sink = Callable[[TrialRecord, Sequence[SampleRecord]], None]  # where each finished trial goes
@@ -70,7 +72,7 @@ def _meta_device(facts: DeviceFacts) -> DeviceMeta:
                       ram_bytes=facts.total_ram_kb * 1024 if facts.total_ram_kb else None,
                       abi=facts.abi, cpu_emulation=facts.cpu_emulation,
                       memory_model=facts.memory_model,
-                      storage_read_mb_s=storage_speed(facts))
+                      storage_read_mb_s=storage_speed(facts), gpu_emulated=facts.gpu_emulated)
 
 
 
@@ -178,8 +180,11 @@ class DeviceWorker:
         # the phone's memory bandwidth for the validity gates: looked up (profile) or measured
         # once per run, at the first trial that needs it; None inside: no figure to be had
         self._bandwidth: list[Bandwidth | None] | None = None
-        # output check verdicts per (engine, build, model file on the device), made once
-        self._checks: dict[tuple[str, str, str], outputcheck.Verdict] = {}
+        # output check verdicts per (engine, build, model file on the device, compute device,
+        # offloaded layers), made once
+        self._checks: dict[tuple[str, str, str, str, int], outputcheck.Verdict] = {}
+        # each llama.cpp build's devices on this phone, asked once (--list-devices)
+        self._capabilities: dict[str, Capability] = {}
 
     def _emit(self, kind: str, **details: Any) -> None:
         self.on_event(kind, self.device.serial, details)
@@ -375,13 +380,16 @@ class DeviceWorker:
         return store_io.lost_trial(spec, plan), []
 
     def _output_verdict(self, cell: Cell, ctx: TrialContext) -> outputcheck.Verdict:
-        """The output check of this cell's (engine, build, model file), run before its first
-        trial on this phone and reused for the rest (``harness.run.outputcheck``)."""
-        key = (cell.engine, cell.build, ctx.model)
+        """The output check of this cell's (engine, build, model file) on its compute device
+        with its offloaded layers, run before its first trial on this phone and reused for
+        the rest (``harness.run.outputcheck``): a backend that computes wrong tokens fails
+        the check of its own cells only."""
+        key = (cell.engine, cell.build, ctx.model, cell.compute_device, cell.n_gpu_layers)
         if key not in self._checks:
             self._checks[key] = self._check_output(cell, ctx)
             verdict = self._checks[key]
             self._emit(Kind.OUTPUT_CHECK, build=cell.build, model=cell.model, quant=cell.quant,
+                       device=cell.compute_device, n_gpu_layers=cell.n_gpu_layers,
                        status=verdict.status.value, detail=verdict.detail)
         return self._checks[key]
 
@@ -408,7 +416,8 @@ class DeviceWorker:
                                        detail=f"no reference: {error}")
         generator = f"{ctx.binary.rsplit('/', 1)[0]}/{outputcheck.GENERATOR}"
         command = outputcheck.generator_command(generator, ctx.model, policy.prompt,
-                                                policy.tokens, ctx.lib_dir, ctx.env)
+                                                policy.tokens, ctx.lib_dir, ctx.env,
+                                                n_gpu_layers=cell.n_gpu_layers)
         try:
             result = self.device.shell(command, timeout=self.prepared.matrix.timeout.trial_s)
         except DeviceError as error:
@@ -518,6 +527,8 @@ class DeviceWorker:
             if cell.cell_id in contexts:
                 continue
             engine = get_engine(cell.engine)
+            if isinstance(engine, PyBench) and self._python is not None:
+                engine = PyBench(gpu_offload=self._python.gpu_offload)
             engine_files, where = self._engine_files(cell, engine)
             model = self.prepared.models[(cell.model, cell.quant)]
             if not isinstance(model, ModelInfo):
@@ -542,6 +553,8 @@ class DeviceWorker:
                                      file_bytes=model.file_size),
                 pagecache=tool.remote if tool is not None else None,
                 predicted_paging_tg_tps=(planned[cell.cell_id].paging_tg_tps),
+                predicted_device_bytes=prediction.device if prediction else None,
+                predicted_host_bytes=prediction.host if prediction else None,
             )
         try:
             try:
@@ -562,7 +575,31 @@ class DeviceWorker:
         self.summary.bytes_pushed += report.bytes_pushed
         self._emit(Kind.PUSHED, bytes=report.bytes_pushed, files=report.files_pushed,
                    reused=report.files_reused)
+        return self._with_capabilities(contexts, runnable)
+
+    def _with_capabilities(self, contexts: dict[str, TrialContext],
+                           runnable: Sequence[TrialSpec]) -> dict[str, TrialContext]:
+        """Ask each llama.cpp build whose cells want a device which devices it has here."""
+        wanted = {t.cell.cell_id: t.cell.build for t in runnable
+                  if t.cell.compute_device != knobs.CPU_DEVICE
+                  and isinstance(contexts[t.cell.cell_id].engine, LlamaBench)}
+        for cell_id, build in sorted(wanted.items()):
+            ctx = contexts[cell_id]
+            if build not in self._capabilities:
+                self._capabilities[build] = self._list_devices(build, ctx)
+                found = self._capabilities[build]
+                self._emit(Kind.DEVICES, build=build, devices=list(found.names()),
+                           error=found.unknown)
+            contexts[cell_id] = dataclasses.replace(ctx, capability=self._capabilities[build])
         return contexts
+
+    def _list_devices(self, build: str, ctx: TrialContext) -> Capability:
+        command = launch_line(list_devices_command(ctx.binary), ctx.lib_dir, ctx.env)
+        try:
+            result = self.device.shell(command, timeout=120)
+        except DeviceError as error:
+            return Capability(build, unknown=f"--list-devices did not finish: {error}")
+        return capability_from_output(build, result.exit_code, result.stdout, result.stderr)
 
 
 

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -114,6 +116,75 @@ class AndroidRules:
                      for name, mb, adj in STOCK_APPS)
 
 
+GPU_VENDORS = ("qualcomm", "arm", "imagination", "other")
+GPU_KEYS = ("name", "vendor", "max_khz", "min_khz", "readable", "drop_dispatches")
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    """The phone's GPU (profile key ``gpu:``), run on Mesa's lavapipe (harness.virtual.gpu).
+
+    ``readable`` false: the GPU's driver tells the shell nothing, as on Mali phones (no
+    ``/sys/class/kgsl``, no memtrack HAL: ``dumpsys meminfo`` shows no GPU memory).
+    """
+
+    name: str  # e.g. "Adreno (TM) 740"
+    vendor: str  # qualcomm | arm | imagination | other
+    max_khz: int
+    min_khz: int
+    readable: bool = True
+    # a faulty driver, for tests of the output check: every Nth compute dispatch is dropped
+    # (the Vulkan layer's HARNESS_GPU_FAULT), so the GPU runs fast and computes wrong; 0: none
+    drop_dispatches: int = 0
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> GpuConfig:
+        return cls(name=str(data["name"]), vendor=str(data["vendor"]),
+                   max_khz=int(data["max_khz"]), min_khz=int(data["min_khz"]),
+                   readable=bool(data.get("readable", True)),
+                   drop_dispatches=int(data.get("drop_dispatches", 0)))
+
+
+def parse_gpu(data: Any, where: str) -> GpuConfig | None:
+    """A profile's ``gpu:`` mapping, checked (None when the profile has none); errors name
+    ``where`` and the key, as the other profile keys' do."""
+    if data is None:
+        return None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a mapping of keys ({', '.join(GPU_KEYS)})")
+    unknown = sorted(set(data) - set(GPU_KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key '{unknown[0]}' (allowed: "
+                          f"{', '.join(sorted(GPU_KEYS))})")
+    for key in ("name", "vendor", "max_khz", "min_khz"):
+        if key not in data:
+            raise ConfigError(f"{where}: missing key '{key}'")
+    name = data["name"]
+    if not isinstance(name, str) or not name.strip() or "\n" in name:
+        raise ConfigError(f"{where}.name must be the GPU's name on one line, got {name!r}")
+    vendor = data["vendor"]
+    if vendor not in GPU_VENDORS:
+        raise ConfigError(f"{where}.vendor must be one of {', '.join(GPU_VENDORS)}, "
+                          f"got {vendor!r}")
+    clocks = {k: data[k] for k in ("max_khz", "min_khz")}
+    for key, value in clocks.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"{where}.{key} must be a positive whole number of kHz, "
+                              f"got {value!r}")
+    if clocks["min_khz"] > clocks["max_khz"]:
+        raise ConfigError(f"{where}: min_khz ({clocks['min_khz']}) must not be above max_khz "
+                          f"({clocks['max_khz']})")
+    readable = data.get("readable", True)
+    if not isinstance(readable, bool):
+        raise ConfigError(f"{where}.readable must be true or false, got {readable!r}")
+    drop = data.get("drop_dispatches", 0)
+    if isinstance(drop, bool) or not isinstance(drop, int) or not (drop == 0 or 2 <= drop <= 1000):
+        raise ConfigError(f"{where}.drop_dispatches must be 0 (no fault) or a whole number "
+                          f"from 2 to 1000 (drop every Nth dispatch), got {drop!r}")
+    return GpuConfig(name=name, vendor=vendor, max_khz=clocks["max_khz"],
+                     min_khz=clocks["min_khz"], readable=readable, drop_dispatches=drop)
+
+
 @dataclass(frozen=True)
 class PhoneConfig:
     name: str  # the phone's slot name, e.g. midrange-8gb-1
@@ -138,6 +209,9 @@ class PhoneConfig:
     storage_readahead_kb: int = 128  # the phone's own disk's read_ahead_kb
     disk: Mapping[str, Any] | None = None  # disk.PhoneDisk.to_json(): /data on its own device
     disk_note: str = ""  # why /data is on the host's disk instead
+    gpu: GpuConfig | None = None  # the profile's GPU, run on lavapipe (harness.virtual.gpu)
+    gpu_layer_dir: str = ""  # the compiled memory-counting layer (gpulayer.ensure_gpu_layer)
+    vulkan_icd: str = ""  # lavapipe's ICD manifest, the phone's only Vulkan driver
 
     @property
     def sdk(self) -> int:
@@ -173,6 +247,9 @@ class PhoneConfig:
             storage_readahead_kb=int(data.get("storage_readahead_kb", 128)),
             disk=dict(data["disk"]) if data.get("disk") else None,
             disk_note=str(data.get("disk_note", "")),
+            gpu=GpuConfig.from_mapping(data["gpu"]) if data.get("gpu") else None,
+            gpu_layer_dir=str(data.get("gpu_layer_dir", "")),
+            vulkan_icd=str(data.get("vulkan_icd", "")),
         )
 
     @classmethod

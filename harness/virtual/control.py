@@ -22,6 +22,7 @@ from harness.errors import ConfigError, DeviceError
 from harness.profiles import DeviceProfile, find_profile
 from harness.testing.adbserver import free_port
 from harness.virtual.config import PhoneConfig
+from harness.virtual.gpu import provision_gpu
 from harness.virtual.phone import FAULT_KINDS, FAULT_VALUES
 from harness.virtual.provision import config_from_profile, provision, release
 from harness.virtual.sandbox import Sandbox
@@ -242,6 +243,7 @@ def start_phones(profile: str | DeviceProfile = DEFAULT_PROFILE, count: int = 1,
                 continue
             config = config_from_profile(prof, name, ram_mb, storage_mb, abi, shell,
                                          storage_mb_s)
+            config = provision_gpu(config)  # lavapipe and the layer, or refused: one line
             sandbox = Sandbox(phone_dir)
             sandbox.create()
             config = provision(config, phone_dir, memory_model, storage_mb_s is not None)

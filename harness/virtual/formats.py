@@ -68,8 +68,17 @@ def _row(label: str, values: Iterable[int | None]) -> str:
 
 
 def meminfo_process(pid: int, name: str, rollup: Mapping[str, int], status: Mapping[str, int],
-                    sdk: int, uptime_ms: int) -> str:
-    """``dumpsys meminfo <pid>`` of a native process, numbers from its smaps_rollup/status."""
+                    sdk: int, uptime_ms: int, graphics_kb: int = 0) -> str:
+    """``dumpsys meminfo <pid>`` of a native process, numbers from its smaps_rollup/status.
+
+    ``graphics_kb`` is the process's GPU memory as a memtrack HAL reports it (0: none, or no
+    memtrack HAL): a ``GL mtrack`` row (Pss Total, Private Dirty and Rss Total) and the App
+    Summary's ``Graphics:``. A phone's GPU memory is outside smaps, and its TOTAL is smaps' Pss
+    plus memtrack's graphics. A virtual phone's GPU (lavapipe) allocates it in the process's
+    own heap, already inside smaps' Pss: it is taken out of Native Heap (never below 0), so
+    TOTAL stays smaps' Pss while the GPU memory is resident, and counts what is not resident
+    yet on top (a phone's driver gives the pages at allocation).
+    """
     rss = rollup.get("Rss", 0)
     pss = rollup.get("Pss", 0)
     anon = rollup.get("Anonymous", 0)
@@ -79,17 +88,31 @@ def meminfo_process(pid: int, name: str, rollup: Mapping[str, int], status: Mapp
     swap = rollup.get("SwapPss", rollup.get("Swap", 0))
     priv_dirty = rollup.get("Private_Dirty", 0)
     priv_clean = rollup.get("Private_Clean", 0)
-    heap = max(0, pss_anon - stack)
+    graphics = max(0, graphics_kb)
+    heap_in_smaps = max(0, pss_anon - stack)
+    heap_dirty_in_smaps = max(0, priv_dirty - stack)
+    heap_rss_in_smaps = max(0, anon - stack)
+    # the GPU's share of each column, taken out of the native heap where it is counted
+    moved, moved_dirty, moved_rss = (min(graphics, heap_in_smaps),
+                                     min(graphics, heap_dirty_in_smaps),
+                                     min(graphics, heap_rss_in_smaps))
+    heap = heap_in_smaps - moved
     other = max(0, pss - pss_anon - pss_file)
     with_rss = sdk >= 30
     # label, pss, private dirty, private clean, swap, rss
     table = [
-        ("Native Heap", heap, max(0, priv_dirty - stack), 0, swap, max(0, anon - stack)),
+        ("Native Heap", heap, heap_dirty_in_smaps - moved_dirty, 0, swap,
+         heap_rss_in_smaps - moved_rss),
         ("Dalvik Heap", 0, 0, 0, 0, 0),
         ("Stack", stack, stack, 0, 0, stack),
         (".so mmap", pss_file, 0, priv_clean, 0, max(0, rss - anon)),
-        ("Unknown", other, 0, 0, 0, 0),
     ]
+    if graphics:  # dumpsys leaves out the rows that are all zero
+        table.append(("GL mtrack", graphics, graphics, 0, 0, graphics))
+    table.append(("Unknown", other, 0, 0, 0, 0))
+    pss_total = pss - moved + graphics
+    rss_total = rss - moved_rss + graphics
+    dirty_total = priv_dirty - moved_dirty + graphics
     lines = [
         "Applications Memory Usage (in Kilobytes):",
         f"Uptime: {uptime_ms} Realtime: {uptime_ms}",
@@ -111,26 +134,26 @@ def meminfo_process(pid: int, name: str, rollup: Mapping[str, int], status: Mapp
             values += [0, 0, 0]
         lines.append(_row(label, values).rstrip() if label not in ("Native Heap", "Dalvik Heap")
                      else _row(label, values))
-    totals: list[int | None] = [pss, priv_dirty, priv_clean, swap]
+    totals: list[int | None] = [pss_total, dirty_total, priv_clean, swap]
     if with_rss:
-        totals.append(rss)
+        totals.append(rss_total)
     lines.append(_row("TOTAL", [*totals, 0, 0, 0]))
     lines += [" ", " App Summary"]
-    system = max(0, pss - heap - pss_file - stack)
+    system = max(0, pss - heap_in_smaps - pss_file - stack)
     if with_rss:
         lines += [
             "                       Pss(KB)                        Rss(KB)",
             "                        ------                         ------",
             f"           Java Heap:{0:>9}{0:>31}",
-            f"         Native Heap:{heap:>9}{max(0, anon - stack):>31}",
+            f"         Native Heap:{heap:>9}{heap_rss_in_smaps - moved_rss:>31}",
             f"                Code:{pss_file:>9}{max(0, rss - anon):>31}",
             f"               Stack:{stack:>9}{stack:>31}",
-            f"            Graphics:{0:>9}{0:>31}",
+            f"            Graphics:{graphics:>9}{graphics:>31}",
             f"       Private Other:{0:>9}",
             f"              System:{system:>9}",
             f"             Unknown:{'':>9}{0:>31}",
             " ",
-            f"           TOTAL PSS:{pss:>9}            TOTAL RSS:{rss:>9}"
+            f"           TOTAL PSS:{pss_total:>9}            TOTAL RSS:{rss_total:>9}"
             f"       TOTAL SWAP PSS:{swap:>9}",
         ]
     else:
@@ -141,11 +164,11 @@ def meminfo_process(pid: int, name: str, rollup: Mapping[str, int], status: Mapp
             f"         Native Heap:{heap:>9}",
             f"                Code:{pss_file:>9}",
             f"               Stack:{stack:>9}",
-            f"            Graphics:{0:>9}",
+            f"            Graphics:{graphics:>9}",
             f"       Private Other:{0:>9}",
             f"              System:{system:>9}",
             " ",
-            f"               TOTAL:{pss:>9}       TOTAL SWAP PSS:{swap:>9}",
+            f"               TOTAL:{pss_total:>9}       TOTAL SWAP PSS:{swap:>9}",
         ]
     return "\n".join(lines) + "\n \n"
 

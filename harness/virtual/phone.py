@@ -2,8 +2,9 @@
 
 One asyncio task ticks every ``TICK_S``: it finds the phone's processes (see procs.py), charges
 their CPU time to the thermal model and the battery (power.py), runs the phone's memory rules,
-rewrites the generated /proc and /sys files, and applies fault requests. A second task
-duty-cycles SIGSTOP/SIGCONT over the phone's processes while the thermal status asks for it.
+rewrites the generated /proc and /sys files (a GPU's among them, gpu.py), and applies fault
+requests. A second task duty-cycles SIGSTOP/SIGCONT over the phone's processes while the
+thermal status asks for it.
 Neither spins: both sleep between steps, and the throttle task idles when the phone is cool.
 
 Memory, as on a stock phone (VIRTUAL_PHONE.md, "Android fidelity"). With the ``cgroup`` memory
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.virtual import balloons, cgroups, formats, logstore, procs, thermal
+from harness.virtual import gpu as gpumodel
 from harness.virtual import power as powermodel
 from harness.virtual.config import (
     CHARGING,
@@ -153,6 +155,12 @@ def _on(value: object) -> bool:
     return word in ("on", "1", "true")
 
 
+def _alive(pid: int) -> bool:
+    """The process runs (an exited one waiting to be reaped has let go of its GPU memory)."""
+    stat = procs.read_stat(pid)
+    return stat is not None and stat.state not in ("Z", "X")
+
+
 def _is_service(stat: procs.ProcStat) -> bool:
     """A stand-in for one of Android's system services (``dumpsys``, ``logcat``, ``settings``...).
 
@@ -202,6 +210,9 @@ class Phone:
     _oom_kills: int | None = None
     _balloons: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _system_server: subprocess.Popen[bytes] | None = None
+    # the GPU (a profile's gpu: key): each non-service process's CPU ticks in the last tick,
+    # from which the GPU's load is modelled (harness.virtual.gpu)
+    _spent: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.groups = (cgroups.PhoneCgroups.from_json(self.config.cgroups)
@@ -260,6 +271,12 @@ class Phone:
                                      self.groups.procs_files if self.groups else ())}
         if self.groups is not None:
             self.shell_env[SYSTEM_CGROUPS] = "\n".join(self.groups.parent_procs_files)
+        if self.config.gpu is not None and not (self.config.gpu_layer_dir
+                                                and self.config.vulkan_icd):
+            self.config = gpumodel.provision_gpu(self.config)  # a config made without start
+        gpumodel.prepare_folders(self.config, self.sandbox.root, self.sandbox.state)
+        self.shell_env.update(gpumodel.shell_environment(self.config, self.sandbox.root,
+                                                         self.sandbox.state))
         (self.sandbox.state / "config.json").write_text(self.config.to_json())
         for stale in self.sandbox.control.glob("*.json"):
             stale.unlink()
@@ -331,6 +348,9 @@ class Phone:
         for stat in self._members:
             seen[stat.pid] = stat.cpu_ticks
             cpu_ticks += stat.cpu_ticks - self._cpu.get(stat.pid, 0)
+        if self.config.gpu is not None:
+            self._spent = {s.pid: s.cpu_ticks - self._cpu.get(s.pid, 0)
+                           for s in self._members if not _is_service(s)}
         self._cpu = seen
         live_sessions = {s.session for s in self._members}
         if self.sessions - live_sessions:
@@ -758,6 +778,8 @@ class Phone:
         for index, temp in enumerate(temperatures):
             self._put(zones / f"thermal_zone{index}" / "type", f"{temp['name']}\n")
             self._put(zones / f"thermal_zone{index}" / "temp", f"{round(temp['value'] * 1000)}\n")
+        if self.config.gpu is not None:
+            self._write_gpu(zones / f"thermal_zone{len(temperatures)}", status)
         busy = bool(self._members) and any(s.state == "R" for s in self._members)
         big, big_khz = self._big_cluster(), 0
         for index, first, cpus in self._cpus():
@@ -780,6 +802,26 @@ class Phone:
         self._put(root / "proc/meminfo", formats.proc_meminfo(self.config.ram_mb * 1024, available))
         self._put(root / "proc/pressure/memory", self.pressure.text())
         self.write_uptime()
+
+    def _write_gpu(self, zone: Path, status: int) -> None:
+        """The GPU's part of the tick: kgsl's folders of exited processes go, and a readable GPU
+        shows its modelled load, clock and thermal cap (kgsl-3d0) and a ``gpuss-0`` zone that
+        follows the die."""
+        gpu = self.config.gpu
+        assert gpu is not None
+        root, state = self.sandbox.root, self.sandbox.state
+        gpumodel.sweep(root, state, _alive)
+        if not gpu.readable:
+            return
+        held = gpumodel.holders(state / gpumodel.REPORTS)
+        nodes = gpumodel.gpu_nodes(gpu, gpumodel.busy_percent(self._spent, held.keys()), status)
+        for rel, text in gpumodel.device_files(nodes).items():
+            self._put(root / gpumodel.KGSL_DEVICE / rel, text)
+        self._put(zone / "type", f"{gpumodel.ZONE_TYPE}\n")
+        self._put(zone / "temp", f"{round(self.thermal.die_c * 1000)}\n")
+        self._put(state / "gpu.json", json.dumps(
+            {**asdict(nodes), "holders": {str(p): b for p, b in sorted(held.items())}},
+            sort_keys=True))
 
     def write_uptime(self) -> None:
         """/proc/uptime in centiseconds, as a kernel shows it. The tick rewrites it, and so does

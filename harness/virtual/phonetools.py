@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.virtual import formats, logstore, procs
+from harness.virtual import formats, gpu, logstore, procs
 from harness.virtual.config import PhoneConfig
 
 FORCE_FILE = "force-thermal"  # written by `cmd thermalservice override-status N`
@@ -119,8 +119,17 @@ def _meminfo(args: Sequence[str]) -> int:
         rollup = formats.kb_fields(procs.read_text(f"/proc/{stat.pid}/smaps_rollup"))
         status = formats.kb_fields(procs.read_text(f"/proc/{stat.pid}/status"))
         sys.stdout.write(formats.meminfo_process(stat.pid, stat.comm, rollup, status,
-                                                 config.sdk, _uptime_ms()))
+                                                 config.sdk, _uptime_ms(),
+                                                 _graphics_kb(config, stat.pid)))
     return 0
+
+
+def _graphics_kb(config: PhoneConfig, pid: int) -> int:
+    """What the memtrack HAL reports for ``pid``: its GPU memory as the layer counted it, on a
+    phone whose GPU is readable (no memtrack HAL otherwise, as on Mali phones: 0)."""
+    if config.gpu is None or not config.gpu.readable:
+        return 0
+    return (gpu.report_bytes(_state() / gpu.REPORTS, pid) or 0) // 1024
 
 
 def _thermal_text() -> str:

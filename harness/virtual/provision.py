@@ -21,6 +21,7 @@ from harness.errors import ConfigError
 from harness.profiles import DeviceProfile
 from harness.virtual import cgroups, disk, storage
 from harness.virtual.config import MEMORY_MODEL_CHOICES, ClusterConfig, PhoneConfig
+from harness.virtual.gpu import gpu_props
 from harness.virtual.userland import ABI_LISTS, ABI_MACHINES, ABI_QEMU, SHELLS, host_abi
 
 MIB = 1024 * 1024
@@ -140,7 +141,8 @@ def config_from_profile(profile: DeviceProfile, name: str, ram_mb: int | None = 
     host builds natively, as Android's emulator images do); a phone whose ABI is not the host's
     runs its binaries in qemu-user and says so in ``ro.harness.emulated_cpu``.
     ``storage_mb_s`` overrides the profile's storage read speed (MB/s); the memory model is
-    resolved when the phone starts (``harness.virtual.control``).
+    resolved when the phone starts (``harness.virtual.control``). A profile's ``gpu`` runs on
+    lavapipe, natively only: on another ABI it is a ConfigError (``harness.virtual.gpu``).
     """
     abi = abi or profile.abi
     if abi not in ABI_MACHINES:
@@ -148,7 +150,12 @@ def config_from_profile(profile: DeviceProfile, name: str, ram_mb: int | None = 
                           f"of {', '.join(ABI_MACHINES)}, not '{abi}' (use --abi)")
     if shell not in SHELLS:
         raise ConfigError(f"unknown phone shell '{shell}' (known: {', '.join(SHELLS)})")
-    props = dict(profile.props)
+    gpu = getattr(profile, "gpu", None)
+    if gpu is not None and abi != host_abi():
+        raise ConfigError(f"{profile.source or profile.name}: gpu: a virtual phone's GPU is "
+                          f"Mesa's lavapipe, which runs only natively: this phone is {abi}, "
+                          f"this host {host_abi()} (start it with --abi {host_abi()})")
+    props = dict(profile.props) if gpu is None else gpu_props(gpu, profile.props)
     if abi != profile.abi:
         props["ro.product.cpu.abi"] = abi
         props["ro.product.cpu.abilist"] = ABI_LISTS[abi]
@@ -174,4 +181,5 @@ def config_from_profile(profile: DeviceProfile, name: str, ram_mb: int | None = 
         power_model=dict(getattr(profile, "power_model", {})),
         storage_read_mb_s=storage_mb_s if storage_mb_s is not None else profile.storage_read_mb_s,
         storage_readahead_kb=getattr(profile, "storage_readahead_kb", None) or 128,
+        gpu=gpu,
     )

@@ -4,8 +4,9 @@ Layout of a phone directory::
 
     root/     what the phone calls "/": data/local/tmp, sdcard, system/bin, proc/meminfo,
               proc/cpuinfo, proc/uptime, proc/pressure/memory, proc/sys/kernel/random/boot_id,
-              sys/class/thermal, sys/devices/system/cpu
-    state/    config.json (profile snapshot), logcat.log, sessions, thermal.json, control/
+              sys/class/thermal, sys/devices/system/cpu, sys/class/kgsl (a readable GPU)
+    state/    config.json (profile snapshot), logcat.log, sessions, thermal.json, control/,
+              gpu/ (the GPU memory layer's reports, harness.virtual.gpu)
 
 Why rewriting: commands run in the phone's shell, a real mksh (so ``; echo X4EXIT:$?`` and every
 POSIX construct work) without root or namespaces. Well-known absolute device prefixes in a
@@ -30,6 +31,7 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
     ("/storage/self/primary", "sdcard"),
     ("/sys/devices/system/cpu", "sys/devices/system/cpu"),
     ("/sys/class/thermal", "sys/class/thermal"),
+    ("/sys/class/kgsl", "sys/class/kgsl"),  # a readable GPU's; absent otherwise (ENOENT)
     ("/sys/class/power_supply", "sys/class/power_supply"),
     ("/proc/sys/kernel/random/boot_id", "proc/sys/kernel/random/boot_id"),
     ("/proc/pressure/memory", "proc/pressure/memory"),

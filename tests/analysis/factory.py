@@ -50,7 +50,8 @@ def trial(c: Cell | None = None, *, run_id: str = "run1", serial: str = "SER1", 
         peak_pss_file_bytes=None, predicted_peak_bytes=1 << 30, max_temp_c=40.0,
         max_thermal_status=0, throttled=False, cooldown_waited_s=0.0, start_thermal_status=0,
         start_temp_c=35.0, battery_level=80, battery_temp_c=30.0, evidence=None,
-        engine_record=None, engine=c.engine,
+        engine_record=None, engine=c.engine, compute_device=c.compute_device,
+        n_gpu_layers=c.n_gpu_layers,
     )
     return replace(record, **overrides)
 

@@ -50,8 +50,32 @@ def test_argv_maps_every_cell_field_in_the_current_dialect() -> None:
     assert argv == [
         "/data/local/tmp/b/llama-bench", "-m", "/data/local/tmp/m.gguf", "-p", "32", "-n", "16",
         "-d", "0", "-b", "512", "-ub", "256", "-t", "2", "-ctk", "f16", "-ctv", "f16",
-        "-fa", "auto", "-lm", "mmap", "-r", "2", "-o", "jsonl", "-v",
+        "-fa", "auto", "-lm", "mmap", "-dev", "none", "-ngl", "0", "-r", "2", "-o", "jsonl",
+        "-v",
     ]
+
+
+def test_where_the_model_runs_is_always_said_never_llama_bench_s_default() -> None:
+    """llama-bench's own default is -ngl -1 on the first device: a CPU cell of a GPU build
+    would run on the GPU. Every argv names the device and the layers."""
+    cpu = LlamaBench().argv(CELL, "lb", "m.gguf")
+    assert cpu[cpu.index("-dev") + 1] == "none" and cpu[cpu.index("-ngl") + 1] == "0"
+    gpu = dataclasses.replace(CELL, compute_device="Vulkan0", n_gpu_layers=-1)
+    argv = LlamaBench().argv(gpu, "lb", "m.gguf")
+    assert argv[argv.index("-dev") + 1] == "Vulkan0" and argv[argv.index("-ngl") + 1] == "-1"
+    half = LlamaBench().argv(dataclasses.replace(gpu, n_gpu_layers=2), "lb", "m.gguf")
+    assert half[half.index("-ngl") + 1] == "2"
+
+
+def test_offload_without_a_device_and_device_cells_on_old_builds_are_unsupported() -> None:
+    lost = dataclasses.replace(CELL, n_gpu_layers=4)
+    assert "device none runs every layer on the CPU" in (LlamaBench().supports(lost) or "")
+    old = LlamaBench(Dialect(device=False))
+    gpu = dataclasses.replace(CELL, compute_device="Vulkan0", n_gpu_layers=-1)
+    assert "has no -dev/--device" in (old.supports(gpu) or "")
+    # a CPU cell still runs on an old build, with -ngl 0 and no -dev
+    argv = old.argv(CELL, "lb", "m.gguf")
+    assert "-dev" not in argv and argv[argv.index("-ngl") + 1] == "0"
 
 
 def test_argv_in_the_older_dialect_uses_mmp_and_numeric_flash_attention() -> None:
@@ -102,9 +126,10 @@ def test_affinity_mask_pins_strictly_and_big_needs_a_resolved_mask() -> None:
 def test_dialect_is_read_from_help_text() -> None:
     new = "  -fa, --flash-attn <on|off|auto>\n  -lm, --load-mode <auto|none|mmap>\n" \
           "  -d, --n-depth <n>\n  -C, --cpu-mask <hex,hex>\n"
+    new += "  -dev, --device <dev0/dev1/...>\n"
     old = "  -fa, --flash-attn <0|1>\n  -mmp, --mmap <0|1>\n"
     assert dialect_from_help(new) == Dialect()
-    assert dialect_from_help(old) == Dialect(False, False, False, False)
+    assert dialect_from_help(old) == Dialect(False, False, False, False, False)
 
 
 def test_parse_keeps_key_names_unknown_keys_and_reads_missing_ones_as_none() -> None:

@@ -59,7 +59,10 @@ def test_rates_become_ticks_and_the_script_holds_only_numbers_and_paths() -> Non
                                                                                      200, 0)
     text = script(rates)
     assert "{" + "cpu}" not in text and "/sys/devices/system/cpu/cpu7/cpufreq" in text
-    assert "dumpsys meminfo" in text and "[ 0 -gt 0 ]" in text  # dumpsys meminfo: never
+    # dumpsys meminfo: never (a device cell's, on a phone without kgsl, every second)
+    assert "dumpsys meminfo" in text and "D=0; [ -z \"$K\" ] && [ $D -eq 0 ] && D=0;" in text
+    gpu = script(Rates(gpu_dumpsys_s=1.0))
+    assert "D=0; [ -z \"$K\" ] && [ $D -eq 0 ] && D=100;" in gpu
     assert "current_now" not in text and "current_now" in script(Rates(power=True))
     # after the fast start a calmer tick, but not with battery readings or a faster memory rate
     assert "else d=0.1; fi" in text and "else d=0.05; fi" in script(Rates(power=True))

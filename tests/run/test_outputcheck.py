@@ -129,7 +129,15 @@ def test_the_command_quotes_every_word() -> None:
                                             CHECK_TOKENS, lib_dir="/d/b x/lib")
     assert shlex.split(command) == [
         "env", "LD_LIBRARY_PATH=/d/b x/lib", "/d/b x/bin/llama-simple", "-m", "/d/m y.gguf",
-        "-n", str(CHECK_TOKENS), HOSTILE]
+        "-n", str(CHECK_TOKENS), "-ngl", "0", HOSTILE]
+
+
+def test_the_generator_runs_with_the_trial_s_offloaded_layers() -> None:
+    """llama-simple's own default (-ngl 99) would put a CPU cell's check on a GPU build's GPU."""
+    cpu = shlex.split(outputcheck.generator_command("b", "m", "p", 4))
+    assert cpu[cpu.index("-ngl") + 1] == "0"
+    gpu = shlex.split(outputcheck.generator_command("b", "m", "p", 4, n_gpu_layers=-1))
+    assert gpu[gpu.index("-ngl") + 1] == "-1"
 
 
 def test_a_shell_running_the_command_passes_the_prompt_as_one_word(tmp_path: Path) -> None:
@@ -140,7 +148,8 @@ def test_a_shell_running_the_command_passes_the_prompt_as_one_word(tmp_path: Pat
     command = outputcheck.generator_command(str(script), "m.gguf", HOSTILE, CHECK_TOKENS)
     done = subprocess.run(["sh", "-c", command], cwd=tmp_path, capture_output=True, text=True,
                           check=True)
-    assert done.stdout.split("\0")[:-1] == ["-m", "m.gguf", "-n", str(CHECK_TOKENS), HOSTILE]
+    assert done.stdout.split("\0")[:-1] == ["-m", "m.gguf", "-n", str(CHECK_TOKENS), "-ngl",
+                                             "0", HOSTILE]
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
 
 

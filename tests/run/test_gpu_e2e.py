@@ -1,0 +1,157 @@
+"""The GPU as a matrix axis, end to end (issue 36): matrices/gpu.yaml on the virtual GPU phone
+(devices/virtual/gpu-phone.yaml: Mesa's software Vulkan driver, its allocations counted by the
+phone's Vulkan layer and reported through kgsl nodes) with the host Vulkan build of llama-bench.
+
+lavapipe runs the "GPU" on the host's two cores: these tests use short workloads and never
+judge a GPU speed, only where the work ran, what the phone reported and what the check found.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from harness import store
+from harness.artifacts.builds import Build
+from harness.cli import main
+from harness.device import get_device
+from harness.run.offload import KGSL_SOURCE
+from harness.run.runner import RunOptions, execute
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+MATRIX = REPO / "matrices" / "gpu.yaml"
+GPU_PHONE = str(REPO / "devices" / "virtual" / "gpu-phone.yaml")
+MALI_PHONE = str(REPO / "devices" / "virtual" / "gpu-phone-mali.yaml")
+MiB = 2**20
+
+
+def _run(matrix: Path, serial: str, results: Path, build: Build) -> pd.DataFrame:
+    execute(matrix, [get_device(serial)],
+            RunOptions(results=results, builds=build.path.parent, reserve_bytes=0))
+    return store.read_table(results, "trials")
+
+
+def _one(trials: pd.DataFrame, quant: str, device: str, layers: int) -> pd.Series:
+    rows = trials[(trials["quant"] == quant) & (trials["compute_device"] == device)
+                  & (trials["n_gpu_layers"] == layers)]
+    assert len(rows) == 1, rows[["quant", "compute_device", "n_gpu_layers"]]
+    return rows.iloc[0]
+
+
+def _record(row: pd.Series) -> list[dict[str, Any]]:
+    return list(json.loads(str(row["engine_record"])))
+
+
+def test_cpu_partial_and_full_offload_on_the_virtual_gpu_phone(
+        virtual_phones: Any, tmp_path: Path, vulkan_build: Build, bench_ladder: Any) -> None:
+    (phone,) = virtual_phones(1, profile=GPU_PHONE)
+    results = tmp_path / "r"
+    trials = _run(MATRIX, phone.serial, results, vulkan_build)
+    assert len(trials) == 12
+    assert set(trials["outcome"]) <= {"ok", "unsupported"}, trials[["outcome", "error"]]
+    unsupported = trials[trials["outcome"] == "unsupported"]
+    # device none with layers offloaded: nothing would run anywhere but the CPU
+    assert (unsupported["compute_device"] == "none").all() and len(unsupported) == 4
+    assert unsupported["error"].str.contains("device none runs every layer on the CPU").all()
+    ok = trials[trials["outcome"] == "ok"]
+    assert len(ok) == 8 and (ok["gpu_emulated"] == "lavapipe").all()
+    assert ok["gpu_info"].str.contains("llvmpipe").all()  # the build's GPU, as llama-bench saw
+    assert (ok["devices_used"] == ok["compute_device"]).all()
+    for quant in ("Q8_0", "Q4_0"):
+        # the CPU cell of the Vulkan build: what llama-bench says it ran (its -dev and -ngl)
+        cpu = _one(trials, quant, "none", 0)
+        for record in _record(cpu):
+            assert record["devices"] == "none" and record["n_gpu_layers"] == 0
+        assert cpu["device_memory_bytes"] == 0 and cpu["device_memory_source"] == KGSL_SOURCE
+        assert cpu["offloaded_layers"] == 0
+        hosts = []
+        for layers in (0, 4, -1):  # half of bench's 9 offloadable layers is 4
+            gpu = _one(trials, quant, "Vulkan0", layers)
+            assert {r["devices"] for r in _record(gpu)} == {"Vulkan0"}
+            assert {r["n_gpu_layers"] for r in _record(gpu)} == {layers}
+            assert str(gpu["gpu_driver"]).startswith("ggml_vulkan: 0 = llvmpipe")
+            assert gpu["device_memory_source"] == KGSL_SOURCE
+            measured, predicted = gpu["device_memory_bytes"], gpu["predicted_device_bytes"]
+            if layers:
+                assert abs(measured / predicted - 1) <= 0.10, (quant, layers, measured,
+                                                              predicted)
+            else:
+                # nothing offloaded: the device holds llama.cpp's pinned compute buffer alone
+                # (its Vulkan_Host buffer, about 1 MiB here), which the compute term
+                # over-predicts for this small graph: both stay small, whatever the ratio
+                assert 0 < measured < 2 * MiB and predicted < 2 * MiB, (measured, predicted)
+            # the host's rest: what the process held beside the device's buffers, never more
+            # than its own peak (lavapipe's device memory is inside the process)
+            assert 0 < gpu["host_memory_bytes"] <= gpu["vm_hwm_bytes"]
+            hosts.append(gpu["predicted_host_bytes"])
+        assert hosts[0] > hosts[1] > hosts[2], hosts  # the predictor moves weights off the host
+        # Not asserted: that the measured host memory falls with the layers. On this phone it
+        # does not, reliably: lavapipe JIT-compiles every pipeline into the process (20-50 MB
+        # more anonymous memory with the ops offloaded), and the sampled PSS of a trial this
+        # short can predate the mapping (docs/gpu.md has the figures)
+    assert set(ok["output_check"]) == {"match"}, ok[["compute_device", "n_gpu_layers",
+                                                     "output_check", "output_check_detail"]]
+
+    found = CliRunner().invoke(main, ["recommend", "--device", phone.serial, "--results",
+                                      str(results), "--reserve", "0", "--json"])
+    assert found.exit_code == 0, found.output
+    picks = json.loads(found.stdout)["picks"]
+    # CPU, GPU and partial offloads ranked together, each naming its device and layers
+    assert {p["compute_device"] for p in picks} == {"none", "Vulkan0"}
+    assert {p["n_gpu_layers"] for p in picks if p["compute_device"] == "Vulkan0"} == {0, 4, -1}
+    for pick in picks:
+        if pick["compute_device"] == "Vulkan0":
+            assert "Vulkan0/ngl=" in pick["label"]
+            assert pick["explanation"].startswith("on Vulkan0 with n_gpu_layers ")
+
+
+def test_a_phone_that_cannot_say_its_gpu_memory_stores_unreadable(
+        virtual_phones: Any, tmp_path: Path, vulkan_build: Build, bench_ladder: Any) -> None:
+    matrix = tmp_path / "one.yaml"
+    matrix.write_text(MATRIX.read_text().replace("quant: [Q8_0, Q4_0]", "quant: [Q4_0]")
+                      .replace("n_gpu_layers: [0, half, all]", "n_gpu_layers: [all]")
+                      .replace("device: [none, Vulkan0]", "device: [Vulkan0]"))
+    (phone,) = virtual_phones(1, profile=MALI_PHONE)
+    trials = _run(matrix, phone.serial, tmp_path / "r", vulkan_build)
+    (row,) = trials.itertuples()
+    assert row.outcome == "ok", row.error
+    assert pd.isna(row.device_memory_bytes) and pd.isna(row.host_memory_bytes)
+    assert str(row.device_memory_source).startswith("unreadable: ")
+    assert row.device_reported_bytes > 0  # llama.cpp's own figure is still there
+
+
+def test_a_gpu_that_computes_wrong_fails_its_own_cells_check_and_is_not_recommended(
+        virtual_phones: Any, tmp_path: Path, vulkan_build: Build, bench_ladder: Any) -> None:
+    """A faulty driver (the phone's Vulkan layer drops every 7th compute dispatch: fast and
+    wrong, like the Adreno and PowerVR bugs users report) fails the output check of the cells
+    it runs, and only those; their trials are invalid and recommend rejects them."""
+    profile = tmp_path / "faulty-gpu.yaml"
+    profile.write_text(Path(GPU_PHONE).read_text().replace(
+        "  readable: true", "  readable: true\n  drop_dispatches: 7"))
+    matrix = tmp_path / "check.yaml"
+    matrix.write_text(MATRIX.read_text().replace("quant: [Q8_0, Q4_0]", "quant: [Q8_0]")
+                      .replace("n_gpu_layers: [0, half, all]", "n_gpu_layers: [0, all]"))
+    (phone,) = virtual_phones(1, profile=str(profile))
+    results = tmp_path / "r"
+    trials = _run(matrix, phone.serial, results, vulkan_build)
+    cpu = _one(trials, "Q8_0", "none", 0)
+    gpu = _one(trials, "Q8_0", "Vulkan0", -1)
+    assert cpu["outcome"] == gpu["outcome"] == "ok", trials[["outcome", "error"]]
+    assert cpu["output_check"] == "match" and bool(cpu["valid"])
+    assert gpu["output_check"] == "mismatch" and not bool(gpu["valid"])
+    assert "output" in str(gpu["invalid_reason"])
+    assert str(gpu["output_check_detail"])  # where the continuations part
+    found = CliRunner().invoke(main, ["recommend", "--device", phone.serial, "--results",
+                                      str(results), "--reserve", "0", "--json"])
+    assert found.exit_code == 0, found.output
+    answer = json.loads(found.stdout)
+    assert gpu["config_id"] not in {p["config_id"] for p in answer["picks"]}
+    assert gpu["config_id"] in {r["config_id"] for r in answer["rejected"]}
+    assert cpu["config_id"] in {p["config_id"] for p in answer["picks"]}

@@ -1,0 +1,91 @@
+"""A trial's device memory as the phone reports it (kgsl first, dumpsys graphics rows second,
+else unreadable, never 0), the host's rest, and the engine's own account of its offload."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from harness.android.meminfo import ProcessMemInfo
+from harness.engines.llama_bench import parse_output
+from harness.engines.llamalog import parse_memory_log
+from harness.run.offload import (
+    DUMPSYS_SOURCE,
+    KGSL_SOURCE,
+    NO_GPU_MEMORY,
+    device_memory,
+    engine_offload,
+    gpu_throttled,
+    offload_mismatch,
+)
+from harness.run.state import GpuState, ProcessMemory
+from tests.engines.test_engine_llama_bench import CELL
+
+KB = 1024
+
+
+def _m(pss_kb: int, gpu: int | None, mapped: int | None = None) -> ProcessMemory:
+    return ProcessMemory(pss_kb=pss_kb, rss_kb=pss_kb + 100, gpu_bytes=gpu,
+                         gpu_mapped_bytes=gpu if mapped is None else mapped)
+
+
+def test_kgsl_gives_the_peak_and_the_host_s_rest() -> None:
+    found = device_memory([_m(50_000, 0), _m(80_000, 20_000 * KB), _m(70_000, 12_000 * KB)],
+                          kgsl=True, dumpsys=())
+    assert found.device_bytes == 20_000 * KB and found.source == KGSL_SOURCE
+    # the mapped GPU pages are inside PSS: the host holds the rest (60 MB at the 80 MB reading)
+    assert found.host_bytes == 60_000 * KB
+    # a phone whose GPU memory is not mapped into the process: PSS is the host's already
+    real = device_memory([_m(50_000, 30_000 * KB, mapped=0)], kgsl=True, dumpsys=())
+    assert (real.device_bytes, real.host_bytes) == (30_000 * KB, 50_000 * KB)
+
+
+def test_a_process_without_gpu_memory_on_a_kgsl_phone_has_zero_not_unknown() -> None:
+    assert device_memory([_m(50_000, 0)], kgsl=True, dumpsys=()).device_bytes == 0
+
+
+def test_dumpsys_graphics_rows_when_there_is_no_kgsl() -> None:
+    info = ProcessMemInfo(pid=1, name="llama-bench", pss_kb=90_000, graphics_kb=27_095,
+                          mtrack_kb=27_095)
+    found = device_memory([_m(50_000, None)], kgsl=False, dumpsys=[info])
+    assert found.source == DUMPSYS_SOURCE and found.device_bytes == 27_095 * KB
+    assert found.host_bytes == (90_000 - 27_095) * KB
+
+
+def test_no_channel_is_unreadable_never_zero() -> None:
+    """A Mali phone: no kgsl, and dumpsys's Graphics 0 without memtrack rows says nothing."""
+    no_hal = ProcessMemInfo(pid=1, name="llama-bench", pss_kb=90_000, graphics_kb=0)
+    found = device_memory([_m(50_000, None)], kgsl=False, dumpsys=[no_hal])
+    assert found.device_bytes is None and found.host_bytes is None
+    assert found.source == NO_GPU_MEMORY and found.source.startswith("unreadable: ")
+
+
+def test_gpu_throttling_is_a_capped_level() -> None:
+    assert gpu_throttled([]) is None
+    assert gpu_throttled([GpuState(600_000, 680_000, 40.0, 0)]) is False
+    assert gpu_throttled([GpuState(600_000, 680_000, 40.0, 0),
+                          GpuState(400_000, 408_000, 90.0, 2)]) is True
+
+
+def _record(**fields: object) -> str:
+    base: dict[str, object] = {"n_prompt": 16, "n_gen": 0, "samples_ts": [10.0],
+                               "samples_ns": [1], "gpu_info": "llvmpipe (LLVM 15.0.6, 256 bits)",
+                               "devices": "Vulkan0", "n_gpu_layers": -1, "n_threads": 2}
+    base.update(fields)
+    return json.dumps(base)
+
+
+def test_the_engine_s_account_is_stored_and_checked_against_the_cell() -> None:
+    records = parse_output(_record() + "\n")
+    log = parse_memory_log("load_tensors: offloaded 9/9 layers to GPU\n"
+                           "load_tensors:      Vulkan0 model buffer size =     2.00 MiB\n")
+    columns = engine_offload(records, log)
+    assert columns == {"gpu_info": "llvmpipe (LLVM 15.0.6, 256 bits)", "devices_used": "Vulkan0",
+                       "gpu_driver": None, "offloaded_layers": 9, "model_layers": 9,
+                       "device_reported_bytes": 2 * 2**20}
+    gpu = dataclasses.replace(CELL, compute_device="Vulkan0", n_gpu_layers=-1)
+    assert offload_mismatch(records, gpu) is None
+    # llama-bench's own default would say auto: a cell that asked for the CPU must not pass
+    auto = parse_output(_record(devices="auto") + "\n")
+    assert offload_mismatch(auto, gpu) == "asked device=Vulkan0, engine ran devices=auto"
+    assert offload_mismatch(records, CELL) == "asked n_gpu_layers=0, engine ran n_gpu_layers=-1"
