@@ -96,6 +96,9 @@ def _base(row: Mapping[str, Any], build: str) -> dict[str, Any]:
         "flash_attn": FLASH.get(str(row["flash_attn"]), -1),
         "load_mode": "mmap" if bool(row["mmap"]) else "none",
         "n_depth": int(row["n_depth"]), "test_time": _iso(row["started_at"]),
+        # where it ran (a store from before the device knob: the CPU)
+        "n_gpu_layers": int(_value(row, "n_gpu_layers") or 0),
+        "gpu_info": str(_value(row, "gpu_info") or ""),
     }
 
 

@@ -13,6 +13,7 @@ from harness.demo import (
     prepare_slow_build,
     prepare_vulkan_build,
 )
+from harness.matrix import load_matrix
 
 BUILDS = Path("matrices/builds.yaml")
 SUSTAINED = Path("matrices/sustained.yaml")
@@ -73,7 +74,7 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
         prepare_artifacts(paths, say, "moe")
     if BUILDS in matrices:
         prepare_slow_build(paths, say)
-    if sustained:
+    if sustained or any("host-vulkan" in load_matrix(m).axes.get("build", ()) for m in matrices):
         prepare_vulkan_build(paths, say)
     with demo_environment(paths):
         for each in matrices:

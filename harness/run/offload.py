@@ -66,7 +66,8 @@ NO_GPU_MEMORY = ("unreadable: the phone has no /sys/class/kgsl (not an Adreno/kg
 
 
 def device_memory(memories: Sequence[ProcessMemory], kgsl: bool,
-                  dumpsys: Sequence[ProcessMemInfo], peak: int | None = None) -> DeviceMemory:
+                  dumpsys: Sequence[ProcessMemInfo], peak: int | None = None,
+                  peak_mapped: int | None = None) -> DeviceMemory:
     """The phone's report first: kgsl's per-process node (read by the sampler on every tick:
     ``peak`` is its largest reading), else the graphics rows of ``dumpsys meminfo``; neither:
     unreadable, never 0.
@@ -83,6 +84,11 @@ def device_memory(memories: Sequence[ProcessMemory], kgsl: bool,
             hosts = [_kb(m.pss_kb if m.pss_kb is not None else m.rss_kb)
                      - (m.gpu_mapped_bytes or 0)
                      for m, _ in pairs if (m.pss_kb or m.rss_kb) is not None]
+            # a trial shorter than the memory reads: the kernel's high-water mark less the
+            # most GPU memory mapped into it (every tick reads both)
+            hwm = max((m.vm_hwm_kb or 0 for m in memories), default=0)
+            if hwm and peak_mapped is not None:
+                hosts.append(_kb(hwm) - peak_mapped)
             return DeviceMemory(max([peak or 0, *(g for _, g in pairs)]), KGSL_SOURCE,
                                 max(hosts) if hosts else None)
     graphics = [d for d in dumpsys if d.mtrack_kb is not None]

@@ -89,3 +89,14 @@ def test_the_engine_s_account_is_stored_and_checked_against_the_cell() -> None:
     auto = parse_output(_record(devices="auto") + "\n")
     assert offload_mismatch(auto, gpu) == "asked device=Vulkan0, engine ran devices=auto"
     assert offload_mismatch(records, CELL) == "asked n_gpu_layers=0, engine ran n_gpu_layers=-1"
+
+
+def test_a_trial_shorter_than_the_memory_reads_has_its_host_from_the_high_water_mark() -> None:
+    """Every m line came before the model was loaded; the kernel's VmHWM and the per-tick peak
+    of mapped GPU memory still say what the host held."""
+    early = ProcessMemory(pss_kb=5_000, rss_kb=6_000, vm_hwm_kb=150_000, gpu_bytes=0,
+                          gpu_mapped_bytes=0)
+    found = device_memory([early], kgsl=True, dumpsys=(), peak=40_000 * KB,
+                          peak_mapped=40_000 * KB)
+    assert found.device_bytes == 40_000 * KB
+    assert found.host_bytes == 110_000 * KB
