@@ -107,4 +107,4 @@ def test_test_builds_record_their_cpu_features(
     assert (cpu.arch, cpu.enabled, list(cpu.arch_flags), cpu.kleidiai) == (
         arch, enabled, flags, False)
     saved = json.loads((build.path / "manifest.json").read_text())
-    assert saved["format"] == 2 and saved["cpu"] == cpu.to_dict()
+    assert saved["format"] == 3 and saved["cpu"] == cpu.to_dict() and saved["backends"] == []
