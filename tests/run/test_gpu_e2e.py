@@ -84,9 +84,10 @@ def test_cpu_partial_and_full_offload_on_the_virtual_gpu_phone(
                                                               predicted)
             else:
                 # nothing offloaded: the device holds llama.cpp's pinned compute buffer alone
-                # (its Vulkan_Host buffer, about 1 MiB here), which the compute term
-                # over-predicts for this small graph: both stay small, whatever the ratio
-                assert 0 < measured < 2 * MiB and predicted < 2 * MiB, (measured, predicted)
+                # (its Vulkan_Host buffer, 1.1 MiB at its peak), for milliseconds around the
+                # few batched ops it serves, so a sampler tick of 10-50 ms may see it or not:
+                # both stay small, whatever the ratio
+                assert measured < 2 * MiB and predicted < 2 * MiB, (measured, predicted)
             # the host's rest: what the process held beside the device's buffers, never more
             # than its own peak (lavapipe's device memory is inside the process)
             assert 0 < gpu["host_memory_bytes"] <= gpu["vm_hwm_bytes"]
