@@ -24,6 +24,7 @@ from harness.virtual.gpulayer import (
     parse_report,
     read_reports,
 )
+from virtual.vulkan_c import program
 
 MIB = 1 << 20
 LAVAPIPE_ICD = Path("/usr/share/vulkan/icd.d/lvp_icd.x86_64.json")
@@ -37,33 +38,13 @@ LOADER_VARIABLES = ("VK_LAYER_PATH", "VK_ADD_LAYER_PATH", "VK_INSTANCE_LAYERS",
 # Creates an instance and a device on the first physical device, allocates 1, 2 and 4 MiB from
 # the first memory type a buffer may use, frees the 2 MiB one, prints "ok", then waits for its
 # stdin to close and exits holding the rest (no vkDestroyDevice: the final report is 5 MiB).
-ALLOCATOR = r"""
+ALLOCATOR = program(r"""
 #include <stdio.h>
 #include <vulkan/vulkan.h>
 #define CHECK(call) do { VkResult r_ = (call); if (r_ != VK_SUCCESS) { \
     fprintf(stderr, "%s failed: %d\n", #call, (int)r_); return 1; } } while (0)
 int main(void) {
-    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
-                             .apiVersion = VK_API_VERSION_1_0};
-    VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
-                                .pApplicationInfo = &app};
-    VkInstance instance;
-    CHECK(vkCreateInstance(&ici, NULL, &instance));
-    uint32_t count = 1;
-    VkPhysicalDevice physical;
-    VkResult listed = vkEnumeratePhysicalDevices(instance, &count, &physical);
-    if ((listed != VK_SUCCESS && listed != VK_INCOMPLETE) || count == 0) {
-        fprintf(stderr, "no physical device\n");
-        return 1;
-    }
-    float priority = 1.0f;
-    VkDeviceQueueCreateInfo queue = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
-                                     .queueFamilyIndex = 0, .queueCount = 1,
-                                     .pQueuePriorities = &priority};
-    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
-                              .queueCreateInfoCount = 1, .pQueueCreateInfos = &queue};
-    VkDevice device;
-    CHECK(vkCreateDevice(physical, &dci, NULL, &device));
+""", r"""
     VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = 1 << 20,
                               .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
                               .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
@@ -92,7 +73,7 @@ int main(void) {
     while (getchar() != EOF) {}
     return 0;
 }
-"""
+""")
 
 
 def test_parse_report_reads_the_layer_line() -> None:

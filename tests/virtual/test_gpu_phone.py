@@ -35,6 +35,7 @@ from harness.virtual.phone import Phone
 from harness.virtual.provision import config_from_profile
 from harness.virtual.sandbox import Sandbox
 from virtual.procwait import wait_for
+from virtual.vulkan_c import program
 
 REPO = Path(__file__).resolve().parent.parent.parent
 GPU_PHONE = str(REPO / "devices" / "virtual" / "gpu-phone.yaml")
@@ -52,7 +53,7 @@ Start = Callable[..., tuple[int, subprocess.Popen[str]]]
 # every byte (an engine uploading its weights), prints its pid, then for SECONDS either sleeps
 # or spins (argv[3] "spin": the CPU work lavapipe's shaders would be), frees it all and prints
 # "done". Its own program: nothing of llama.cpp's.
-VKALLOC = r"""
+VKALLOC = program(r"""
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,28 +71,7 @@ int main(int argc, char **argv) {
     VkDeviceSize mib = argc > 1 ? (VkDeviceSize)atol(argv[1]) : 6;
     double seconds = argc > 2 ? atof(argv[2]) : 2.0;
     int spin = argc > 3 && strcmp(argv[3], "spin") == 0;
-    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
-                             .apiVersion = VK_API_VERSION_1_0};
-    VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
-                                .pApplicationInfo = &app};
-    VkInstance instance;
-    CHECK(vkCreateInstance(&ici, NULL, &instance));
-    uint32_t count = 1;
-    VkPhysicalDevice physical;
-    VkResult listed = vkEnumeratePhysicalDevices(instance, &count, &physical);
-    if ((listed != VK_SUCCESS && listed != VK_INCOMPLETE) || count == 0) {
-        fprintf(stderr, "no physical device\n");
-        return 1;
-    }
-    float priority = 1.0f;
-    VkDeviceQueueCreateInfo queue = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
-                                     .queueFamilyIndex = 0, .queueCount = 1,
-                                     .pQueuePriorities = &priority};
-    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
-                              .queueCreateInfoCount = 1, .pQueueCreateInfos = &queue};
-    VkDevice device;
-    CHECK(vkCreateDevice(physical, &dci, NULL, &device));
-    VkPhysicalDeviceMemoryProperties memory_types;
+""", r"""    VkPhysicalDeviceMemoryProperties memory_types;
     vkGetPhysicalDeviceMemoryProperties(physical, &memory_types);
     uint32_t type = 0;
     while (type < memory_types.memoryTypeCount &&
@@ -127,7 +107,7 @@ int main(int argc, char **argv) {
     puts("done");
     return 0;
 }
-"""
+""")
 
 
 # ----- the profile key and the props ----------------------------------------------------------
