@@ -204,6 +204,7 @@ def plan_command(
       harness plan matrices/nightly.yaml --memory 6GiB --reserve 1GiB
       harness plan matrices/real-kv.yaml --check-kv
       harness plan matrices/bigger-than-ram.yaml --memory 160MiB --reserve 0 --storage-mb-s 100
+      harness plan matrices/gpu.yaml --memory 1GiB     # host and device (GPU) memory per cell
     """
     matrix = load_matrix(matrix_path)
     cells = expand(matrix)
