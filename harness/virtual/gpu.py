@@ -38,6 +38,7 @@ from pathlib import Path
 
 from harness.errors import DeviceError, HarnessError
 from harness.virtual.config import GpuConfig, PhoneConfig
+from harness.virtual.gpureport import parse_report, read_reports
 
 EMULATOR = "lavapipe"
 EMULATED_PROP = "ro.harness.gpu_emulated"  # as ro.harness.emulated_cpu for the CPU
@@ -169,25 +170,14 @@ def prepare_folders(config: PhoneConfig, root: Path, state: Path) -> None:
 
 
 # ----- per-process memory ------------------------------------------------------------------------
-def parse_current(text: str) -> int | None:
-    """The current bytes of a layer report ``"<current> <peak> <live>\\n"`` (the grammar of
-    ``gpulayer.parse_report``, without importing it), or None for anything else."""
-    if not text.endswith("\n") or text.count("\n") != 1:
-        return None
-    fields = text[:-1].split(" ")
-    if len(fields) != 3 or not all(f.isascii() and f.isdigit() for f in fields):
-        return None
-    current, peak = int(fields[0]), int(fields[1])
-    return current if current <= peak else None
-
-
 def report_bytes(report_dir: Path, pid: int) -> int | None:
     """The GPU memory ``pid`` holds now as its layer last reported, or None (no report)."""
     try:
         with open(report_dir / str(pid), encoding="ascii") as handle:
-            return parse_current(handle.read(256))
+            found = parse_report(handle.read(256))
     except (OSError, UnicodeDecodeError):
         return None
+    return found.current_bytes if found is not None else None
 
 
 def _pid_entries(folder: Path) -> Iterator[os.DirEntry[str]]:
@@ -202,12 +192,8 @@ def _pid_entries(folder: Path) -> Iterator[os.DirEntry[str]]:
 
 def holders(report_dir: Path) -> dict[int, int]:
     """pid -> bytes, for every process whose last report holds GPU memory."""
-    found: dict[int, int] = {}
-    for entry in _pid_entries(report_dir):
-        current = report_bytes(report_dir, int(entry.name))
-        if current:
-            found[int(entry.name)] = current
-    return found
+    return {pid: m.current_bytes for pid, m in read_reports(report_dir).items()
+            if m.current_bytes}
 
 
 def sweep(root: Path, state: Path, alive: Callable[[int], bool]) -> list[int]:

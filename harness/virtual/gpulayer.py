@@ -22,17 +22,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shlex
 import shutil
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from harness.artifacts.devicetools import compiler_identity
 from harness.artifacts.ladder import atomic_output, default_cache_root, exclusive
 from harness.errors import BuildError
+from harness.virtual.gpureport import GpuMemory, parse_report, read_reports
 
 __all__ = [
     "LAYER_NAME",
@@ -58,15 +57,6 @@ FLAGS = ("-std=c11", "-O2", "-Wall", "-Wextra", "-shared", "-fPIC", "-fvisibilit
          "-pthread", "-s")
 COMPILE_TIMEOUT_S = 120
 HEADERS_HINT = "install the Vulkan headers (apt-get install libvulkan-dev)"
-
-
-@dataclass(frozen=True)
-class GpuMemory:
-    """One process's Vulkan device memory as the layer last reported it."""
-
-    current_bytes: int  # allocated and not yet freed
-    peak_bytes: int  # the most ever allocated at once
-    allocations: int  # live VkDeviceMemory objects
 
 
 def layer_cache_key(source: bytes, identity: str, flags: Sequence[str]) -> str:
@@ -160,37 +150,3 @@ def layer_environment(layer_dir: Path, report_dir: Path) -> dict[str, str]:
         "VK_LOADER_LAYERS_ENABLE": LAYER_NAME,
         REPORT_ENV: str(report_dir),
     }
-
-
-def parse_report(text: str) -> GpuMemory | None:
-    """A report's ``<current> <peak> <allocations>`` line, or None when it is anything else."""
-    if not text.endswith("\n") or text.count("\n") != 1:
-        return None
-    fields = text[:-1].split(" ")
-    if len(fields) != 3 or not all(field.isascii() and field.isdigit() for field in fields):
-        return None
-    current, peak, allocations = (int(field) for field in fields)
-    if current > peak:
-        return None
-    return GpuMemory(current, peak, allocations)
-
-
-def read_reports(report_dir: Path) -> dict[int, GpuMemory]:
-    """pid -> the last report of each process in report_dir; temporaries and junk are skipped."""
-    reports: dict[int, GpuMemory] = {}
-    try:
-        entries = list(os.scandir(report_dir))
-    except (FileNotFoundError, NotADirectoryError):
-        return reports
-    for entry in entries:
-        if not (entry.name.isascii() and entry.name.isdigit()):
-            continue  # <pid>.tmp while the layer writes, and anything not the layer's
-        try:
-            with open(entry.path, encoding="ascii") as handle:
-                text = handle.read(256)
-        except (OSError, UnicodeDecodeError):
-            continue
-        memory = parse_report(text)
-        if memory is not None:
-            reports[int(entry.name)] = memory
-    return reports
