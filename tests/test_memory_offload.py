@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from analysis.factory import cell
+
 from harness.artifacts.gguf_info import ModelInfo
 from harness.memory import ModelCard, predict_peak
-from tests.engines.test_engine_llama_bench import CELL
 
 LAYER = 1_000_000
 INFO = ModelInfo(
@@ -16,6 +17,8 @@ INFO = ModelInfo(
     n_params=5_000_000, file_size=5_000_000, token_embd_bytes=300_000,
     layer_bytes=(LAYER,) * 4, output_bytes=200_000,
 )
+
+CELL = cell()  # a CPU cell of the tiny model (analysis/factory.py)
 
 
 def test_a_cpu_cell_holds_nothing_on_a_device() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from analysis.factory import cell
+
 from harness.engines.devices import (
     Capability,
     ComputeDevice,
@@ -14,7 +16,6 @@ from harness.engines.devices import (
 )
 from harness.engines.llamalog import host_buffer, parse_memory_log
 from harness.engines.pybench import PyBench
-from tests.engines.test_engine_llama_bench import CELL
 
 # as llama.cpp's common_print_available_devices prints (common/arg.cpp)
 VULKAN = ("Available devices:\n"
@@ -23,6 +24,8 @@ ADRENO = ("ggml_opencl: selected platform: 'QUALCOMM Snapdragon(TM)'\n"
           "Available devices:\n"
           "  GPUOpenCL: QUALCOMM Adreno(TM) 750 (0 MiB, 0 MiB free)\n"
           "  HTP0: Hexagon (2048 MiB, 2048 MiB free)\n")
+
+CELL = cell()  # a CPU cell of the tiny model (analysis/factory.py)
 
 
 def test_list_devices_is_read_as_printed() -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from analysis.factory import cell
+
 from harness.android.meminfo import ProcessMemInfo
 from harness.engines.llama_bench import parse_output
 from harness.engines.llamalog import parse_memory_log
@@ -19,9 +21,10 @@ from harness.run.offload import (
     offload_mismatch,
 )
 from harness.run.state import GpuState, ProcessMemory
-from tests.engines.test_engine_llama_bench import CELL
 
 KB = 1024
+
+CELL = cell()  # a CPU cell of the tiny model (analysis/factory.py)
 
 
 def _m(pss_kb: int, gpu: int | None, mapped: int | None = None) -> ProcessMemory:
