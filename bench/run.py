@@ -33,6 +33,7 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 
 from bench import (
     farm,
+    gpusampler,
     memory,
     paging,
     push,
@@ -50,6 +51,7 @@ PHONE_FIGURES: dict[str, PhoneFigure] = {
     "sampler": sampler.measure, "push": push.measure, "memory": memory.measure,
     "real": realmodel.measure, "farm": farm.measure,
     "validity": validity.measure, "sustained": sustained.measure, "paging": paging.measure,
+    "gpusampler": gpusampler.measure,
 }
 HOST_FIGURES: dict[str, HostFigure] = {
     "report": scripts.report,
@@ -132,7 +134,8 @@ def run_suite(names: Sequence[str], quick: bool, work: Path) -> tuple[list[Figur
 def _group_loads(meta: dict[str, Any]) -> dict[str, str]:
     """Figure number -> load average text, from the module that measured it."""
     module_of = {"1": "sampler", "2": "push", "3": "farm", "4": "sampler", "5": "report",
-                 "6": "detector", "7": "memory", "8": "real"}
+                 "6": "detector", "7": "memory", "8": "real",
+                 "12": "gpusampler"}
     loads = {}
     for number, module in module_of.items():
         info = meta["figures"].get(module)

@@ -7,6 +7,9 @@ import pytest
 
 from bench.common import Figure, Timeline, median_ci
 from bench.farm import cpu_ceiling, efficiency
+from bench.gpusampler import figure as gpu_figure
+from bench.gpusampler import gpu_readings
+from bench.interleave import Block
 from bench.memory import cell_errors, figure
 from bench.push import pair_order
 from bench.run import markdown, table
@@ -124,3 +127,26 @@ def test_paging_figure_is_the_worst_cell_and_needs_four_within() -> None:
     assert four.met is True
     far = paging.figure([{**rows[1], "predicted_tg_tps": 3.0}, *rows[:1], *rows, *rows])
     assert far.met is False and "+50%" in far.spread
+
+
+def _gpu_blocks(on_rate: float) -> list[Block]:
+    rates = [10.0, on_rate, 10.0, 10.0, 10.0]  # off, default, off, placebo, off
+    return [Block(i, arm, rate, rate, 0.0, None) for i, (arm, rate)
+            in enumerate(zip("ndnzn", rates, strict=True))]
+
+
+def test_gpu_sampler_figure_counts_only_when_the_sampler_read_the_gpu() -> None:
+    trials = pd.DataFrame([{"trial_id": "t1", "outcome": "ok", "device_memory_bytes": 41 << 20,
+                            "device_memory_source": "kgsl /sys/class/kgsl/kgsl/proc/PID/kernel"}])
+    samples = pd.DataFrame({"trial_id": ["t1", "t1", "t0"],
+                            "gpu_cur_khz": [680000, None, 680000]})
+    read = gpu_readings(trials, samples)
+    assert read["gpu_clock_samples"] == 1 and read["outcome"] == "ok"
+    fine = gpu_figure(_gpu_blocks(9.95), read)
+    assert fine.value == pytest.approx(0.995) and fine.met is True
+    assert gpu_figure(_gpu_blocks(9.5), read).met is False  # a 5% cost misses the target
+    # the same rates, but no GPU node was read by the trial: the row does not count
+    unread = {**read, "gpu_clock_samples": 0}
+    assert gpu_figure(_gpu_blocks(9.95), unread).met is False
+    assert gpu_figure(_gpu_blocks(9.95), {**read, "device_memory_source":
+                                          "unreadable: no kgsl"}).met is False
