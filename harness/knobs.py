@@ -132,6 +132,32 @@ def default(name: str) -> Any:
     return BY_NAME[name].default
 
 
+def stored(row: Mapping[str, Any], name: str) -> Any:
+    """The knob ``name`` (its Cell attribute) in a stored row or plan row: its column's value,
+    or the knob's default where the row predates the knob (no column, empty, NaN)."""
+    knob = BY_NAME[name]
+    value = row.get(knob.column)
+    if _missing(value):
+        return knob.default
+    return int(value) if isinstance(knob.default, int) else value
+
+
+def _missing(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return not value
+    try:
+        return bool(value != value)  # NaN is the one value unequal to itself
+    except TypeError:  # pandas' NA: its truth is undefined, and it means missing
+        return True
+
+
+def offload_of(row: Mapping[str, Any]) -> tuple[str, int]:
+    """Where a stored row's model ran: its compute device and offloaded layers (-1: all)."""
+    return str(stored(row, "compute_device")), int(stored(row, "n_gpu_layers"))
+
+
 def offload_problem(device: str, n_gpu_layers: int) -> str | None:
     """A CPU cell that asks for offloaded layers runs nothing anywhere else: say so."""
     if device == CPU_DEVICE and n_gpu_layers != 0:

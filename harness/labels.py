@@ -102,8 +102,7 @@ def _swa(row: Row) -> str:
 
 def _offload(row: Row) -> str:
     """``cpu`` (device none), else the device and its layers: ``Vulkan0/ngl=all``."""
-    device = _get(row, "compute_device", knobs.CPU_DEVICE)
-    layers = _int(_get(row, "n_gpu_layers", 0))
+    device, layers = knobs.offload_of(row)
     if device == knobs.CPU_DEVICE and not layers:
         return "cpu"
     return f"{device}/ngl={knobs.gpu_layers_text(layers)}"

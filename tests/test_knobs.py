@@ -98,3 +98,16 @@ def test_offload_follows_llama_cpp_output_layer_first() -> None:
     assert knobs.offloaded_layers(99, 8) == 8
     assert knobs.offload_problem("none", 0) is None and knobs.offload_problem("Vulkan0", 0) is None
     assert "needs a device" in (knobs.offload_problem("none", -1) or "")
+
+
+def test_a_stored_row_from_before_the_knobs_reads_as_their_defaults() -> None:
+    import pandas as pd
+
+    from harness.knobs import offload_of
+
+    assert offload_of({}) == ("none", 0)
+    assert offload_of({"compute_device": float("nan"), "n_gpu_layers": pd.NA}) == ("none", 0)
+    assert offload_of({"compute_device": "", "n_gpu_layers": None}) == ("none", 0)
+    row = pd.DataFrame([{"compute_device": "Vulkan0", "n_gpu_layers": -1}]).iloc[0].to_dict()
+    assert offload_of(row) == ("Vulkan0", -1)
+    assert isinstance(offload_of(row)[1], int)

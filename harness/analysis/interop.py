@@ -27,6 +27,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from harness.errors import ConfigError, StoreError
+from harness.knobs import offload_of
 
 Format = Literal["llama-bench-jsonl", "llama-bench-sql"]
 FORMATS: tuple[str, ...] = ("llama-bench-jsonl", "llama-bench-sql")
@@ -97,7 +98,7 @@ def _base(row: Mapping[str, Any], build: str) -> dict[str, Any]:
         "load_mode": "mmap" if bool(row["mmap"]) else "none",
         "n_depth": int(row["n_depth"]), "test_time": _iso(row["started_at"]),
         # where it ran (a store from before the device knob: the CPU)
-        "n_gpu_layers": int(_value(row, "n_gpu_layers") or 0),
+        "n_gpu_layers": offload_of(row)[1],
         "gpu_info": str(_value(row, "gpu_info") or ""),
     }
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.analysis.sustained import candidate_groups, column, median
-from harness.knobs import CPU_DEVICE, gpu_layers_text
+from harness.knobs import CPU_DEVICE, gpu_layers_text, offload_of
 from harness.labels import config_label
 
 
@@ -64,13 +64,11 @@ def _row(key: tuple[str, ...], group: pd.DataFrame) -> OffloadRow:
     total = pd.to_numeric(column(ok, "model_layers"), errors="coerce").dropna()
     offloaded = (f"{int(layers.median())}/{int(total.median())}"
                  if not layers.empty and not total.empty else None)
-    device = first.get("compute_device")
-    ngl = first.get("n_gpu_layers")
+    device, ngl = offload_of(first)
     return OffloadRow(
         device=key[0], config_id=key[1], build_id=key[2], engine=key[3],
         label=config_label(first),
-        compute_device=device if isinstance(device, str) and device else CPU_DEVICE,
-        n_gpu_layers=gpu_layers_text(int(ngl)) if pd.notna(ngl) else "0",
+        compute_device=device, n_gpu_layers=gpu_layers_text(ngl),
         trials=len(group), ok=len(ok),
         tg_tps=median(column(ok, "tg_tps")), pp_tps=median(column(ok, "pp_tps")),
         host_bytes=median(column(ok, "host_memory_bytes")),

@@ -59,7 +59,8 @@ from harness.analysis.sustained import (
     sustained_mask,
 )
 from harness.budget import fit
-from harness.knobs import CPU_DEVICE, gpu_layers_text
+from harness.knobs import CPU_DEVICE, gpu_layers_text, offload_of
+from harness.knobs import default as knob_default
 from harness.labels import config_label
 from harness.metrics import objective as metric_of
 from harness.paging import MB, PagingPrediction
@@ -109,8 +110,8 @@ class Pick:
     storage_bound_tg_tps: float | None = None  # storage speed / bytes per token
     kv_kl: float | None = None  # the KV type's KL at kv_depth (0 for f16; None: not measured)
     kv_depth: int | None = None  # the measured depth kv_kl comes from
-    compute_device: str = CPU_DEVICE  # where the model runs (harness.knobs): none is the CPU
-    n_gpu_layers: int = 0  # layers on that device (-1: all)
+    compute_device: str = knob_default("compute_device")  # where the model runs (none: the CPU)
+    n_gpu_layers: int = knob_default("n_gpu_layers")  # layers on that device (-1: all)
 
     @property
     def candidate(self) -> CandidateKey:
@@ -693,9 +694,7 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
 
 def _offload_of(row: Mapping[str, Any]) -> tuple[str, int]:
     """A candidate's device and layers (a store or a plan from before the knobs: the CPU)."""
-    device, layers = row.get("compute_device"), row.get("n_gpu_layers")
-    return (device if isinstance(device, str) and device else CPU_DEVICE,
-            int(layers) if layers is not None and not pd.isna(layers) else 0)
+    return offload_of(row)
 
 
 def _planned_paging_text(paging: PagingPrediction) -> str:
