@@ -136,7 +136,7 @@ def stored(row: Mapping[str, Any], name: str) -> Any:
     """The knob ``name`` (its Cell attribute) in a stored row or plan row: its column's value,
     or the knob's default where the row predates the knob (no column, empty, NaN)."""
     knob = BY_NAME[name]
-    value = row.get(knob.column)
+    value: Any = row.get(knob.column)
     if _missing(value):
         return knob.default
     return int(value) if isinstance(knob.default, int) else value

@@ -67,7 +67,7 @@ NO_GPU_MEMORY = ("unreadable: the phone has no /sys/class/kgsl (not an Adreno/kg
 
 def device_memory(memories: Sequence[ProcessMemory], kgsl: bool,
                   dumpsys: Sequence[ProcessMemInfo], peak: int | None = None,
-                  peak_mapped: int | None = None) -> DeviceMemory:
+                  peak_mapped: int | None = None, vm_hwm_kb: int | None = None) -> DeviceMemory:
     """The phone's report first: kgsl's per-process node (read by the sampler on every tick:
     ``peak`` is its largest reading), else the graphics rows of ``dumpsys meminfo``; neither:
     unreadable, never 0.
@@ -77,6 +77,7 @@ def device_memory(memories: Sequence[ProcessMemory], kgsl: bool,
     are inside PSS, the unmapped rest is not), at the same reading; with dumpsys, TOTAL PSS
     less the graphics rows (Android adds memtrack's graphics to TOTAL PSS). On the virtual
     phone (lavapipe) every GPU allocation is ordinary process memory, reported as mapped.
+    ``vm_hwm_kb``: the high-water mark from any other read (the launch's watcher).
     """
     if kgsl:
         pairs = [(m, m.gpu_bytes) for m in memories if m.gpu_bytes is not None]
@@ -85,9 +86,13 @@ def device_memory(memories: Sequence[ProcessMemory], kgsl: bool,
                      - (m.gpu_mapped_bytes or 0)
                      for m, _ in pairs if (m.pss_kb or m.rss_kb) is not None]
             # a trial shorter than the memory reads: the kernel's high-water mark less the
-            # most GPU memory mapped into it (every tick reads both)
-            hwm = max((m.vm_hwm_kb or 0 for m in memories), default=0)
-            if hwm and peak_mapped is not None:
+            # most GPU memory mapped into it (every tick reads both; no per-tick peak: the
+            # process never had GPU memory, or only m lines saw it). A lower bound of the
+            # host's peak, since RSS is the host's part plus the mapped part at every moment.
+            hwm = max([vm_hwm_kb or 0, *(m.vm_hwm_kb or 0 for m in memories)])
+            if peak_mapped is None:
+                peak_mapped = max((m.gpu_mapped_bytes or 0 for m in memories), default=0)
+            if hwm:
                 hosts.append(_kb(hwm) - peak_mapped)
             return DeviceMemory(max([peak or 0, *(g for _, g in pairs)]), KGSL_SOURCE,
                                 max(hosts) if hosts else None)

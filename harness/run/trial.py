@@ -621,8 +621,9 @@ def _gpu_columns(cell: Cell, sampled: ondevice.Sampled, ticks: Sequence[Tick]) -
     memories = [t.memory for t in ticks if t.memory is not None and t.memory.source ==
                 ondevice.SOURCE]
     reports = [info for _, text in sampled.dumpsys if (info := parse_meminfo(text)) is not None]
+    hwm = peak([t.memory.vm_hwm_kb for t in ticks if t.memory is not None])
     found = device_memory(memories, sampled.kgsl, reports, sampled.gpu_peak_bytes,
-                          sampled.gpu_peak_mapped_bytes)
+                          sampled.gpu_peak_mapped_bytes, hwm)
     on_device = cell.compute_device != CPU_DEVICE
     states = [t.gpu for t in ticks if t.gpu is not None]
     zones = [s.max_gpu_temp_c for s in (t.state for t in ticks if t.state) if s.max_gpu_temp_c

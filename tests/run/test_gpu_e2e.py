@@ -71,7 +71,10 @@ def test_cpu_partial_and_full_offload_on_the_virtual_gpu_phone(
             assert record["devices"] == "none" and record["n_gpu_layers"] == 0
         assert cpu["device_memory_bytes"] == 0 and cpu["device_memory_source"] == KGSL_SOURCE
         assert cpu["offloaded_layers"] == 0
-        hosts = []
+        # its host memory is the whole process: the kernel's high-water mark (the trial is
+        # over before the sampler's reads see the model loaded)
+        assert cpu["host_memory_bytes"] == cpu["vm_hwm_bytes"] > 100 * MiB
+        hosts, measured_hosts = [], []
         for layers in (0, 4, -1):  # half of bench's 9 offloadable layers is 4
             gpu = _one(trials, quant, "Vulkan0", layers)
             assert {r["devices"] for r in _record(gpu)} == {"Vulkan0"}
@@ -92,11 +95,13 @@ def test_cpu_partial_and_full_offload_on_the_virtual_gpu_phone(
             # than its own peak (lavapipe's device memory is inside the process)
             assert 0 < gpu["host_memory_bytes"] <= gpu["vm_hwm_bytes"]
             hosts.append(gpu["predicted_host_bytes"])
+            measured_hosts.append(gpu["host_memory_bytes"])
         assert hosts[0] > hosts[1] > hosts[2], hosts  # the predictor moves weights off the host
-        # Not asserted: that the measured host memory falls with the layers. On this phone it
-        # does not, reliably: lavapipe JIT-compiles every pipeline into the process (20-50 MB
-        # more anonymous memory with the ops offloaded), and the sampled PSS of a trial this
-        # short can predate the mapping (docs/gpu.md has the figures)
+        # measured: from half to all layers the host's share falls (the last layers' weights
+        # and the output leave it). From 0 to half it does not on this phone: lavapipe keeps
+        # every compiled pipeline in the process's heap (+26 MB once the layers' ops run on
+        # it, more than half of bench's weights; docs/gpu.md has the figures)
+        assert measured_hosts[1] > measured_hosts[2], (quant, measured_hosts)
     assert set(ok["output_check"]) == {"match"}, ok[["compute_device", "n_gpu_layers",
                                                      "output_check", "output_check_detail"]]
 

@@ -103,3 +103,17 @@ def test_a_trial_shorter_than_the_memory_reads_has_its_host_from_the_high_water_
                           peak_mapped=40_000 * KB)
     assert found.device_bytes == 40_000 * KB
     assert found.host_bytes == 110_000 * KB
+
+
+def test_a_short_cpu_trial_on_a_kgsl_phone_has_its_host_from_the_high_water_mark() -> None:
+    """A CPU cell never allocates GPU memory, so no tick reports a GPU peak; its reads all came
+    before the model loaded. Its host memory is still the kernel's high-water mark (seen: 12 MB
+    stored for a cell whose VmHWM was 148 MB, before this was fixed)."""
+    early = ProcessMemory(pss_kb=10_000, rss_kb=11_000, vm_hwm_kb=150_000, gpu_bytes=0,
+                          gpu_mapped_bytes=0)
+    found = device_memory([early], kgsl=True, dumpsys=())
+    assert (found.device_bytes, found.host_bytes) == (0, 150_000 * KB)
+    # GPU memory seen by m lines only: the most of it mapped comes off the high-water mark
+    seen = ProcessMemory(pss_kb=60_000, rss_kb=61_000, vm_hwm_kb=150_000,
+                         gpu_bytes=30_000 * KB, gpu_mapped_bytes=30_000 * KB)
+    assert device_memory([early, seen], kgsl=True, dumpsys=()).host_bytes == 120_000 * KB
