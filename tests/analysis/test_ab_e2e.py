@@ -33,7 +33,7 @@ axes:
 models:
   tiny: {ladder: tiny}
 workload: {n_prompt: 32, n_gen: 256}
-repetitions: 6
+repetitions: 8
 cooldown: {max_thermal_status: 6, max_temperature_c: 99, min_battery_pct: 0, max_wait_s: 1}
 timeout: {trial_s: 120}
 """
@@ -57,14 +57,19 @@ def ab_run(virtual_phones, tmp_path: Path, host_build: Build, slow_build: Build,
     results = tmp_path / "results"
     summary = execute(matrix, [get_device(phone.serial)], RunOptions(results=results,
                                                                      builds=root))
-    assert dict(summary.outcomes()) == {"ok": 18}
+    assert dict(summary.outcomes()) == {"ok": 24}
     return results
 
 
 def compare(results: Path, candidate: str) -> tuple[int, dict]:
+    """``harness compare`` with a 5% gate. Why 5 and not 3: one trial's tg varies 2-4% (CV) on
+    this virtual phone, so with 8 repetitions a side the interval of the ratio of medians is
+    about +-3%, and a 3% gate fails an A/A run whenever a burst of host load falls on one
+    build's trials (seen once in about 20 runs, at 6 repetitions, with a second job running).
+    The slow build's ratio is about 0.24: any gate a user sets above the noise catches it."""
     result = CliRunner().invoke(main, [
         "compare", "--baseline", "host-release", "--candidate", candidate, "--results",
-        str(results), "--metric", "tg_tps", "--gate", "tg_tps:-3%", "--json"])
+        str(results), "--metric", "tg_tps", "--gate", "tg_tps:-5%", "--json"])
     return result.exit_code, json.loads(result.stdout)
 
 
@@ -77,7 +82,7 @@ def test_slow_build_is_a_regression_and_a_a_is_not(ab_run: Path) -> None:
     assert slow["passed"] is False
 
     code, same = compare(ab_run, "host-release-again")
-    assert code == 0, same
+    assert code == 0, json.dumps({"cells": same["cells"], "gates": same.get("gates")})
     (cell,) = same["cells"]
     assert cell["verdict"] != "regression", cell
     assert same["passed"] is True
