@@ -7,19 +7,29 @@ another farm) sit in the same store as trials.
 
 Export: one llama-bench record per *test* of each ``ok`` trial, as llama-bench itself prints a
 prompt test (``n_gen`` 0) and a generation test (``n_prompt`` 0): the stored ``engine_record``
-when there is one, else synthesised from the trial's columns. ``build_commit`` is the harness
-build id by default (``build_key="commit"`` keeps the engine's commit), because two harness
-builds of one commit (say, a release and a deliberately slowed build) must stay apart in the
-script's comparison. Every key property is filled (never null), because the script joins
-baseline and candidate rows with SQL ``=``, which never matches a NULL.
+when there is one, else synthesised from the trial's columns. Every key property is filled
+(never null), because the script joins baseline and candidate rows with SQL ``=``, which never
+matches a NULL.
+
+``build_commit`` holds one identifier per harness build, all of one length
+(``build_identifiers``): the script truncates every ``build_commit`` to the shortest when their
+lengths differ (with a warning that wrong commits may be compared), so build names such as
+``host-release`` and ``host-slow`` would stop matching ``-b``/``-c``. A build's identifier is
+its engine commit as llama-bench writes it (7 hex digits) where no other exported build has
+that commit, else 7 hex digits of a hash of the build id: two harness builds of one commit (a
+release and a deliberately slowed build) must stay apart in the script's comparison.
+``build_key="id"`` or ``"commit"`` writes the build id or the engine's commit as they are.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +41,9 @@ from harness.knobs import offload_of
 
 Format = Literal["llama-bench-jsonl", "llama-bench-sql"]
 FORMATS: tuple[str, ...] = ("llama-bench-jsonl", "llama-bench-sql")
-BuildKey = Literal["id", "commit"]
+BuildKey = Literal["short", "id", "commit"]
+SHORT = 7  # hex digits of a commit, as llama-bench writes build_commit
+_HEX = re.compile(r"^[0-9a-f]{7,40}$")
 
 #: compare-llama-bench.py's LLAMA_BENCH_DB_FIELDS and types, in its order (llama.cpp 0.3.36).
 LLAMA_BENCH_FIELDS: tuple[tuple[str, str], ...] = (
@@ -118,12 +130,59 @@ def _synthesised(row: Mapping[str, Any], build: str) -> list[dict[str, Any]]:
     return out
 
 
-def trial_records(row: Mapping[str, Any], build_key: BuildKey = "id") -> list[dict[str, Any]]:
-    """llama-bench records of one ``ok`` trial (none for any other outcome)."""
+@dataclass(frozen=True)
+class BuildIdentifier:
+    """What an exported build is called in ``build_commit``, and why."""
+
+    build_id: str
+    identifier: str
+    source: str  # "commit", or why it is a hash of the build id
+
+
+def build_identifiers(trials: pd.DataFrame) -> dict[str, BuildIdentifier]:
+    """One identifier of ``SHORT`` characters per build id of ``trials`` (pure): its commit's
+    first digits where that commit is hex and no other build has it, else a hash of the build
+    id; a hash that meets another build's identifier takes the next digits of its own."""
+    commits: dict[str, str | None] = {}
+    for build, commit in zip(trials["build_id"].astype(str),
+                             _column(trials, "build_commit"), strict=True):
+        text = str(commit).lower() if isinstance(commit, str) else ""
+        commits.setdefault(build, text[:SHORT] if _HEX.match(text) else None)
+    shared = {c for c in commits.values() if c and list(commits.values()).count(c) > 1}
+    taken = {c for c in commits.values() if c and c not in shared}
+    found: dict[str, BuildIdentifier] = {}
+    for build in sorted(commits):
+        commit = commits[build]
+        if commit and commit not in shared:
+            found[build] = BuildIdentifier(build, commit, "commit")
+            continue
+        digest = hashlib.sha256(build.encode()).hexdigest()
+        start = 0
+        while digest[start:start + SHORT] in taken:
+            start += 1
+        ident = digest[start:start + SHORT]
+        taken.add(ident)
+        why = (f"a hash of the build id: commit {commit} is shared with another build"
+               if commit else "a hash of the build id: its commit is not known")
+        found[build] = BuildIdentifier(build, ident, why)
+    return found
+
+
+def _column(frame: pd.DataFrame, name: str) -> list[Any]:
+    return list(frame[name]) if name in frame.columns else [None] * len(frame)
+
+
+def trial_records(row: Mapping[str, Any], build_key: BuildKey = "id",
+                  identifier: str | None = None) -> list[dict[str, Any]]:
+    """llama-bench records of one ``ok`` trial (none for any other outcome); ``identifier``:
+    its build's ``build_commit`` with ``build_key="short"``."""
     if row.get("outcome") != "ok":
         return []
     commit = _value(row, "build_commit")
-    build = str(commit if build_key == "commit" and commit else row["build_id"])
+    if build_key == "short" and identifier is not None:
+        build = identifier
+    else:
+        build = str(commit if build_key == "commit" and commit else row["build_id"])
     text = _value(row, "engine_record")
     records: list[dict[str, Any]] = []
     if text:
@@ -142,15 +201,23 @@ def trial_records(row: Mapping[str, Any], build_key: BuildKey = "id") -> list[di
     return [{**r, **_extras(row)} for r in records]
 
 
-def export_records(trials: pd.DataFrame, *, run_id: str | None = None,
-                   build_key: BuildKey = "id") -> list[dict[str, Any]]:
+def exported_rows(trials: pd.DataFrame, run_id: str | None = None) -> pd.DataFrame:
+    """The ``ok`` trials an export writes (of one run, if given), oldest first."""
     rows = trials if run_id is None else trials[trials["run_id"] == run_id]
     if run_id is not None and rows.empty:
         known = ", ".join(sorted(trials["run_id"].unique())[-5:])
         raise ConfigError(f"--run {run_id!r}: no trials of that run (latest runs: {known})")
+    return rows[rows["outcome"] == "ok"].sort_values(["started_at", "trial_id"])
+
+
+def export_records(trials: pd.DataFrame, *, run_id: str | None = None,
+                   build_key: BuildKey = "short") -> list[dict[str, Any]]:
+    rows = exported_rows(trials, run_id)
+    names = build_identifiers(rows) if build_key == "short" else {}
     out: list[dict[str, Any]] = []
-    for row in rows.sort_values(["started_at", "trial_id"]).to_dict("records"):
-        out.extend(trial_records(row, build_key))
+    for row in rows.to_dict("records"):
+        named = names.get(str(row["build_id"]))
+        out.extend(trial_records(row, build_key, named.identifier if named else None))
     return out
 
 
@@ -198,7 +265,7 @@ def _sql(value: Any) -> Any:
 
 
 def export(trials: pd.DataFrame, fmt: str, path: Path, *, run_id: str | None = None,
-           build_key: BuildKey = "id") -> int:
+           build_key: BuildKey = "short") -> int:
     """Write the store's trials in ``fmt``; returns the number of records written."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")

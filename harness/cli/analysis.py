@@ -471,8 +471,11 @@ def _kv_quality(size: str, kv_specs: tuple[str, ...], depth_specs: tuple[str, ..
               required=True, help="JSONL lines or a SQLite database, as llama-bench writes.")
 @RESULTS
 @click.option("--run", "run_id", default=None, metavar="RUN_ID", help="Only this run.")
-@click.option("--build-key", type=click.Choice(["id", "commit"]), default="id", show_default=True,
-              help="What goes in build_commit: the harness build id, or the engine's commit.")
+@click.option("--build-key", type=click.Choice(["short", "id", "commit"]), default="short",
+              show_default=True,
+              help="What goes in build_commit: short (one 7-digit identifier per build, its "
+              "commit where no other build shares it; printed), the harness build id, or the "
+              "engine's commit.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="File to write.")
 def export_command(fmt: str, results: Path, run_id: str | None, build_key: str,
@@ -480,14 +483,21 @@ def export_command(fmt: str, results: Path, run_id: str | None, build_key: str,
     """Write trials in the schema llama.cpp's scripts/compare-llama-bench.py reads.
 
     \b
+    Each build's identifier in build_commit is printed: pass those to the script's -b and -c.
+
+    \b
     Example:
       harness export --format llama-bench-sql -o bench.sqlite
-      compare-llama-bench.py -i bench.sqlite -b b4100 -c b4101
+      compare-llama-bench.py -i bench.sqlite -b 0c1e570 -c 5d2a9f1
     """
-    from harness.analysis.interop import export
+    from harness.analysis.interop import BuildKey, build_identifiers, export, exported_rows
 
-    count = export(load_trials(results), fmt, output, run_id=run_id,
-                   build_key="commit" if build_key == "commit" else "id")
+    trials = load_trials(results)
+    key: BuildKey = "commit" if build_key == "commit" else "id" if build_key == "id" else "short"
+    count = export(trials, fmt, output, run_id=run_id, build_key=key)
+    if key == "short":
+        for named in build_identifiers(exported_rows(trials, run_id)).values():
+            click.echo(f"build {named.build_id} -> {named.identifier} ({named.source})")
     click.echo(f"wrote {count} llama-bench records to {output}")
 
 

@@ -9,19 +9,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from harness.analysis.importing import model_of, quant_of, to_trials
 from harness.analysis.interop import (
     FIELD_NAMES,
+    build_identifiers,
     export,
     export_records,
+    exported_rows,
     read_llama_bench,
 )
 from harness.errors import ConfigError
 from harness.store import read_table, write_part
 
-from .factory import ab_store, cell, trial, write
+from .factory import cell, run_analysis, trial, write
 
 KEY_PROPERTIES = (  # compare-llama-bench.py joins baseline and candidate on all of these
     "cpu_info", "gpu_info", "backends", "n_gpu_layers", "n_cpu_moe", "tensor_buft_overrides",
@@ -41,7 +44,8 @@ def test_an_ok_trial_becomes_a_prompt_and_a_generation_test(tmp_path: Path) -> N
     assert records[1]["avg_ns"] == 800_000_000  # 16 tokens at 20 t/s
     for record in records:
         assert all(record[k] is not None for k in KEY_PROPERTIES)
-        assert record["build_commit"] == "b1" and record["harness_n_ctx"] == 512
+        assert record["build_commit"] == "abc1234" and record["harness_n_ctx"] == 512
+        assert record["harness_build_id"] == "b1"
 
 
 def test_a_stored_engine_record_is_exported_as_reported(tmp_path: Path) -> None:
@@ -49,9 +53,10 @@ def test_a_stored_engine_record_is_exported_as_reported(tmp_path: Path) -> None:
             "n_prompt": 32, "n_gen": 0, "avg_ts": 123.0, "samples_ts": [123.0]}]
     write(tmp_path, [trial(engine_record=json.dumps(raw))])
     frame = read_table(tmp_path, "trials")
-    (record,) = export_records(frame)
+    (record,) = export_records(frame)  # b1's commit, which no other build has
     assert (record["cpu_info"], record["avg_ts"], record["build_commit"]) == (
-        "Cortex-X3", 123.0, "b1")
+        "Cortex-X3", 123.0, "abc1234")
+    assert export_records(frame, build_key="id")[0]["build_commit"] == "b1"
     assert record["gpu_info"] == ""  # missing keys are filled, never null
     (by_commit,) = export_records(frame, build_key="commit")
     assert by_commit["build_commit"] == "abc1234"
@@ -82,8 +87,10 @@ def test_export_then_import_round_trips_the_measurements(tmp_path: Path, fmt: st
     assert sorted((t.tg_tps, t.pp_tps) for t in trials) == [(20.0, 400.0), (21.0, 401.0),
                                                             (22.0, 402.0)]
     first = trials[0]
+    # JSONL carries the harness build id; SQL has llama-bench's columns only: b1's commit
+    build = "b1" if fmt == "llama-bench-jsonl" else "abc1234"
     assert (first.device_serial, first.build_id, first.model_name, first.quant) == (
-        "laptop", "b1", "tiny", "Q4_K_M")
+        "laptop", build, "tiny", "Q4_K_M")
     assert (first.outcome, first.n_prompt, first.n_gen, first.threads) == ("ok", 32, 16, 4)
     if fmt == "llama-bench-jsonl":
         assert first.n_ctx == 2048  # the harness extras survive in JSONL only
@@ -164,12 +171,52 @@ def _script_python() -> str:
 ])
 def test_llama_cpps_compare_script_reads_the_export(tmp_path: Path, fmt: str, name: str,
                                                     tool: list[str]) -> None:
+    """Three builds whose names differ in length, as the demo's store has: the script is given
+    the identifiers the export printed, for every pair, and never truncates them."""
     script, python = _compare_script(), _script_python()
-    ab_store(tmp_path / "store", drop=0.1, reps=3, devices=("SER1",))
+    builds = {"host-release": ("0c1e5701", 1.0), "host-slow": ("0c1e5701", 0.25),
+              "device-python": (None, 0.9)}
+    records = [trial(cell(build=build), rep=rep, build_commit=commit, tg_tps=20.0 * factor,
+                     pp_tps=400.0 * factor)
+               for build, (commit, factor) in builds.items() for rep in range(3)]
+    write(tmp_path / "store", records)
     write_part(tmp_path / "store", "trials", [trial(outcome="crashed", tg_tps=None)], "other")
-    export(read_table(tmp_path / "store", "trials"), fmt, tmp_path / name)
-    result = subprocess.run([python, str(script), *tool, "-i", name, "-b", "base", "-c", "cand"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert "t/s base" in result.stdout and "t/s cand" in result.stdout
-    assert "tg16" in result.stdout and "pp32" in result.stdout
+    trials = read_table(tmp_path / "store", "trials")
+    export(trials, fmt, tmp_path / name)
+    names = {b: n.identifier for b, n in build_identifiers(exported_rows(trials)).items()}
+    assert {len(n) for n in names.values()} == {7} and len(set(names.values())) == 3
+    for base, cand in (("host-release", "host-slow"), ("host-slow", "device-python")):
+        result = subprocess.run([python, str(script), *tool, "-i", name, "-b", names[base],
+                                 "-c", names[cand]], cwd=tmp_path, capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert "differing lengths" not in result.stderr, result.stderr
+        assert f"t/s {names[base]}" in result.stdout and f"t/s {names[cand]}" in result.stdout
+        assert "tg16" in result.stdout and "pp32" in result.stdout
+
+
+def test_build_identifiers_are_commits_where_unshared_else_hashes_all_one_length() -> None:
+    frame = pd.DataFrame({
+        "build_id": ["host-release", "host-slow", "nightly", "py", "nightly"],
+        "build_commit": ["0C1E5701aa", "0c1e5701bb", "fa11ed9", None, "fa11ed9"]})
+    found = build_identifiers(frame)
+    assert found["nightly"].identifier == "fa11ed9" and found["nightly"].source == "commit"
+    # one commit, two builds (a release and its slowed copy): both hashed, so neither claims it
+    for build in ("host-release", "host-slow", "py"):
+        assert found[build].source.startswith("a hash of the build id"), found[build]
+        assert found[build].identifier != "0c1e570"
+    assert "shared with another build" in found["host-slow"].source
+    assert "not known" in found["py"].source
+    assert {len(f.identifier) for f in found.values()} == {7}
+    assert len({f.identifier for f in found.values()}) == 4
+    assert build_identifiers(frame) == found  # the same store, the same names
+
+
+def test_export_command_prints_each_builds_identifier(tmp_path: Path) -> None:
+    write(tmp_path / "s", [trial(cell(build="host-release")),
+                           trial(cell(build="host-slow"), build_commit=None)])
+    result = run_analysis("export", "--format", "llama-bench-sql", "--results",
+                          str(tmp_path / "s"), "-o", str(tmp_path / "x.sqlite"))
+    assert result.exit_code == 0, result.output
+    assert "build host-release -> abc1234 (commit)" in result.output
+    assert "build host-slow -> " in result.output and "its commit is not known" in result.output
