@@ -569,7 +569,8 @@ def recommend(
         picks.append(_pick(len(picks) + 1, row, None, peak, available_bytes, reserve_bytes,
                            scores, objective, False, kv))
     fitting = [{**m.row, "peak_bytes": m.peak} for m in measured if m.peak is not None]
-    suggestion = None if picks or unranked else suggest(memory_rejects, fitting)
+    suggestion = None if picks or unranked else suggest(
+        memory_rejects, fitting, available=available_bytes, reserve=reserve_bytes)
     notes.extend(_unranked_notes(objective, measured, unranked))
     return Recommendation(device, objective, available_bytes, reserve_bytes, max_quality_loss,
                           tuple(picks), tuple(p.candidate for p in picks if p.pareto),

@@ -137,7 +137,9 @@ def test_export_and_import_commands(tmp_path: Path) -> None:
     out = tmp_path / "x.jsonl"
     exported = run("export", "--results", str(tmp_path / "a"), "--format", "llama-bench-jsonl",
                    "-o", str(out))
-    assert exported.output == f"wrote 12 llama-bench records to {out}\n"
+    assert exported.output.endswith(f"wrote 12 llama-bench records to {out}\n")
+    # base and cand share one commit: each gets a hash of its build id, printed
+    assert exported.output.count("(a hash of the build id: commit abc1234 is shared") == 2
     imported = run("import", str(out), "--results", str(tmp_path / "b"), "--run-id", "imp1")
     assert imported.output == f"imported 6 trials into {tmp_path / 'b'} (run id imp1)\n"
     missing = run("import", str(tmp_path / "none.jsonl"), "--results", str(tmp_path / "b"))

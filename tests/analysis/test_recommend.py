@@ -119,24 +119,49 @@ def test_unmeasured_planned_cells_follow_measured_ones_marked_predicted(tmp_path
     assert [r.reason_code for r in rec.rejected] == ["predicted_over_budget"]
 
 
-@pytest.mark.parametrize(("overrides", "knob", "text"), [
-    ({"n_ctx": 4096}, "n_ctx", "lower n_ctx from 4096 to 2048"),
-    ({"n_ctx": 256, "type_k": "f16", "type_v": "f16"}, "kv", "KV cache as q8_0 instead of f16"),
-    ({"n_ctx": 256, "type_k": "q4_0", "type_v": "q4_0", "quant": "Q8_0"}, "quant",
-     "quantise the weights to Q6_K instead of Q8_0"),
-    ({"n_ctx": 256, "type_k": "q4_0", "type_v": "q4_0", "quant": "IQ1_S"}, "model",
+@pytest.mark.parametrize(("overrides", "stored", "knob", "text"), [
+    # halving a 4 GiB cache saves 2 GiB of the 1 GiB needed
+    ({"n_ctx": 4096}, {"predicted_kv_bytes": 4 * GIB}, "n_ctx",
+     "lower n_ctx from 4096 to 2048 (the KV cache shrinks in proportion) (saves about 2,048 MiB)"),
+    # no room in the context; q8_0 keeps 17/32 of a 2.5 GiB f16 cache: 1.17 GiB saved
+    ({"n_ctx": 256, "type_k": "f16", "type_v": "f16"}, {"predicted_kv_bytes": 5 * GIB // 2},
+     "kv", "KV cache as q8_0 instead of f16"),
+    # Q8_0 to Q6_K of an 8 GiB file saves about 1.8 GiB
+    ({"n_ctx": 256, "type_k": "q4_0", "type_v": "q4_0", "quant": "Q8_0"},
+     {"model_file_bytes": 8 * GIB}, "quant", "quantise the weights to Q6_K instead of Q8_0"),
+    ({"n_ctx": 256, "type_k": "q4_0", "type_v": "q4_0", "quant": "IQ1_S"}, {}, "model",
      "use a smaller model than tiny (1.0B parameters)"),
+    # every knob has room, none closes the gap alone: say so, with what each saves
+    ({"n_ctx": 4096}, {"predicted_kv_bytes": 512 << 20}, "model",
+     "no knob closes the gap alone (n_ctx: 256 MiB; kv: 240 MiB; quant: 26 MiB); use a "
+     "smaller model than tiny"),
+    # no prediction stored: the first knob with room, saying its saving is not known
+    ({"n_ctx": 4096}, {}, "n_ctx", "lower n_ctx from 4096 to 2048 (the KV cache shrinks in "
+     "proportion) (what it saves is not known"),
 ])
-def test_nothing_fits_names_the_first_knob_with_room(tmp_path: Path, overrides: dict, knob: str,
-                                                     text: str) -> None:
+def test_nothing_fits_names_the_first_knob_that_closes_the_gap(
+        tmp_path: Path, overrides: dict, stored: dict, knob: str, text: str) -> None:
     c = cell(**overrides)
-    rec = recommend(_frame(tmp_path, _reps(c, 10.0, 3 * GIB)), "SER1", reserve_bytes=GIB,
-                    available_bytes=3 * GIB)
+    rec = recommend(_frame(tmp_path, _reps(c, 10.0, 3 * GIB, **stored)), "SER1",
+                    reserve_bytes=GIB, available_bytes=3 * GIB)
     assert rec.picks == ()
     assert rec.suggestion is not None
     assert rec.suggestion.knob == knob
     assert "needs 1,024 MiB less" in rec.suggestion.text
-    assert text in rec.suggestion.text
+    assert text in rec.suggestion.text, rec.suggestion.text
+
+
+def test_a_reserve_above_the_free_memory_is_named_not_a_knob(tmp_path: Path) -> None:
+    """The demo's small-RAM phone: 128 MB free against the default 512 MiB reserve. No knob can
+    make room; a KV type for a 1 MiB cache must not be offered."""
+    c = cell(n_ctx=512, type_k="f16", type_v="f16")
+    rec = recommend(_frame(tmp_path, _reps(c, 10.0, 60 << 20, predicted_kv_bytes=1 << 20)),
+                    "SER1", reserve_bytes=512 << 20, available_bytes=128 << 20)
+    assert rec.picks == () and rec.suggestion is not None
+    assert rec.suggestion.knob == "reserve"
+    assert "the reserve (512 MiB) is at least the phone's free memory (128 MiB)" in (
+        rec.suggestion.text)
+    assert "lower --reserve" in rec.suggestion.text and "q8_0" not in rec.suggestion.text
 
 
 def test_a_faster_config_over_budget_yields_to_a_slower_one_that_fits(tmp_path: Path) -> None:
