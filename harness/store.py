@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 import types
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -124,6 +125,64 @@ def migrate(name: str, table: pa.Table, version: int) -> pa.Table:
     return table
 
 
+@dataclasses.dataclass(frozen=True)
+class SkippedPart:
+    """A part a read left out: it could not be read, or a column could not be cast."""
+
+    path: Path
+    table: str
+    rows: int | None  # from the Parquet footer, when even that could be read
+    reason: str
+
+    def line(self) -> str:
+        held = (f"{self.rows} rows of {self.table}" if self.rows is not None
+                else f"{self.table}, rows unknown")
+        return f"{self.path} ({held}): {self.reason}"
+
+
+_SKIPPED: list[SkippedPart] = []  # every skip of this process, in order (repeats included)
+_SKIPPED_LOCK = threading.Lock()
+
+
+def skip_mark() -> int:
+    """Where the skips of this process stand now: pass it to ``skipped_since``."""
+    with _SKIPPED_LOCK:
+        return len(_SKIPPED)
+
+
+def skipped_since(mark: int = 0) -> list[SkippedPart]:
+    """The parts reads left out since ``mark``, once each, in the order they were met: what a
+    command names on stderr and a report in its banner, so nothing is dropped quietly."""
+    with _SKIPPED_LOCK:
+        found = _SKIPPED[mark:]
+    first: dict[Path, SkippedPart] = {}
+    for part in found:
+        first.setdefault(part.path, part)
+    return list(first.values())
+
+
+def _skip(path: Path, name: str, reason: str) -> None:
+    try:
+        rows: int | None = pq.read_metadata(path).num_rows
+    except (OSError, pa.ArrowException):
+        rows = None
+    log.debug("skipping part %s: %s", path, reason)
+    with _SKIPPED_LOCK:
+        _SKIPPED.append(SkippedPart(path, name, rows, reason))
+
+
+def check(root: Path) -> tuple[int, list[SkippedPart]]:
+    """Read every part of every table under ``root`` whole: (parts read, parts left out)."""
+    mark = skip_mark()
+    files = 0
+    for name in SCHEMAS:
+        parts = part_files(root, name)
+        files += len(parts)
+        if parts:
+            read_arrow(root, name, parts)
+    return files, skipped_since(mark)
+
+
 def _read_one(path: Path, name: str, columns: Sequence[str],
               filters: list[tuple[str, str, object]] | None,
               dictionary: Sequence[str]) -> pa.Table | None:
@@ -143,7 +202,7 @@ def _read_one(path: Path, name: str, columns: Sequence[str],
         else:
             table = part.read(columns=wanted, use_threads=False)
     except (OSError, pa.ArrowException) as error:
-        log.warning("skipping unreadable part %s: %s", path, error)
+        _skip(path, name, f"unreadable: {error}")
         return None
     table = _migrated(path, name, table, part_version(stored.empty_table()))
     arrays = []
@@ -162,7 +221,7 @@ def _read_one(path: Path, name: str, columns: Sequence[str],
         try:
             arrays.append(column.cast(field.type))
         except pa.ArrowException as error:
-            log.warning("skipping part %s: column %s: %s", path, wanted_name, error)
+            _skip(path, name, f"column {wanted_name} cannot be read as {field.type}: {error}")
             return None
         fields.append(field)
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))

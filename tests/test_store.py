@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from harness import store
 from harness.records import SampleRecord, TrialRecord
@@ -78,12 +77,16 @@ def test_older_part_without_a_column_reads_it_as_null(tmp_path: Path) -> None:
     assert frame["pss_bytes"].isna().tolist() == [True, False]
 
 
-def test_corrupt_part_is_skipped_with_a_warning(tmp_path: Path,
-                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_corrupt_part_is_skipped_and_recorded(tmp_path: Path) -> None:
     store.write_part(tmp_path, "trials", [make_trial()], "good")
     bad = tmp_path / "trials" / "date=2026-11-29" / "part-bad-1.parquet"
     bad.parent.mkdir(parents=True, exist_ok=True)
     bad.write_bytes(b"PAR1 half a file")
+    mark = store.skip_mark()
     frame = store.read_table(tmp_path, "trials")
     assert len(frame) == 1
-    assert "part-bad-1.parquet" in caplog.text
+    store.read_table(tmp_path, "trials")  # read twice, named once
+    (skipped,) = store.skipped_since(mark)
+    assert (skipped.path, skipped.table, skipped.rows) == (bad, "trials", None)
+    assert skipped.reason.startswith("unreadable: ")
+    assert store.skipped_since(store.skip_mark()) == []

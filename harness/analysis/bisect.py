@@ -16,7 +16,7 @@ Rules (docs/bisect.md):
   that is significant, with its whole interval below 1 and its estimate below ``1 - noise``, is
   ``bad`` (compare's own regression rule without the veto). Too few repetitions, throttled
   trials or no ratio are never overridden. Any other ``unstable`` is measured again with added
-  repetitions (``retry``), and unstable again counts as ``skip``;
+  repetitions (``retry``), up to ``UNSTABLE_TRIES`` measurements in all, then ``skip``;
 * a commit that does not compile is ``skip``ped, like ``git bisect skip``: the nearest testable
   neighbour of the midpoint is tested instead;
 * the bad end is tested first: if it is not a regression against the good build, there is
@@ -36,6 +36,11 @@ from harness.errors import HarnessError
 
 Outcome = Literal["good", "bad", "unstable", "skip"]
 Status = Literal["good", "bad", "skip", "retry"]
+#: measurements of one commit before an unstable verdict counts as ``skip``: each retry adds
+#: ``--reps`` repetitions and is judged on all of them, so a loaded host's noise is given room
+#: to average out (a load burst made one step unstable twice, and the answer a range, in a
+#: loaded test run) while a commit that never settles costs at most three measurements
+UNSTABLE_TRIES = 3
 OUTCOMES: tuple[Outcome, ...] = ("good", "bad", "unstable", "skip")
 #: compare.py's verdict on tg_tps (candidate vs good) -> what it means for the bisect.
 VERDICT_OUTCOME: dict[str, Outcome] = {
@@ -96,8 +101,8 @@ def judge(m: Measured, noise: float) -> Outcome:
 
 
 def status(outcomes: Sequence[Outcome]) -> Status | None:
-    """A commit's state from its outcomes in order: None untested, ``retry`` after one unstable
-    measurement, ``skip`` after a failed build or two unstable ones."""
+    """A commit's state from its outcomes in order: None untested, ``retry`` after fewer than
+    ``UNSTABLE_TRIES`` unstable measurements, ``skip`` after a failed build or that many."""
     if not outcomes:
         return None
     if "skip" in outcomes:
@@ -105,7 +110,7 @@ def status(outcomes: Sequence[Outcome]) -> Status | None:
     last = outcomes[-1]
     if last in ("good", "bad"):
         return last
-    return "retry" if outcomes.count("unstable") < 2 else "skip"
+    return "retry" if outcomes.count("unstable") < UNSTABLE_TRIES else "skip"
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ code (2 for bad input), never a traceback.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 import click
@@ -18,8 +19,11 @@ from harness.errors import HarnessError
 # Sub-modules of harness.cli whose COMMANDS are registered, in --help order.
 COMMAND_MODULES = [
     "plan", "run", "analysis", "report", "energy", "models", "sim", "devices", "build", "demo",
-    "farm", "bisect",
+    "farm", "bisect", "store",
 ]
+
+
+SKIPS_LISTED = "harness.store_skips_listed"  # ctx.meta: the command listed them itself
 
 
 class UserError(click.ClickException):
@@ -30,10 +34,29 @@ class UserError(click.ClickException):
 
 class HarnessGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
+        mark = _store_mark()
         try:
             return super().invoke(ctx)
         except HarnessError as error:
             raise UserError(str(error)) from error
+        finally:
+            if not ctx.meta.get(SKIPS_LISTED):
+                _name_skipped_parts(mark)
+
+
+def _store_mark() -> int:
+    store = sys.modules.get("harness.store")  # not imported yet: nothing read, nothing skipped
+    return store.skip_mark() if store is not None else 0
+
+
+def _name_skipped_parts(mark: int) -> None:
+    """Every store part the command's reads left out, one line each on stderr."""
+    store = sys.modules.get("harness.store")
+    if store is None:
+        return
+    for part in store.skipped_since(mark):
+        click.echo(f"warning: store part left out: {part.line()} (harness store check lists "
+                   "them all)", err=True)
 
 
 @click.group(cls=HarnessGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from harness import store
 from harness.analysis.ab import load_sequential
 from harness.analysis.changes import what_changed
 from harness.analysis.frames import (
@@ -486,6 +487,7 @@ def build_report_data(
 ) -> ReportData:
     """Read the store and prepare every section; a StoreError when nothing matches."""
     timings: dict[str, float] = {}
+    mark = store.skip_mark()
     raw = _timed(timings, "load", lambda: load_trials(options.results, options.run_id,
                                                       options.since))
     if raw.empty:
@@ -542,4 +544,5 @@ def build_report_data(
         kv_quality=kv_scored,
         heatmap_engine=side.engine if side else None, engines=engines, sustained=sustained,
         energy=energy, validity=valid, changes=changed, noise=noise, paging=paged,
-        offload=offloaded)
+        offload=offloaded,
+        skipped_parts=tuple(part.line() for part in store.skipped_since(mark)))

@@ -653,4 +653,6 @@ class ReportData:
     changes: ChangesSection = field(default_factory=ChangesSection)
     noise: NoiseFloorSection = field(default_factory=NoiseFloorSection)
     offload: OffloadSection = field(default_factory=OffloadSection)
+    # store parts the reads left out (harness.store.SkippedPart.line): the banner at the top
+    skipped_parts: tuple[str, ...] = ()
 

@@ -20,7 +20,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -34,12 +34,14 @@ from harness.analysis.ab import compare_builds
 from harness.analysis.bisect import (
     BisectError,
     Measured,
+    Outcome,
     Replayed,
     Search,
     Step,
     judge,
     outcome_of,
     replay,
+    status,
 )
 from harness.analysis.frames import load_trials
 from harness.artifacts import gitbuild
@@ -393,10 +395,17 @@ class Bisector:
             first_bad_subject=self.subjects.get(first_bad, ""),
             last_good=str(done["last_good"]), candidates=tuple(done["candidates"]),
             evidence=tuple(evidence), builds=tuple(state.builds),
-            skipped=skipped + tuple(
-                r["commit"] for r in state.measures
-                if r["outcome"] == "unstable" and r.get("retry") and r["commit"] not in skipped),
+            skipped=skipped + tuple(c for c, outcomes in _outcomes(state.measures).items()
+                                    if status(outcomes) == "skip" and c not in skipped),
         )
+
+
+def _outcomes(measures: Sequence[Mapping[str, Any]]) -> dict[str, list[Outcome]]:
+    """Each measured commit's outcomes, in the order they were measured."""
+    found: dict[str, list[Outcome]] = {}
+    for record in measures:
+        found.setdefault(str(record["commit"]), []).append(record["outcome"])
+    return found
 
 
 def _num(value: Any) -> float | None:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 import pytest
 
 from harness.analysis.bisect import (
+    UNSTABLE_TRIES,
     BisectError,
     Measured,
     NotARegression,
@@ -83,19 +84,20 @@ def test_skipped_commits_next_to_the_first_bad_one_are_named_as_candidates() -> 
     assert step.last_good == "c008"
 
 
-def test_unstable_is_measured_again_once_then_skipped() -> None:
+def test_unstable_is_measured_again_up_to_three_times_then_skipped() -> None:
     search = Search("good", commits(8))
-    unstable_once: Oracle = lambda c, attempt: (  # noqa: E731
-        "unstable" if c == "c003" and attempt == 0 else first_bad_at(5)(c, attempt))
-    step, tested = drive(search, unstable_once)
-    assert step.first_bad == "c005" and tested.count("c003") == 2
+    unstable_twice: Oracle = lambda c, attempt: (  # noqa: E731
+        "unstable" if c == "c003" and attempt < 2 else first_bad_at(5)(c, attempt))
+    step, tested = drive(search, unstable_twice)
+    assert step.first_bad == "c005" and tested.count("c003") == 3
     always: Oracle = lambda c, attempt: (  # noqa: E731
         "unstable" if c == "c003" else first_bad_at(5)(c, attempt))
     step, tested = drive(search, always)
-    assert step.first_bad == "c005" and tested.count("c003") == 2
+    assert step.first_bad == "c005" and tested.count("c003") == 3
     assert status(["unstable"]) == "retry"
-    assert status(["unstable", "unstable"]) == "skip"
-    assert status(["unstable", "bad"]) == "bad"
+    assert status(["unstable", "unstable"]) == "retry"
+    assert status(["unstable"] * UNSTABLE_TRIES) == "skip"
+    assert status(["unstable", "unstable", "bad"]) == "bad"
     assert status([]) is None
 
 

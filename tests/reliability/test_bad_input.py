@@ -9,7 +9,6 @@ tiny model and a real store. A corrupt Parquet part is not an error: it is skipp
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 import struct
 from pathlib import Path
@@ -162,14 +161,14 @@ def _store_with_bad_part(case: str, good_store: tuple[Path, int], tmp_path: Path
 
 
 @pytest.mark.parametrize("case", PARQUET_CASES)
-def test_corrupt_parquet_part_is_skipped_with_a_warning(
-    case: str, good_store: tuple[Path, int], tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_corrupt_parquet_part_is_skipped_and_named(
+    case: str, good_store: tuple[Path, int], tmp_path: Path
 ) -> None:
     root = _store_with_bad_part(case, good_store, tmp_path)
-    with caplog.at_level(logging.WARNING, logger="harness.store"):
-        trials = store.read_table(root, "trials")
+    mark = store.skip_mark()
+    trials = store.read_table(root, "trials")
     assert len(trials) == good_store[1]  # every good row, none of the bad part
-    assert any(f"part-broken-{case}" in record.getMessage() for record in caplog.records)
+    assert [p.path.name for p in store.skipped_since(mark)] == [f"part-broken-{case}.parquet"]
 
 
 @pytest.mark.parametrize("case", [
@@ -183,4 +182,5 @@ def test_report_over_a_store_with_a_corrupt_part_still_renders(
     result = CliRunner().invoke(main, ["report", "--results", str(root), "-o",
                                        str(tmp_path / "r.html")])
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "r.html").is_file()
+    assert f"part-broken-{case}.parquet" in result.stderr  # named on stderr, and in a banner
+    assert f"part-broken-{case}.parquet" in (tmp_path / "r.html").read_text()
