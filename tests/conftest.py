@@ -21,6 +21,15 @@ os.environ.setdefault("HARNESS_CACHE", str(Path.home() / ".cache" / "harness"))
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures" / "android"
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which adb clients the ``each_adb_client`` tests run against, at the top of every run."""
+    clients = adb_clients()
+    named = ", ".join(f"{'bundled' if i == 0 else 'on PATH'} {c} ({adb_version(c)})"
+                      for i, c in enumerate(clients))
+    more = "" if len(clients) > 1 else " only (no other adb on PATH: install Debian's adb)"
+    return f"each_adb_client tests run against: {named}{more}"
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests marked ``each_adb_client`` run once per adb this machine has: the wheel's, and
     Debian's 29.0.6 (or any other) when one is on PATH (``./dev test`` installs it)."""

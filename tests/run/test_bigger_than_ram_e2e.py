@@ -86,6 +86,8 @@ def test_bigger_than_ram_pages_with_mmap_is_killed_without_and_loads_at_storage_
     assert (dense["read_bytes_per_token"] >= 0.5 * size).all(), dense["read_bytes_per_token"]
     measured = dense["tg_tps"].median()
     predicted = dense["predicted_paging_tg_tps"].iloc[0]
+    # the planner's storage-bound speed within the accuracy it claims: bench figure 11's target
+    # (docs/benchmarks.md), every paging cell within +-35% of the measured median
     assert 0.65 <= predicted / measured <= 1.35, (predicted, measured)
 
     killed = cells[("bench", "F16", "none", "cold")]
@@ -153,9 +155,18 @@ def test_halving_the_storage_speed_slows_paging_and_leaves_a_fitting_cell_alone(
         paging = trials.set_index("quant")["paging"]
         assert paging.loc["F16"].all() and not paging.loc["Q8_0"].any()
         # the fitting cell reads (next to) nothing from storage while decoding: the storage
-        # speed cannot reach it, whatever its tok/s does on a shared CPU
-        fits = trials[trials["quant"] == "Q8_0"]["read_bytes_per_token"]
-        assert (fits.fillna(0) < 1 << 20).all(), fits
+        # speed cannot reach it, whatever its tok/s does on a shared CPU. Where its decode was
+        # too short for two reads of /proc/PID/io inside it (no per-token figure), the whole
+        # trial's reads say the same: the file read about once, where a paging decode of 8
+        # tokens would read it about 4 times more (half of it per token, as measured above)
+        fitting = trials[trials["quant"] == "Q8_0"]
+        for _, row in fitting.iterrows():
+            per_token = row["read_bytes_per_token"]
+            if pd.notna(per_token):
+                assert per_token < 1 << 20, row[["read_bytes_per_token", "read_bytes"]]
+            else:
+                assert row["read_bytes"] < 2 * row["model_file_bytes"], row[
+                    ["read_bytes", "model_file_bytes"]]
     assert tg[(50.0, "F16")] <= 0.7 * tg[(100.0, "F16")], tg  # paging: storage-bound
     # fits: unaffected by storage; its speed is CPU-bound, and one pair measured minutes apart
     # on a shared 2-core machine has been seen 0.65 apart (clean clone, 2026-12-05): a sanity
