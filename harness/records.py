@@ -172,6 +172,8 @@ class TrialRecord:
     load_mode: str | None = None  # how the engine was asked to load: mmap, none, dio, ...
     cache: str | None = None  # the cell's page-cache knob: cold, warm (None: as found)
     cache_resident_bytes: int | None = None  # the model file's page-cache residency at launch
+    # why ``cache`` is "unknown": the knob's evict or read-in failed or did not take (schema 12)
+    cache_error: str | None = None
     major_faults: int | None = None  # the engine's major page faults over the trial
     read_bytes: int | None = None  # bytes the engine read from storage (/proc/PID/io)
     read_bytes_per_token: float | None = None  # storage bytes per generated token, decoding

@@ -99,3 +99,32 @@ def label(per_token_bytes: float | None, read_bytes: int | None, model_bytes: in
     if read_bytes is not None:
         return read_bytes > PAGING_TOTAL * model_bytes
     return None
+
+
+#: a cold launch may find this share of the model still cached (a page or two another process
+#: maps); a warm one must find at least WARM_SHARE of it
+COLD_SHARE = 0.05
+WARM_SHARE = 0.9
+
+
+def cache_outcome(asked: str | None, resident: int | None, file_bytes: int | None,
+                  tool_text: str) -> tuple[str | None, str | None]:
+    """The ``cache`` a trial stores, and why it is ``unknown`` (None when the knob held): what
+    the page-cache tool printed after evicting (cold) or reading in (warm) the model."""
+    if asked not in ("cold", "warm"):
+        return asked, None
+    action = "evicting" if asked == "cold" else "reading in"
+    if resident is None:
+        said = next((line for line in tool_text.splitlines() if line.strip()), "")
+        return "unknown", (f"{action} the model failed: {said.strip()}" if said
+                           else f"{action} the model failed: the page-cache tool printed nothing")
+    if not file_bytes:
+        return asked, None
+    share = resident / file_bytes
+    if asked == "cold" and share > COLD_SHARE:
+        return "unknown", (f"{action} the model left {share:.0%} of it cached (pages another "
+                           "process maps stay)")
+    if asked == "warm" and share < WARM_SHARE:
+        return "unknown", (f"{action} the model left only {share:.0%} of it cached (memory "
+                           "pressure reclaimed the rest)")
+    return asked, None

@@ -688,7 +688,12 @@ def _storage_columns(spec: TrialSpec, ctx: TrialContext, ticks: Sequence[Tick],
                             rates.gen_tps if rates else None, ctx.model_meta.file_bytes,
                             ctx.device_meta.storage_read_mb_s)
     columns = {**result.columns(), "paging": result.paging if ok else None}
-    return {"cache_resident_bytes": found[0].resident_bytes if found else None,
+    resident = found[0].resident_bytes if found else None
+    cache, why = paging.cache_outcome(cell.cache or None, resident, ctx.model_meta.file_bytes,
+                                      cache_text)
+    if why is not None:
+        columns.update(cache=cache, cache_error=why)
+    return {"cache_resident_bytes": resident,
             "load_ms": log.load_ms, **columns,
             "predicted_paging_tg_tps": ctx.predicted_paging_tg_tps}
 
