@@ -35,13 +35,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.cell import MAPPED_LOAD_MODES, Cell
-from harness.units import size
+from harness.units import MB, size
 
 if TYPE_CHECKING:
     from harness.artifacts.gguf_info import ModelInfo
     from harness.memory import MemoryPrediction, ModelCard
 
-MB = 1_000_000  # storage speeds are MB/s, as phone makers quote them
 HIT_FLOOR = 1 / 3  # the experts' cache share below which routed experts are (almost) never hit
 
 

@@ -12,6 +12,8 @@ import math
 KIB = 1 << 10
 MIB = 1 << 20
 GIB = 1 << 30
+#: a decimal megabyte: storage speeds (MB/s) are quoted in these, as phone makers quote them
+MB = 1_000_000
 
 MISSING = "–"  # what a size or ratio that is unknown prints as in reports
 

@@ -4,9 +4,10 @@ One row per (device, config, build, engine) whose trials say something about sto
 paging (``paging``), asked for a cold or warm page cache (``cache``), or loaded otherwise than
 by mmap (``load_mode``). Medians over its trials: what stayed resident against the model file,
 faults and bytes read from storage per generated token, the decode speed measured against the
-one the storage allows (storage speed / bytes per token) and the plan's prediction, the load
-time, and how much of the model was in the page cache at the launch. Pure: the report and
-scripts read the same rows.
+plan's prediction (made before the trial, from the model and the storage speed), the storage
+read rate measured while decoding (bytes per token x tokens per second) against the storage's
+speed, the load time, and how much of the model was in the page cache at the launch. No figure
+is set against one derived from itself. Pure: the report and scripts read the same rows.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pandas as pd
 
 from harness.analysis.sustained import candidate_groups, column, median
 from harness.labels import config_label
-from harness.paging import MB
+from harness.units import MB
 
 SHOWN = ("paging", "cache", "load_mode", "read_bytes")
 
@@ -46,8 +47,8 @@ class PagingRow:
     faults_per_token: float | None
     tg_tps: float | None
     storage_mb_s: float | None
-    storage_bound_tg_tps: float | None  # storage speed / bytes read per token
-    predicted_tg_tps: float | None  # the plan's storage-bound decode speed
+    read_mb_s: float | None  # storage read rate while decoding: bytes/token x tok/s (measured)
+    predicted_tg_tps: float | None  # the plan's storage-bound decode speed (before the trial)
 
 
 def _share(part: float | None, whole: float | None) -> float | None:
@@ -60,6 +61,7 @@ def _row(key: tuple[str, ...], group: pd.DataFrame) -> PagingRow:
     size = median(column(group, "model_file_bytes"))
     read = median(column(ok, "read_bytes_per_token"))
     speed = median(column(group, "storage_read_mb_s"))
+    tg = median(column(ok, "tg_tps"))
     # the kernel's high-water mark never under-reads (a trial shorter than the sampler's rollup
     # interval has a PSS from before the model was mapped); it counts shared libraries too
     resident = median(column(ok, "vm_hwm_bytes").fillna(column(ok, "peak_pss_bytes")))
@@ -78,8 +80,7 @@ def _row(key: tuple[str, ...], group: pd.DataFrame) -> PagingRow:
         file_bytes=size, resident_bytes=resident, resident_share=_share(resident, size),
         cache_share=_share(cached, size), load_ms=median(column(ok, "load_ms")),
         read_bytes_per_token=read, faults_per_token=median(column(ok, "major_faults_per_token")),
-        tg_tps=median(column(ok, "tg_tps")), storage_mb_s=speed,
-        storage_bound_tg_tps=speed * MB / read if speed and read else None,
+        tg_tps=tg, storage_mb_s=speed, read_mb_s=read * tg / MB if read and tg else None,
         predicted_tg_tps=median(column(group, "predicted_paging_tg_tps")))
 
 

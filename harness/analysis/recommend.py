@@ -63,14 +63,16 @@ from harness.knobs import CPU_DEVICE, gpu_layers_text, offload_of
 from harness.knobs import default as knob_default
 from harness.labels import config_label
 from harness.metrics import objective as metric_of
-from harness.paging import MB, PagingPrediction
-from harness.units import mib
+from harness.paging import PagingPrediction
+from harness.units import MB, mib
 
 Objective = Literal["tg_tps", "pp_tps", "ttft", "sustained_tg", "energy"]
-SCHEMA_VERSION = 5  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
+SCHEMA_VERSION = 6  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
 #                     3: objectives sustained_tg and energy, their figures on picks, unranked
 #                     4: paging picks (paging, read_bytes_per_token, storage_bound_tg_tps)
 #                     5: the KV cache's quality loss on picks (kv_kl, kv_depth)
+#                     6: storage_bound_tg_tps is always the plan's prediction (never derived
+#                        from the measured reads); read_mb_s: the measured read rate
 #: What identifies a candidate: (config_id, build_id, engine).
 CandidateKey = tuple[str, str, str]
 
@@ -107,7 +109,10 @@ class Pick:
     pp_j_per_token: float | None = None
     paging: bool = False  # its weights page from storage (measured, or planned runs_by_paging)
     read_bytes_per_token: float | None = None  # storage bytes per generated token (median)
-    storage_bound_tg_tps: float | None = None  # storage speed / bytes per token
+    # the plan's storage-bound decode speed (made before any trial, from the model and the
+    # storage speed), for measured and planned picks alike
+    storage_bound_tg_tps: float | None = None
+    read_mb_s: float | None = None  # the storage read rate measured while decoding
     kv_kl: float | None = None  # the KV type's KL at kv_depth (0 for f16; None: not measured)
     kv_depth: int | None = None  # the measured depth kv_kl comes from
     compute_device: str = knob_default("compute_device")  # where the model runs (none: the CPU)
@@ -286,7 +291,8 @@ class Paging:
 
     read_bytes_per_token: float | None
     storage_mb_s: float | None
-    storage_bound_tg_tps: float | None
+    predicted_tg_tps: float | None  # the plan's storage-bound decode speed, before the trial
+    read_mb_s: float | None  # measured while decoding: bytes per token x tokens per second
 
 
 def paging_of(ok: pd.DataFrame) -> Paging | None:
@@ -298,8 +304,10 @@ def paging_of(ok: pd.DataFrame) -> Paging | None:
         return None
     read = _median(ok["read_bytes_per_token"]) if "read_bytes_per_token" in ok else None
     speed = _median(ok["storage_read_mb_s"]) if "storage_read_mb_s" in ok else None
-    bound = speed * MB / read if read and speed else None
-    return Paging(read, speed, bound)
+    predicted = (_median(ok["predicted_paging_tg_tps"]) if "predicted_paging_tg_tps" in ok
+                 else None)
+    tg = _median(ok["tg_tps"]) if "tg_tps" in ok else None
+    return Paging(read, speed, predicted, read * tg / MB if read and tg else None)
 
 
 def _worst_anon_peak(ok: pd.DataFrame) -> int | None:
@@ -414,13 +422,16 @@ def _paging_text(paging: Paging | None, measured_tg: float | None) -> str:
         return ""
     read = (f"{mib(paging.read_bytes_per_token)} read from storage per token"
             if paging.read_bytes_per_token else "storage reads per token not measured")
-    bound = ""
-    if paging.storage_bound_tg_tps is not None and paging.storage_mb_s:
-        bound = (f", storage-bound {paging.storage_bound_tg_tps:.2f} tok/s at "
-                 f"{paging.storage_mb_s:g} MB/s")
+    rate = ""
+    if paging.read_mb_s is not None and paging.storage_mb_s:
+        rate = (f", read at {paging.read_mb_s:.0f} MB/s while decoding of the storage's "
+                f"{paging.storage_mb_s:g} MB/s")
+    plan = ""
+    if paging.predicted_tg_tps is not None:
+        plan = f"; the plan predicted {paging.predicted_tg_tps:.2f} tok/s before the trials"
         if measured_tg:
-            bound += f" ({measured_tg / paging.storage_bound_tg_tps:.0%} of it measured)"
-    return f"runs by paging its weights: {read}{bound}"
+            plan += f", {measured_tg:.2f} measured"
+    return f"runs by paging its weights: {read}{rate}{plan}"
 
 
 def _explain(m: _Measured | None, peak: int | None, headroom: int | None, score: QualityScore |
@@ -686,8 +697,9 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
         paging=paging is not None or planned is not None,
         read_bytes_per_token=(paging.read_bytes_per_token if paging
                               else float(planned.read_per_token) if planned else None),
-        storage_bound_tg_tps=(paging.storage_bound_tg_tps if paging
+        storage_bound_tg_tps=(paging.predicted_tg_tps if paging
                               else planned.tg_tps if planned else None),
+        read_mb_s=paging.read_mb_s if paging else None,
         kv_kl=kv_loss.kl if kv_loss else None, kv_depth=kv_loss.depth if kv_loss else None,
         compute_device=device, n_gpu_layers=layers,
     )

@@ -26,9 +26,8 @@ from harness.plan import (
     summarize,
 )
 from harness.profiles import Cluster, DeviceProfile, find_profile, list_profiles, storage_speed
-from harness.units import size
+from harness.units import MIB, size
 
-MB = 1024 * 1024
 LIVE = "live facts of "  # the source of a profile made from an attached device's reading
 
 
@@ -79,7 +78,7 @@ def _available(profile: DeviceProfile | None, memory: str | None) -> int:
     live = profile is not None and profile.source.startswith(LIVE)
     found = available_memory(
         given=parse_size(memory, "--memory") if memory is not None else None,
-        live=profile.available_mb * MB if live and profile else None,
+        live=profile.available_mb * MIB if live and profile else None,
         live_from=profile.name if profile else "the phone",
         profile_mb=profile.available_mb if profile else None,
         profile=profile.name if profile else None)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from harness.errors import ConfigError
 from harness.profiles import DeviceProfile
+from harness.units import MB
 from harness.virtual import cgroups, disk, storage
 from harness.virtual.config import MEMORY_MODEL_CHOICES, ClusterConfig, PhoneConfig
 from harness.virtual.gpu import gpu_props
@@ -75,7 +76,7 @@ def provision(config: PhoneConfig, phone_dir: Path, requested: str = "auto",
             return _simulated(config, f"simulated: {reason}")
     own, disk_note = _own_disk(config, phone_dir)
     speed = config.storage_read_mb_s
-    read_bps = round(speed * storage.MB) if speed is not None else None
+    read_bps = round(speed * MB) if speed is not None else None
     storage_note = config.storage_note
     if read_bps is not None and cgroups.block_device(data) is None:
         reason = (f"{data} is on no block device (tmpfs or overlay?), so its storage speed "

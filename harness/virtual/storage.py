@@ -17,11 +17,11 @@ from pathlib import Path
 
 from harness.artifacts.llama_source import cache_root
 from harness.errors import ConfigError
+from harness.units import MB
 
 PROBE_BYTES = 64 * 1024 * 1024
 PROBE_RUNS = 2
 CHUNK = 1024 * 1024
-MB = 1_000_000  # storage speeds are decimal megabytes per second, as phone makers quote them
 
 
 def _boot_id() -> str:
