@@ -73,9 +73,11 @@ def _summary_table(summary: RunSummary) -> Table:
         table.add_column(name, justify="right")
     table.add_column("pushed", justify="right")
     table.add_column("not run", justify="right")
+    table.add_column("memory model")
     for device in summary.devices:
         table.add_row(device.serial, *[str(device.outcomes.get(o, 0)) for o in outcomes],
-                      f"{device.bytes_pushed / 1e6:.1f} MB", str(device.not_run))
+                      f"{device.bytes_pushed / 1e6:.1f} MB", str(device.not_run),
+                      device.memory_model or "the phone's own")
     return table
 
 

@@ -66,7 +66,7 @@ CONDITION_FLAGS: dict[str, tuple[str, str]] = {
     "charging": ("charging", "not charging"), "battery_saver": ("on", "off"),
 }
 CONDITION_TEXTS = ("affinity", "applied_affinity", "threads", "threads_seen", "charge_source",
-                   "doze_state", "cooldown_source")
+                   "doze_state", "cooldown_source", "memory_model")
 T = TypeVar("T")
 
 

@@ -83,6 +83,7 @@ class ConditionRow:
     battery_saver: str
     doze_state: str
     cooldown_source: str
+    memory_model: str = ""  # a virtual phone's: cgroup or simulated ("": a real phone)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,9 @@ class DeviceSummary:
     not_run: int = 0
     error: str | None = None
     adaptive: list[AdaptiveRecord] = field(default_factory=list)  # why each A/B pair stopped
+    # a virtual phone's memory model (cgroup: the host kernel enforces it; simulated: the
+    # phone's own accounting), None on a real phone: said for every run, never a silent fallback
+    memory_model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class RunSummary:
             "devices": [
                 {"serial": d.serial, "trials_by_outcome": dict(sorted(d.outcomes.items())),
                  "bytes_pushed": d.bytes_pushed, "not_run": d.not_run, "error": d.error,
+                 "memory_model": d.memory_model,
                  **({"adaptive": [adaptive_json(r) for r in d.adaptive]} if d.adaptive else {})}
                 for d in self.devices
             ],

@@ -226,6 +226,7 @@ class DeviceWorker:
         """Plan this device's trials and push what the runnable ones need; its jobs, in order."""
         facts = self.device.facts()
         self._model = facts.model
+        self.summary.memory_model = facts.memory_model
         planned = self.plan(facts)
         trials = interleave(adaptive.planned_cells(self.prepared.cells, self.adaptive_policy),
                             self.run_id, self.device.serial)

@@ -13,7 +13,8 @@ from harness.report.html import render_report
 from harness.report.model import ReportData
 
 PRE = dict(screen_on=True, stay_awake=False, charging=False, charge_source="none",
-           battery_saver=False, doze_state="ACTIVE", cooldown_source="sysfs")
+           battery_saver=False, doze_state="ACTIVE", cooldown_source="sysfs",
+           memory_model="cgroup")
 
 
 def _store(root: Path) -> list[TrialRecord]:
@@ -51,6 +52,7 @@ def test_each_config_shows_its_applied_affinity_threads_and_preflight_state(
     assert first.applied_affinity in ("0-1 1 · 1 1", "1 1 · 0-1 1")
     assert first.screen_on in ("off 1 · on 1", "on 1 · off 1")
     assert (first.threads, first.threads_seen, first.cooldown_source) == ("2", "2", "sysfs")
+    assert first.memory_model == "cgroup"  # a virtual phone's memory model, never silent
     saver = next(r for r in conditions.rows if r.device.endswith("SER2"))
     assert (saver.battery_saver, saver.charging, saver.doze_state) == ("on", "not charging",
                                                                        "ACTIVE")

@@ -39,6 +39,11 @@ def test_smoke_matrix_on_two_virtual_phones(
     assert summary["trials_by_outcome"] == {"ok": 32}
     assert trials["trial_id"].is_unique
     assert set(trials["device_serial"]) == {d["serial"] for d in summary["devices"]}
+    # each virtual phone's memory model is said, and is what its trials stored
+    for device in summary["devices"]:
+        assert device["memory_model"] in ("cgroup", "simulated"), device
+        stored = trials[trials["device_serial"] == device["serial"]]["memory_model"]
+        assert set(stored) == {device["memory_model"]}
     assert (trials["tg_tps"] > 0).all() and (trials["pp_tps"] > 0).all()
     assert set(samples["trial_id"]) == set(trials["trial_id"])
     close = (trials["peak_rss_bytes"] - trials["vm_hwm_bytes"]).abs() <= 0.10 * trials[
