@@ -5,6 +5,7 @@ fidelity"). Everything goes through the real adb path.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import replace
@@ -46,8 +47,15 @@ def test_stock_phone_denies_dmesg_and_reports_boot_uptime_and_pressure(
     up, idle = _out(adb_server, virtual_phone, "cat /proc/uptime").split()
     assert 0 < float(up) < 60 and float(idle) >= 0
     psi = _out(adb_server, virtual_phone, "cat /proc/pressure/memory").splitlines()
-    assert psi == ["some avg10=0.00 avg60=0.00 avg300=0.00 total=0",
-                   "full avg10=0.00 avg60=0.00 avg300=0.00 total=0"]
+    assert [line.split()[0] for line in psi] == ["some", "full"], psi
+    for line in psi:  # the kernel's format
+        assert re.fullmatch(r"(some|full) avg10=\d+\.\d\d avg60=\d+\.\d\d avg300=\d+\.\d\d "
+                            r"total=\d+", line), line
+    # a phone at rest stalls little, but not always nothing: its cgroup can refault while its
+    # apps start, which the phone reports as thrashing (seen once in CI on a loaded host: 0.13 s
+    # of some-stall, half of it full, at boot)
+    some, full = (int(line.rsplit("=", 1)[1]) for line in psi)
+    assert full <= some < 5_000_000, psi
     assert _out(adb_server, virtual_phone, "getprop ro.logd.kernel").strip() == "false"
     # a stock kernel has smaps_rollup; dumpsys knows native processes; every cpu is online
     assert "Rss:" in _out(adb_server, virtual_phone, "cat /proc/$$/smaps_rollup")
