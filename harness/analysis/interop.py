@@ -28,6 +28,7 @@ import json
 import os
 import re
 import sqlite3
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,6 +37,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from harness.analysis.sustained import column
 from harness.errors import ConfigError, StoreError
 from harness.knobs import offload_of
 
@@ -145,10 +147,11 @@ def build_identifiers(trials: pd.DataFrame) -> dict[str, BuildIdentifier]:
     id; a hash that meets another build's identifier takes the next digits of its own."""
     commits: dict[str, str | None] = {}
     for build, commit in zip(trials["build_id"].astype(str),
-                             _column(trials, "build_commit"), strict=True):
+                             column(trials, "build_commit"), strict=True):
         text = str(commit).lower() if isinstance(commit, str) else ""
         commits.setdefault(build, text[:SHORT] if _HEX.match(text) else None)
-    shared = {c for c in commits.values() if c and list(commits.values()).count(c) > 1}
+    counts = Counter(c for c in commits.values() if c)
+    shared = {c for c, n in counts.items() if n > 1}
     taken = {c for c in commits.values() if c and c not in shared}
     found: dict[str, BuildIdentifier] = {}
     for build in sorted(commits):
@@ -166,10 +169,6 @@ def build_identifiers(trials: pd.DataFrame) -> dict[str, BuildIdentifier]:
                if commit else "a hash of the build id: its commit is not known")
         found[build] = BuildIdentifier(build, ident, why)
     return found
-
-
-def _column(frame: pd.DataFrame, name: str) -> list[Any]:
-    return list(frame[name]) if name in frame.columns else [None] * len(frame)
 
 
 def trial_records(row: Mapping[str, Any], build_key: BuildKey = "id",

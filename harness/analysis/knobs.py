@@ -84,19 +84,18 @@ def _number(row: Mapping[str, Any], key: str) -> float | None:
 def _ctx_step(row: Mapping[str, Any], fitting: Sequence[Mapping[str, Any]]) -> Step | None:
     n_ctx = int(row["n_ctx"])
     need = int(row.get("n_prompt") or 0) + int(row.get("n_gen") or 0)
-    kv = _number(row, "predicted_kv_bytes")
     evidence = sorted(
         (f for f in fitting
          if _same(row, f, ("model_name", "quant", "type_k", "type_v")) and f["n_ctx"] < n_ctx),
         key=lambda f: -int(f["n_ctx"]),
     )
-    if evidence:
+    if evidence:  # measured to fit: closes the gap whatever it saves
         best = evidence[0]
-        saving = round(kv * (1 - int(best["n_ctx"]) / n_ctx)) if kv else None
         return Step("n_ctx", f"lower n_ctx from {n_ctx} to {best['n_ctx']} (measured on this "
-                    f"device: peak {mib(best['peak_bytes'])}, which fits)", saving, fits=True)
+                    f"device: peak {mib(best['peak_bytes'])}, which fits)", None, fits=True)
     target = n_ctx // 2
     if target >= max(MIN_CTX, need):
+        kv = _number(row, "predicted_kv_bytes")
         return Step("n_ctx", f"lower n_ctx from {n_ctx} to {target} (the KV cache shrinks in "
                     "proportion)", round(kv / 2) if kv else None)
     return None
