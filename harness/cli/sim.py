@@ -113,6 +113,8 @@ def status(as_json: bool) -> None:
         click.echo("no virtual phones (start one with: harness sim start)")
     for phone in phones:
         state = f"running pid {phone.pid}" if phone.running else "stopped"
+        if phone.stopped_why:
+            state += f": {phone.stopped_why}"
         click.echo(f"{phone.serial or '-':<22} {phone.name:<22} {phone.model:<14} {state}"
                    f"{_memory_words(phone)}")
 

@@ -25,7 +25,7 @@ from harness.virtual.config import PhoneConfig
 from harness.virtual.gpu import provision_gpu
 from harness.virtual.phone import FAULT_KINDS, FAULT_VALUES
 from harness.virtual.provision import config_from_profile, provision, release
-from harness.virtual.sandbox import Sandbox
+from harness.virtual.sandbox import STOPPED_WHY, Sandbox
 
 DEFAULT_PROFILE = "midrange-8gb"
 DAEMON_MODULE = "harness.virtual.daemon"
@@ -49,6 +49,7 @@ class PhoneInfo:
     storage_note: str = ""
     readahead_kb: int | None = None  # /data on the phone's own disk: its read_ahead_kb
     disk_note: str = ""  # why /data is on the host's disk instead
+    stopped_why: str = ""  # a stopped phone that stopped itself: why (execshim.c)
 
     @property
     def sandbox(self) -> Sandbox:
@@ -119,8 +120,16 @@ def list_phones(home: Path | None = None) -> list[PhoneInfo]:
         last = _last(phone_dir)
         phones.append(PhoneInfo(phone_dir.name, last.get("serial", ""), int(last.get("port", 0)),
                                 0, last.get("profile", ""), last.get("model", ""), str(phone_dir),
-                                int(last.get("adb_port", 0)), running=False))
+                                int(last.get("adb_port", 0)), running=False,
+                                stopped_why=_stopped_why(phone_dir)))
     return phones
+
+
+def _stopped_why(phone_dir: Path) -> str:
+    try:
+        return (Sandbox(phone_dir).state / STOPPED_WHY).read_text().strip()
+    except OSError:
+        return ""
 
 
 def _last(phone_dir: Path) -> dict[str, str]:

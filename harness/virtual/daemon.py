@@ -22,7 +22,7 @@ from harness.virtual import wire
 from harness.virtual.config import PhoneConfig
 from harness.virtual.phone import TICK_S, Phone
 from harness.virtual.provision import release
-from harness.virtual.sandbox import Sandbox
+from harness.virtual.sandbox import STOPPED_WHY, Sandbox
 from harness.virtual.services import StreamClosed, open_service
 
 
@@ -196,6 +196,7 @@ async def serve(phone_dir: Path, port: int) -> None:
 
     server = await asyncio.start_server(accept, "127.0.0.1", port)
     stop = asyncio.Event()
+    phone.on_stop = stop.set
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     # A phone's adbd starts its shells with SIGHUP at its default, so a closed stream ends them.
@@ -225,6 +226,9 @@ async def serve(phone_dir: Path, port: int) -> None:
         phone.kill_everything()
         drop_all()
         release(phone.config)  # its cgroups and its own disk (harness sim stop does it too)
+        why = sandbox.state / STOPPED_WHY
+        if why.exists():  # a shell could not join the phone's cgroups (execshim.c)
+            print(why.read_text().strip(), file=sys.stderr, flush=True)
         (sandbox.state / "ready").unlink(missing_ok=True)
 
 

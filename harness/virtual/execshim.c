@@ -31,9 +31,13 @@
  *   HARNESS_PHONE_AFFINITY "ignored": a phone binary's affinity calls change nothing
  *   HARNESS_PHONE_CGROUPS  newline-separated cgroup.procs files the process joins at its start
  *                          (the phone's memory and blkio cgroups; its children inherit them)
+ *   HARNESS_PHONE_STOP     where a failed join is written down (the daemon's state folder)
  *
  * The cgroups are joined here, in the shell adbd starts, before it runs anything: every process
  * of the phone then has its memory charged to the phone and its reads throttled as its storage.
+ * A shell that cannot join them runs nothing: it says so in one line, writes that line where
+ * the daemon finds it and exits 126; the daemon passes the status on and stops the phone. A phone whose memory model is cgroup
+ * never runs a process outside its limit.
  */
 #undef _FORTIFY_SOURCE
 #define _GNU_SOURCE
@@ -80,6 +84,28 @@ static int phone_binary(void) {
     return strncmp(exe, phone_root, root_len) == 0 && exe[root_len] == '/';
 }
 
+/* The phone's cgroup could not be joined: say so, leave the note that stops the phone, run
+ * nothing. */
+static void cgroup_refused(const char *path, int err) {
+    char line[PATH_MAX + 256];
+    int len = snprintf(line, sizeof line,
+                       "virtual phone: cannot join its cgroup %s (%s): the phone stops, since "
+                       "its processes would run outside its memory limit\n", path, strerror(err));
+    if (len < 0 || (size_t)len >= sizeof line) {
+        len = (int)strlen(line);
+    }
+    if (write(2, line, (size_t)len) < 0) { /* no stderr: the note below still tells */ }
+    const char *note = getenv("HARNESS_PHONE_STOP");
+    if (note && *note) {
+        int fd = open(note, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            if (write(fd, line, (size_t)len) < 0) { /* the line on stderr stands */ }
+            close(fd);
+        }
+    }
+    _exit(126);
+}
+
 __attribute__((constructor)) static void phone_init(void) {
     const char *machine = getenv("HARNESS_PHONE_MACHINE");
     const char *affinity = getenv("HARNESS_PHONE_AFFINITY");
@@ -102,10 +128,15 @@ __attribute__((constructor)) static void phone_init(void) {
                 memcpy(path, start, n);
                 path[n] = '\0';
                 int fd = open(path, O_WRONLY | O_CLOEXEC);
-                if (fd >= 0) {
-                    if (write(fd, pid, (size_t)len) < 0) { /* gone with its phone: keep going */ }
-                    close(fd);
+                if (fd < 0) {
+                    cgroup_refused(path, errno);
                 }
+                if (write(fd, pid, (size_t)len) < 0) {
+                    int err = errno;
+                    close(fd);
+                    cgroup_refused(path, err);
+                }
+                close(fd);
             }
             start = *end ? end + 1 : end;
         }

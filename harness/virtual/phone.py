@@ -51,7 +51,7 @@ from harness.virtual.config import (
     PhoneConfig,
     PowerConfig,
 )
-from harness.virtual.sandbox import SYSTEM_CGROUPS, TOOLS, Sandbox, write_atomic
+from harness.virtual.sandbox import STOPPED_WHY, SYSTEM_CGROUPS, TOOLS, Sandbox, write_atomic
 from harness.virtual.userland import (
     NO_SMAPS_ROLLUP,
     exec_env,
@@ -191,6 +191,7 @@ class Phone:
     _written: dict[Path, str] = field(default_factory=dict)
     _last_tick: float = field(default_factory=time.monotonic)
     shell_env: dict[str, str] = field(default_factory=dict)  # set at boot
+    on_stop: Callable[[], None] | None = None  # the daemon's own stop (set by it)
     apps: list[App] = field(default_factory=list)
     pressure: Pressure = field(default_factory=Pressure)
     _killed: dict[int, float] = field(default_factory=dict)  # pid -> when the OOM killer hit
@@ -228,6 +229,12 @@ class Phone:
                      for i, a in enumerate(apps)]
 
     # ----- sessions and processes -------------------------------------------------------------
+    def stop_if_refused(self) -> None:
+        """A shell could not join the phone's cgroups (execshim.c left why): the phone stops,
+        rather than run anything outside its memory limit."""
+        if self.on_stop is not None and (self.sandbox.state / STOPPED_WHY).exists():
+            self.on_stop()
+
     def register_session(self, sid: int) -> None:
         self.sessions.add(sid)
         self._ignore.clear()  # the leader may have been scanned before it was registered
@@ -271,6 +278,9 @@ class Phone:
                                      self.groups.procs_files if self.groups else ())}
         if self.groups is not None:
             self.shell_env[SYSTEM_CGROUPS] = "\n".join(self.groups.parent_procs_files)
+            # a shell that cannot join the cgroups says why there, and the phone stops
+            self.shell_env["HARNESS_PHONE_STOP"] = str(self.sandbox.state / STOPPED_WHY)
+        (self.sandbox.state / STOPPED_WHY).unlink(missing_ok=True)
         if self.config.gpu is not None and not (self.config.gpu_layer_dir
                                                 and self.config.vulkan_icd):
             self.config = gpumodel.provision_gpu(self.config)  # a config made without start

@@ -49,6 +49,7 @@ TOOLS = ("getprop", "setprop", "dumpsys", "logcat", "log", "settings", "cmd", "d
 # The parents' cgroup.procs files of a phone with the cgroup memory model (newline-separated, in
 # its shell's environment): where the phone's tools go (write_tool_shims).
 SYSTEM_CGROUPS = "HARNESS_SIM_SYSTEM_CGROUPS"
+STOPPED_WHY = "stopped_why"  # in state/: why the phone stopped itself (execshim.c)
 
 
 @dataclass(frozen=True)

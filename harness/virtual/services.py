@@ -189,6 +189,7 @@ async def run_shell(phone: Phone, ch: Channel, command: str, v2: bool) -> None:
         raise
     finally:
         feeder.cancel()
+        phone.stop_if_refused()
 
 
 class SyncReader:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,32 @@ def test_a_storage_speed_beyond_the_host_disk_is_refused_and_nothing_is_left(
     slot = tmp_path / "sim" / "phones" / "midrange-8gb-1"
     parent = cgroups.controller_dirs()["memory"]  # where this process's phones would nest
     assert not (parent / (cgroups.PREFIX + cgroup_name(slot))).exists()
+
+
+def test_a_shell_that_cannot_join_the_phone_s_cgroup_stops_the_phone_and_runs_nothing(
+        adb_server: AdbServer, virtual_phones: PhoneFactory, tmp_path: Path) -> None:
+    _cgroups_or_skip(tmp_path)
+    (phone,) = virtual_phones(ram_mb=128, storage_mb_s=100, memory_model="cgroup")
+    config = json.loads((phone.sandbox / "state" / "config.json").read_text())
+    groups = cgroups.PhoneCgroups.from_json(config["cgroups"])
+    assert groups is not None and groups.blkio is not None
+    # the storage cgroup holds only the shells while they run: between two it can go, and a
+    # shell started after that finds no cgroup.procs to join
+    assert _sh(adb_server, phone, "echo joined").stdout.strip() == "joined"
+    groups.blkio.rmdir()
+    marker = phone.root / "data" / "local" / "tmp" / "ran"
+    refused = _sh(adb_server, phone, "touch /data/local/tmp/ran; echo ran")
+    assert refused.returncode == 126, (refused.returncode, refused.stdout, refused.stderr)
+    assert "ran" not in refused.stdout and not marker.exists()  # nothing ran unconfined
+    line = f"cannot join its cgroup {groups.blkio}/cgroup.procs (No such file or directory)"
+    assert line in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    stopped = None
+    for _ in range(200):  # the daemon stops on its SIGTERM: bounded wait, 20 s
+        stopped = next(p for p in list_phones(phone.home) if p.serial == phone.serial)
+        if not stopped.running:
+            break
+        time.sleep(0.1)
+    assert stopped is not None and not stopped.running
+    assert line in stopped.stopped_why
+    assert line in (phone.sandbox / "daemon.log").read_text()
+    assert not groups.memory.exists()  # the daemon released the rest as it stopped
