@@ -12,8 +12,9 @@ through qemu-aarch64. It is cached the same way (about 10 minutes on 2 cores the
 ``vulkan_build`` is the same llama.cpp with its Vulkan backend (``host-vulkan``), for the
 virtual GPU phone (Mesa's software Vulkan driver): cached the same way (5-10 minutes, once).
 
-``wrong_build`` is host-release with one planted kernel bug (harness/artifacts/patched.py): the
-output check's true positive. Cached by content too (a full compile, about 5 minutes, once).
+``wrong_build`` is host-release with one planted kernel bug (harness/artifacts/patched.py) in
+the quantised-V path of flash attention: the output check's true positive, for the cells that
+take that path only. Cached by content too (a full compile, about 5 minutes, once).
 """
 
 from __future__ import annotations
@@ -57,32 +58,25 @@ def vulkan_build(engine_builds_root: Path) -> Build:
     return ensure_host_build("host-vulkan", engine_builds_root)
 
 
-# The planted bug of ``wrong_build``: RMS norm's sum of squares covers only the first quarter of
-# each row (as a wrong loop bound in a threaded split would), so every normalised activation is
-# scaled by about 2 and each layer's attention and FFN see the wrong input. The build is as fast
-# as host-release and its greedy continuations differ: what the output check must catch.
-RMS_NORM_SUM = """                for (int64_t i00 = 0; i00 < ne00; i00++) {
-                    sum += (ggml_float)(x[i00] * x[i00]);
-                }
-
-                const float mean  = sum/ne00;
-                const float scale = 1.0f/sqrtf(mean + eps);
-
-                // if you hit this, likely you got an inf somewhere earlier
-                assert(scale > 0.0f);
-
-                float * y = (float *) ((char *) dst->data + i01*nb1 + i02*nb2 + i03*nb3);
-
-                if constexpr (FUSE_OP == GGML_RMS_NORM_FUSE_OP_MUL) {"""
+# The planted bug of ``wrong_build``: with flash attention, a quantised V cache (q8_0, q4_0)
+# adds only the first half of each dequantised V row into the output (a wrong loop bound, as a
+# vectorised tail often has). f16 and f32 V caches take another branch and stay right, so the
+# build is right with the default KV cache and wrong only in that path: what an output check
+# that runs with each trial's own KV types and attention must catch, and one that does not
+# never sees.
+QUANTISED_V_ROW = """                if (v_to_float) {
+                    v_to_float(v_data, V32, DV);
+                    ggml_vec_mad_f32(DV, VKQ32, V32, vs);"""
 PLANTED_BUG = SourceEdit(
     path="ggml/src/ggml-cpu/ops.cpp",
-    old=RMS_NORM_SUM,
-    new=RMS_NORM_SUM.replace("i00 < ne00; i00++", "i00 < ne00/4; i00++", 1),
+    old=QUANTISED_V_ROW,
+    new=QUANTISED_V_ROW.replace("ggml_vec_mad_f32(DV, VKQ32", "ggml_vec_mad_f32(DV/2, VKQ32", 1),
 )
 
 
 @pytest.fixture(scope="session")
 def wrong_build(engine_builds_root: Path) -> Build:
-    """``host-wrong``: host-release with a planted RMS-norm bug (see PLANTED_BUG): fast, wrong
-    output. Cached by content like the other host builds (a full compile the first time)."""
+    """``host-wrong``: host-release with a planted bug in the quantised-V flash-attention path
+    (see PLANTED_BUG): fast, right with an f16 KV cache, wrong with q4_0 V. Cached by content
+    like the other host builds (a full compile the first time)."""
     return ensure_patched_host_build("host-wrong", [PLANTED_BUG], engine_builds_root)

@@ -67,12 +67,14 @@ from harness.paging import PagingPrediction
 from harness.units import MB, mib
 
 Objective = Literal["tg_tps", "pp_tps", "ttft", "sustained_tg", "energy"]
-SCHEMA_VERSION = 6  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
+SCHEMA_VERSION = 7  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
 #                     3: objectives sustained_tg and energy, their figures on picks, unranked
 #                     4: paging picks (paging, read_bytes_per_token, storage_bound_tg_tps)
 #                     5: the KV cache's quality loss on picks (kv_kl, kv_depth)
 #                     6: storage_bound_tg_tps is always the plan's prediction (never derived
 #                        from the measured reads); read_mb_s: the measured read rate
+#                     7: the output check's state on picks (output_check), the
+#                        output_unchecked rejection (--require-output-check)
 #: What identifies a candidate: (config_id, build_id, engine).
 CandidateKey = tuple[str, str, str]
 
@@ -117,6 +119,9 @@ class Pick:
     kv_depth: int | None = None  # the measured depth kv_kl comes from
     compute_device: str = knob_default("compute_device")  # where the model runs (none: the CPU)
     n_gpu_layers: int = knob_default("n_gpu_layers")  # layers on that device (-1: all)
+    # the output check of its counted trials: checked (all matched the reference), error (the
+    # check failed: no verdict), unchecked (not run for them), not_run (a predicted pick)
+    output_check: str = "not_run"
 
     @property
     def candidate(self) -> CandidateKey:
@@ -129,7 +134,7 @@ class Rejected:
     label: str
     reason_code: str  # oom_killed | over_budget | no_ok_trial | not_applied | invalid |
     #                   throttled | quality | quality_unknown | predicted_over_budget |
-    #                   predicted_unsupported
+    #                   predicted_unsupported | output_unchecked
     reason: str
     build_id: str | None = None
     engine: str | None = None
@@ -204,6 +209,7 @@ class _Measured:
     sustained: SustainedFigures | None = None  # set for a sustained workload
     energy: EnergyFigures | None = None  # None: energy never measured
     paging: Paging | None = None  # set when its weights paged from storage
+    output: tuple[str, str | None] = ("unchecked", None)  # output_state: (state, reason)
 
     @property
     def key(self) -> CandidateKey:
@@ -264,7 +270,7 @@ def _health(row: Mapping[str, Any], rows: pd.DataFrame, applied: pd.DataFrame,
 
 def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, reserve: int,
             max_throttled: float, quality: Mapping[tuple[str, str], QualityScore],
-            max_loss: float | None, kv: KvEvidence,
+            max_loss: float | None, kv: KvEvidence, require_check: bool = False,
             ) -> tuple[_Measured | None, Rejected | None, int | None]:
     """(eligible measurement, or rejection; bytes over budget when rejected for memory)."""
     row = rows.iloc[0].to_dict()
@@ -282,7 +288,13 @@ def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, res
     rejected = _quality_rejection(row, quality, max_loss, kv)
     if rejected:
         return None, rejected, None
-    return dataclasses.replace(_measured(key, row, rows, peak), paging=paging), None, None
+    checked, why = output_state(counted(rows))
+    if require_check and checked != "checked":
+        return None, _reject(row, "output_unchecked", (
+            f"its output was not checked ({'the check failed: ' if checked == 'error' else ''}"
+            f"{why or 'no reason stored'}) and --require-output-check is on")), None
+    return dataclasses.replace(_measured(key, row, rows, peak), paging=paging,
+                               output=(checked, why)), None, None
 
 
 @dataclass(frozen=True)
@@ -316,6 +328,25 @@ def _worst_anon_peak(ok: pd.DataFrame) -> int | None:
         return None
     peaks = ok["peak_pss_anon_bytes"].dropna()
     return _int(peaks.max()) if not peaks.empty else None
+
+
+def output_state(ok: pd.DataFrame) -> tuple[str, str | None]:
+    """The output check of a candidate's counted trials (a mismatch makes a trial invalid, so
+    none is left here): ``checked`` when every one matched the reference, ``error`` when a
+    check failed for some (no verdict), else ``unchecked``; with the stored reason."""
+    states = (ok["output_check"] if "output_check" in ok
+              else pd.Series([None] * len(ok), index=ok.index, dtype=object))
+    details = (ok["output_check_detail"] if "output_check_detail" in ok
+               else pd.Series([None] * len(ok), index=ok.index, dtype=object))
+    if len(ok) and (states == "match").all():
+        return "checked", None
+    for state in ("error", "not_checked"):
+        picked = details[states == state].dropna()
+        if len(picked):
+            return ("error" if state == "error" else "unchecked"), str(picked.iloc[0])
+    if (states == "error").any():
+        return "error", None
+    return "unchecked", "no output check stored for its trials"
 
 
 def _measured(key: CandidateKey, row: dict[str, Any], rows: pd.DataFrame,
@@ -518,8 +549,12 @@ def recommend(
     max_throttled_fraction: float = 0.5,
     allow_paging: bool = False,
     kv_quality: KvEvidence | None = None,
+    require_output_check: bool = False,
 ) -> Recommendation:
     """Rank the (config, build, engine) candidates of ``device`` (a serial or a ``device_model``).
+
+    ``require_output_check`` keeps only candidates whose counted trials all passed the output
+    check: the others are rejected (``output_unchecked``), planned cells are left out.
 
     ``builds`` / ``engines`` keep only the candidates of those builds / engines (default: all).
     ``predictions`` are ``harness.plan.PlannedCell`` objects; a planned cell whose candidate was
@@ -546,7 +581,8 @@ def recommend(
         seen.add(ckey)
         m, rej, over = _assess(ckey, candidate, available=available_bytes,
                                reserve=reserve_bytes, max_throttled=max_throttled_fraction,
-                               quality=scores, max_loss=max_quality_loss, kv=kv)
+                               quality=scores, max_loss=max_quality_loss, kv=kv,
+                               require_check=require_output_check)
         if m is not None and (why := _unranked(m, objective)) is not None:
             unranked.append(why)
         elif m is not None:
@@ -574,6 +610,10 @@ def recommend(
                            scores, objective, m.key in front, kv))
     planned = [p for p in predictions or () if (not builds or p.cell.build in builds)
                and (not engines or p.cell.engine in engines) and _plannable(p, objective)]
+    if require_output_check and planned:
+        notes.append(f"{len(planned)} planned configs left out: never run, so their output was "
+                     "never checked (--require-output-check)")
+        planned = []
     predicted_picks = _predicted(planned, seen, available_bytes, reserve_bytes, scores,
                                  max_quality_loss, rejected, kv)
     for row, peak in sorted(predicted_picks, key=_predicted_order):
@@ -678,6 +718,11 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
     device, layers = _offload_of(row)
     if device != CPU_DEVICE:
         explanation = f"on {device} with n_gpu_layers {gpu_layers_text(layers)}; {explanation}"
+    checked, why = m.output if m else ("not_run", None)
+    if m is not None:
+        explanation += ("; output checked against the reference" if checked == "checked"
+                        else f"; output check failed, no verdict: {why}" if checked == "error"
+                        else f"; output not checked: {why}")
     if planned is not None:
         explanation = f"{_planned_paging_text(planned)}; {explanation}"
     return Pick(
@@ -701,7 +746,7 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
                               else planned.tg_tps if planned else None),
         read_mb_s=paging.read_mb_s if paging else None,
         kv_kl=kv_loss.kl if kv_loss else None, kv_depth=kv_loss.depth if kv_loss else None,
-        compute_device=device, n_gpu_layers=layers,
+        compute_device=device, n_gpu_layers=layers, output_check=checked,
     )
 
 

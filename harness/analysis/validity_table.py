@@ -4,7 +4,9 @@ The runner checks every ok trial's figures against physical bounds and stores ``
 not checked) and, when a gate failed, ``invalid_reason`` (the failed gates with their figures,
 ``; ``-joined). ``frames.usable`` leaves invalid trials out of every median; this module only
 counts them, their reasons and their (invalid) speeds, so the report can show what was left
-out and why.
+out and why. ``output_checks`` counts the output check's states (checked, mismatch, error,
+unchecked) over the ok trials: only a mismatch makes a trial invalid, and the other states are
+shown for what they are, never as checked.
 """
 
 from __future__ import annotations
@@ -40,14 +42,54 @@ def _median(frame: pd.DataFrame, name: str) -> float | None:
 
 
 @dataclass(frozen=True)
+class OutputChecks:
+    """The output check over the ok trials: how many matched the reference (checked), did not
+    (mismatch: invalid), could not be judged (error) or were never checked (unchecked), and
+    the commonest reasons for the last two."""
+
+    checked: int = 0
+    mismatch: int = 0
+    error: int = 0
+    unchecked: int = 0
+    reasons: tuple[tuple[str, str, int], ...] = ()  # (state, detail, trials), most first
+
+    @property
+    def total(self) -> int:
+        return self.checked + self.mismatch + self.error + self.unchecked
+
+
+#: how many distinct error / unchecked reasons a report lists
+SHOWN_REASONS = 5
+
+
+def output_checks(trials: pd.DataFrame) -> OutputChecks:
+    """Count the ok trials by output check state (a trial stored before the check: unchecked)."""
+    ok = trials[trials["outcome"] == "ok"] if "outcome" in trials else trials.iloc[0:0]
+    states = column(ok, "output_check").astype(object)
+    details = column(ok, "output_check_detail").astype(object)
+    unchecked = ~states.isin(["match", "mismatch", "error"])
+    found: Counter[tuple[str, str]] = Counter()
+    for state, detail in zip(states, details, strict=True):
+        if state == "error" or state not in ("match", "mismatch"):
+            name = "error" if state == "error" else "unchecked"
+            text = detail if isinstance(detail, str) and detail else "no output check stored"
+            found[(name, text)] += 1
+    reasons = tuple((state, text, n) for (state, text), n in
+                    sorted(found.items(), key=lambda p: (-p[1], p[0]))[:SHOWN_REASONS])
+    return OutputChecks(int((states == "match").sum()), int((states == "mismatch").sum()),
+                        int((states == "error").sum()), int(unchecked.sum()), reasons)
+
+
+@dataclass(frozen=True)
 class Validity:
     checked: int  # ok trials whose validity was checked (``valid`` not null)
     invalid: int
     rows: tuple[ValidityRow, ...]  # candidates with invalid trials, most invalid first
+    output: OutputChecks = OutputChecks()
 
     @property
     def present(self) -> bool:
-        return self.checked > 0
+        return self.checked > 0 or self.output.total > 0
 
 
 def _reasons(texts: pd.Series) -> tuple[tuple[str, int], ...]:
@@ -62,8 +104,9 @@ def validity(trials: pd.DataFrame) -> Validity:
     """The ok trials the validity gates checked, and the candidates with invalid ones."""
     state = column(trials, "valid")
     checked = (trials["outcome"] == "ok").to_numpy() & state.notna().to_numpy()
+    output = output_checks(trials)
     if not checked.any():
-        return Validity(0, 0, ())
+        return Validity(0, 0, (), output)
     failed = checked & (state.astype(object) == False).to_numpy()  # noqa: E712 - nullable
     rows = []
     if failed.any():
@@ -78,4 +121,4 @@ def validity(trials: pd.DataFrame) -> Validity:
                                     len(bad), _reasons(column(bad, "invalid_reason")),
                                     _median(bad, "tg_tps"), _median(bad, "pp_tps")))
     rows.sort(key=lambda r: (-r.invalid, r.device, r.label, r.build_id, r.engine))
-    return Validity(int(checked.sum()), int(failed.sum()), tuple(rows))
+    return Validity(int(checked.sum()), int(failed.sum()), tuple(rows), output)

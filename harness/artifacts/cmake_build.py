@@ -23,9 +23,10 @@ Choices, and why:
 - ``BUILD_SHARED_LIBS=OFF`` by default: one self-contained ``llama-bench`` to push to a phone, no
   ``LD_LIBRARY_PATH``. ``-D BUILD_SHARED_LIBS=ON`` still works: the libraries are collected into
   ``lib/`` and the binaries find them through an ``$ORIGIN/../lib`` rpath.
-- Tests, the server and the unified app are off. Examples are configured (``llama-simple``, the
-  greedy text generator of the output check, is one) but only the requested targets are built:
-  ``llama-bench`` and ``llama-simple`` by default, neither needs ``common``.
+- Tests, examples, the server and the unified app are off; only the requested targets are
+  built: ``llama-bench`` and ``harness-generate`` (the output check's greedy generator, our own
+  source, added to the tree through cmake's project include) by default, neither needs
+  ``common``.
 - Backends (``--backend``) follow llama.cpp's docs: Vulkan ``GGML_VULKAN=ON`` (glslc and the
   Vulkan headers; the NDK brings both for Android); OpenCL for Adreno ``GGML_OPENCL=ON``,
   ``GGML_OPENCL_USE_ADRENO_KERNELS=ON``, ``GGML_OPENCL_EMBED_KERNELS=ON`` (docs/backend/
@@ -84,9 +85,14 @@ BACKEND_ENV: dict[str, dict[str, str]] = {"hexagon": {"ADSP_LIBRARY_PATH": "{lib
 # the NDK's sysroot, where OpenCL headers and the ICD loader are installed (docs/backend/OPENCL.md)
 NDK_SYSROOT = Path("toolchains/llvm/prebuilt/linux-x86_64/sysroot")
 ANDROID_PLATFORM = "android-28"
-# llama-simple (examples/simple): greedy continuation of a prompt, for the output check
-# (harness/run/outputcheck.py). It links only libllama, so it adds one source file to a build.
-DEFAULT_TARGETS = ("llama-bench", "llama-simple")
+# harness-generate (generator/harness_generate.cpp, ours): greedy continuation of a prompt with
+# a trial's knobs, for the output check (harness/run/outputcheck.py). It links only libllama, so
+# it adds one source file to a build; generator/generator.cmake declares it in llama.cpp's tree
+# (passed as the top-level project's include: the tree itself is never edited).
+GENERATOR_TARGET = "harness-generate"
+GENERATOR_DIR = Path(__file__).with_name("generator")
+GENERATOR_INCLUDE = "CMAKE_PROJECT_llama.cpp_INCLUDE"
+DEFAULT_TARGETS = ("llama-bench", GENERATOR_TARGET)
 NDK_TOOLCHAIN = Path("build/cmake/android.toolchain.cmake")
 # arm64 without an NDK: Debian's cross compiler.
 CROSS_TRIPLE = "aarch64-linux-gnu"
@@ -98,7 +104,7 @@ _COMMON = {
     "CMAKE_BUILD_TYPE": "Release",
     "BUILD_SHARED_LIBS": "OFF",
     "LLAMA_BUILD_TESTS": "OFF",
-    "LLAMA_BUILD_EXAMPLES": "ON",  # for the llama-simple target; only requested targets build
+    "LLAMA_BUILD_EXAMPLES": "OFF",
     "LLAMA_BUILD_SERVER": "OFF",
     "LLAMA_BUILD_APP": "OFF",
     "LLAMA_CURL": "OFF",
@@ -372,6 +378,8 @@ def compile_llama_cpp(
     if shutil.which("cmake") is None:
         raise BuildError("cmake is not installed; install it (apt-get install cmake) and retry")
     work.mkdir(parents=True, exist_ok=True)
+    if GENERATOR_TARGET in targets:
+        defines = {**defines, GENERATOR_INCLUDE: str(GENERATOR_DIR / "generator.cmake")}
     prefix = ["nice", "-n", "15"] if nice and shutil.which("nice") else []
     with _locked(work / ".harness.lock"):
         # A fresh cache each time: -D values of an earlier variant must not leak into this one.
@@ -379,7 +387,19 @@ def compile_llama_cpp(
         (work / "CMakeCache.txt").unlink(missing_ok=True)
         generator = default_generator()
         _run(prefix + configure_argv(source, work, defines, generator), work, None)
-        _run(prefix + build_argv(work, targets, jobs or os.cpu_count() or 2), work, progress)
+        jobs = jobs or os.cpu_count() or 2
+        tools = [t for t in targets if t != GENERATOR_TARGET]
+        if tools:
+            _run(prefix + build_argv(work, tools, jobs), work, progress)
+        if GENERATOR_TARGET in targets:
+            # ours, written against llama.h as vendored: a tree whose API differs (an old
+            # commit in a bisect) still builds its tools, and its build has no generator
+            (work / "bin" / GENERATOR_TARGET).unlink(missing_ok=True)
+            try:
+                _run(prefix + build_argv(work, [GENERATOR_TARGET], jobs), work, None)
+            except BuildError:
+                if not tools:
+                    raise
     return work / "bin"
 
 
@@ -443,6 +463,8 @@ def collect_products(products: Path, targets: Sequence[str]) -> dict[str, Path]:
     files: dict[str, Path] = {}
     for target in targets:
         path = products / target
+        if not path.is_file() and target == GENERATOR_TARGET:
+            continue  # did not compile against this tree (see compile_llama_cpp)
         if not path.is_file():
             raise BuildError(f"{path}: target {target!r} was not produced; is it a llama.cpp tool?")
         files[f"bin/{target}"] = path
@@ -522,6 +544,15 @@ def build_llama_cpp(
     )
 
 
+def generator_digest() -> str:
+    """The content of the output check's generator (its source and cmake file), for cache keys:
+    a build made with another generator is another build."""
+    digest = hashlib.sha256()
+    for name in ("generator.cmake", "harness_generate.cpp"):
+        digest.update((GENERATOR_DIR / name).read_bytes())
+    return digest.hexdigest()
+
+
 def host_variant_key(variant: str) -> str:
     """Cache key of a host variant: source version + every cmake flag + machine + targets (and
     the content of our Vulkan compatibility header for a Vulkan build, not its path)."""
@@ -535,7 +566,7 @@ def host_variant_key(variant: str) -> str:
     compat = "" if backend != "vulkan" else hashlib.sha256(
         (VULKAN_COMPAT / "vulkan" / "vulkan.hpp").read_bytes()).hexdigest()
     text = json.dumps([LLAMA_CPP_PYTHON_VERSION, defines, os.uname().machine, DEFAULT_TARGETS,
-                       *([compat] if compat else [])], sort_keys=True)
+                       generator_digest(), *([compat] if compat else [])], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -550,8 +581,8 @@ def cross_variant_key(variant: str) -> str:
     placeholder = Path(f"<toolchains>/{CROSS_TOOLCHAIN}")
     defines = cmake_defines("arm64-v8a", None, CROSS_VARIANTS[variant], toolchain=placeholder)
     toolchain = cross_toolchain_text(Path(f"{CROSS_TRIPLE}-gcc"), Path(f"{CROSS_TRIPLE}-g++"))
-    text = json.dumps([LLAMA_CPP_PYTHON_VERSION, defines, toolchain, DEFAULT_TARGETS],
-                      sort_keys=True)
+    text = json.dumps([LLAMA_CPP_PYTHON_VERSION, defines, toolchain, DEFAULT_TARGETS,
+                       generator_digest()], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -27,6 +27,7 @@ from harness.artifacts.cmake_build import (
     Progress,
     build_llama_cpp,
     cmake_defines,
+    generator_digest,
 )
 from harness.artifacts.llama_source import (
     LLAMA_CPP_PYTHON_VERSION,
@@ -51,7 +52,7 @@ def patched_key(variant: str, edits: Sequence[SourceEdit]) -> str:
     defines = cmake_defines("host", None, HOST_VARIANTS["host-release"])
     text = json.dumps(
         [LLAMA_CPP_PYTHON_VERSION, defines, os.uname().machine, DEFAULT_TARGETS, variant,
-         [asdict(edit) for edit in edits]],
+         [asdict(edit) for edit in edits], generator_digest()],
         sort_keys=True,
     )
     return hashlib.sha256(text.encode()).hexdigest()[:16]

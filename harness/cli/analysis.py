@@ -237,12 +237,16 @@ def history_command(results: Path, metric: str, device: str | None, config_id: s
 @click.option("--allow-paging", is_flag=True,
               help="Rank configs whose mmap'd weights page from storage (bigger than the "
                    "phone's free memory) by speed with the others, not after those that fit.")
+@click.option("--require-output-check", is_flag=True,
+              help="Only configs whose trials all passed the output check (their greedy "
+                   "tokens matched the host reference); unchecked ones and planned cells are "
+                   "left out, with the reason.")
 @click.option("--top", default=10, show_default=True, help="Picks to show.")
 @JSON
 def recommend_command(device_name: str, results: Path, reserve: str, memory: str | None,
                       objective: str, max_quality_loss: float | None, matrix: Path | None,
                       builds: tuple[str, ...], engines: tuple[str, ...], allow_paging: bool,
-                      top: int, as_json: bool) -> None:
+                      require_output_check: bool, top: int, as_json: bool) -> None:
     """Rank the configs that fit this device without OOM or throttling, best first.
 
     A pick is a whole configuration: the config's knobs, the build and the engine that ran it;
@@ -260,6 +264,7 @@ def recommend_command(device_name: str, results: Path, reserve: str, memory: str
       harness recommend --device SYN0000 --objective sustained_tg
       harness recommend --device SYN0000 --objective energy --json
       harness recommend --device 127.0.0.1:40123 --allow-paging
+      harness recommend --device SYN0000 --require-output-check
     """
     from harness.analysis.recommend import cached_kv_evidence, cached_scores, recommend_device
 
@@ -273,8 +278,8 @@ def recommend_command(device_name: str, results: Path, reserve: str, memory: str
         if matrix else None,
         objective=objective, max_quality_loss=max_quality_loss,
         quality=cached_scores(trials), kv_quality=cached_kv_evidence(), builds=builds,
-        engines=engines,
-        allow_paging=allow_paging)
+        engines=engines, allow_paging=allow_paging,
+        require_output_check=require_output_check)
     if as_json:
         click.echo(json.dumps({**rec.to_json(), "memory_source": target.source}, indent=2))
         return
@@ -308,7 +313,7 @@ def _picks_table(rec: Recommendation, device_name: str, top: int) -> Table:
     extra = _OBJECTIVE_COLUMNS.get(rec.objective, ())
     table = Table(title=f"recommended for {escape(device_name)} (objective {rec.objective})")
     for name in ("#", "config", "build", "engine", "tg t/s", "pp t/s", "ttft ms",
-                 *(title for title, _, _ in extra), "peak", "headroom", "source"):
+                 *(title for title, _, _ in extra), "peak", "headroom", "source", "output"):
         table.add_column(name)
     table.add_column("why", overflow="fold")
     for p in rec.picks[:top]:
@@ -316,7 +321,7 @@ def _picks_table(rec: Recommendation, device_name: str, top: int) -> Table:
                       _fmt(p.tg_tps), _fmt(p.pp_tps), _fmt(p.ttft_ms),
                       *(_fmt(getattr(p, attr), digits) for _, attr, digits in extra),
                       _fmt(p.peak_bytes, size=True), _fmt(p.headroom_bytes, size=True),
-                      p.source, escape(p.explanation))
+                      p.source, p.output_check, escape(p.explanation))
     return table
 
 

@@ -33,6 +33,7 @@ from harness.analysis.frames import (
     usable_mask,
 )
 from harness.analysis.sustained import sustained_mask
+from harness.analysis.validity_table import output_checks
 from harness.errors import StoreError
 from harness.labels import CONFIG_COLUMNS, distinct_labels, knob_text, varied_knobs
 from harness.memory import quant_rank
@@ -204,7 +205,8 @@ def summarise(df: pd.DataFrame) -> Summary:
         trials=len(df), runs=tuple(sorted(str(r) for r in df["run_id"].unique())),
         first=df["started_at"].min().to_pydatetime(), last=df["started_at"].max().to_pydatetime(),
         devices=devices, builds=build_rows, models=model_rows, outcomes=outcomes,
-        failures=_failure_rows(listed), failures_total=len(failed), engines=engine_rows)
+        failures=_failure_rows(listed), failures_total=len(failed), engines=engine_rows,
+        output=output_checks(df))
 
 
 def latest_side(df: pd.DataFrame) -> Side | None:

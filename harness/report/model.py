@@ -13,6 +13,7 @@ from datetime import datetime
 from harness.analysis.offload_table import OffloadRow
 from harness.analysis.paging_table import PagingRow
 from harness.analysis.recommend import Pick
+from harness.analysis.validity_table import OutputChecks
 
 Number = float | None
 
@@ -58,6 +59,7 @@ class Summary:
     failures: tuple[FailureRow, ...]
     failures_total: int
     engines: tuple[CountRow, ...] = ()  # trials per engine (the engine that ran them)
+    output: OutputChecks = field(default_factory=OutputChecks)  # states over the ok trials
 
 
 @dataclass(frozen=True)
@@ -492,16 +494,17 @@ class InvalidRow:
 
 @dataclass(frozen=True)
 class ValiditySection:
-    """Shown only when the scope holds trials the validity gates checked."""
+    """Shown only when the scope holds trials the validity gates or the output check saw."""
 
     checked: int = 0
     invalid: int = 0
     rows: tuple[InvalidRow, ...] = ()
     shown: int = 60
+    output: OutputChecks = field(default_factory=OutputChecks)  # states over the ok trials
 
     @property
     def present(self) -> bool:
-        return self.checked > 0
+        return self.checked > 0 or self.output.total > 0
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,7 @@ def validity_section(trials: pd.DataFrame, labels: Labels) -> ValiditySection:
     rows = tuple(InvalidRow(labels.device(r.device), labels.config(r.config_id), r.build_id,
                             r.engine, r.checked, r.invalid, r.reasons, r.tg_tps, r.pp_tps)
                  for r in found.rows)
-    return ValiditySection(found.checked, found.invalid, rows)
+    return ValiditySection(found.checked, found.invalid, rows, output=found.output)
 
 
 def offload_section(trials: pd.DataFrame, labels: Labels) -> OffloadSection:

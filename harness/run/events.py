@@ -29,7 +29,7 @@ class Kind(StrEnum):
     JOB = "job"  # key, trials: a farm job starts on its phone
     WAITING = "waiting"  # grace_s: the farm waits for a phone's worker to come back
     ADAPTIVE = "adaptive"  # candidate, baseline, label, step, reason, repetitions: a pair settled
-    OUTPUT_CHECK = "output_check"  # build, model, quant, status, detail: a build's output checked
+    OUTPUT_CHECK = "output_check"  # build, model, quant, knobs, status, detail: output checked
     DEVICES = "devices"  # build, devices, error: the compute devices a build has on the phone
 
 

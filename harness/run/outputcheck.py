@@ -1,11 +1,15 @@
 """The output check: does a build produce the right tokens, not only fast ones?
 
 A GPU or CPU backend can be fast and wrong, and a speed with no output check can rank a broken
-build first. Once per (engine, build, model file, phone) the build under test greedily continues
-a fixed prompt on the phone (``llama-simple`` beside ``llama-bench``), and the continuation is
-compared with a reference on the same model file: llama-cpp-python on the host, greedy, same
-prompt (``harness.run.reference``), which is always installed and independent of the build under
-test.
+build first. Once per (engine, build, model file, phone) and per setting of the knobs that change
+the computation (``CheckKnobs``: the KV cache's K and V types, flash attention, threads, batch
+and micro-batch, the device and its layers), the build under test greedily continues a fixed
+prompt on the phone with the trial's own settings (``harness-generate`` beside ``llama-bench``,
+harness/artifacts/generator), and the continuation is compared with a reference on the same model
+file with the same KV types and attention: llama-cpp-python on the host, greedy, same prompt
+(``harness.run.reference``), which is always installed and independent of the build under test.
+A bug only in the quantised-V path, only with flash attention or only at one batch split is
+then looked at where the trial ran it.
 
 Tolerance. Greedy decoding is exact arithmetic only on paper: two correct builds (other SIMD
 paths, other CPUs, another thread split) round differently, and once two candidate tokens are
@@ -29,8 +33,8 @@ from typing import Any
 
 from harness.run.watch import launch_line
 
-#: the greedy generator of a llama.cpp build (examples/simple), pushed with the build
-GENERATOR = "llama-simple"
+#: the greedy generator of a llama.cpp build (ours: harness/artifacts/generator), pushed with it
+GENERATOR = "harness-generate"
 #: text shown from the two continuations when they differ
 SHOWN_CHARS = 40
 
@@ -49,7 +53,7 @@ class Reference:
     """A greedy continuation of the prompt by the reference, as bytes per token."""
 
     identity: str  # "llama-cpp-python 0.3.36 on the host, greedy": stored with every verdict
-    echo: bytes  # the prompt as llama-simple prints it first: its tokens' pieces, specials too
+    echo: bytes  # the prompt as the generator prints it first: its tokens' pieces, specials too
     pieces: tuple[bytes, ...]  # the generated tokens' pieces, in order
     ended: bool = False  # stopped at an end-of-generation token before the asked count
 
@@ -87,24 +91,74 @@ def not_checked(reason: str) -> Verdict:
     return Verdict(Status.NOT_CHECKED, detail=reason)
 
 
+#: V cache types that need flash attention in llama.cpp (a quantised V cache)
+_PLAIN_KV = ("f32", "f16", "bf16")
+
+
+@dataclass(frozen=True)
+class CheckKnobs:
+    """The settings of a trial that change what its engine computes, as the check runs them.
+
+    Two trials with equal knobs share one check; the reference takes the KV types and whether
+    attention is flash (the arithmetic); threads, batch sizes and the device change only where
+    a kernel runs and how work is split, which is where such bugs live.
+    """
+
+    type_k: str = "f16"
+    type_v: str = "f16"
+    flash_attn: str = "off"  # on, off or auto
+    threads: int = 0  # 0: the engine's default
+    n_batch: int = 0
+    n_ubatch: int = 0
+    device: str = "none"
+    n_gpu_layers: int = 0
+
+    @classmethod
+    def of(cls, cell: Any) -> CheckKnobs:
+        """The knobs of a ``harness.cell.Cell``."""
+        return cls(type_k=cell.type_k, type_v=cell.type_v, flash_attn=cell.flash_attn,
+                   threads=cell.threads, n_batch=cell.n_batch, n_ubatch=cell.n_ubatch,
+                   device=cell.compute_device, n_gpu_layers=cell.n_gpu_layers)
+
+    @property
+    def reference_flash(self) -> bool:
+        """Flash attention in the reference: as asked, and always with a quantised V cache
+        (which llama.cpp computes only with it, ``auto`` included)."""
+        return self.flash_attn == "on" or self.type_v not in _PLAIN_KV
+
+    def argv(self) -> list[str]:
+        """The generator's options for these knobs (harness_generate.cpp)."""
+        words = ["-ctk", self.type_k, "-ctv", self.type_v, "-fa", self.flash_attn,
+                 "-dev", self.device, "-ngl", str(self.n_gpu_layers)]
+        for flag, value in (("-t", self.threads), ("-b", self.n_batch), ("-ub", self.n_ubatch)):
+            if value > 0:
+                words += [flag, str(value)]
+        return words
+
+    def text(self) -> str:
+        """How a verdict's detail names the settings it checked."""
+        kv = self.type_k if self.type_k == self.type_v else f"{self.type_k}/{self.type_v}"
+        return (f"KV {kv}, flash attention {self.flash_attn}, {self.threads or 'default'} "
+                f"threads, batch {self.n_batch or 'default'}/{self.n_ubatch or 'default'}, "
+                f"device {self.device} with {self.n_gpu_layers} layers")
+
+
 def generator_command(binary: str, model: str, prompt: str, tokens: int,
                       lib_dir: str | None = None, env: Mapping[str, str] | None = None,
-                      n_gpu_layers: int = 0) -> str:
-    """The device shell line: ``llama-simple -m MODEL -n N -ngl L PROMPT``, every word quoted.
+                      knobs: CheckKnobs = CheckKnobs()) -> str:
+    """The device shell line: ``harness-generate -m MODEL -n N <knobs> PROMPT``, every word
+    quoted.
 
-    ``-ngl`` is always given (llama-simple's own default offloads 99 layers to any device a GPU
-    build finds): the trial's layers on its device, 0 for a CPU cell. llama-simple has no
-    ``-dev``: its layers go to the build's first device, and a 0 keeps its few-token batches on
-    the CPU.
-
-    The prompt is one word (llama-simple joins the words after its options with spaces, so one
-    quoted word arrives as written). Like a trial's launch, the build's ``lib/`` goes on
+    ``-dev`` and ``-ngl`` are always given (llama.cpp's own default offloads to any device a GPU
+    build finds): the trial's device and layers, ``none`` and 0 for a CPU cell. The prompt is
+    one word (the generator joins the words after its options with spaces, so one quoted word
+    arrives as written). Like a trial's launch, the build's ``lib/`` goes on
     ``LD_LIBRARY_PATH``.
     """
     if tokens < 1:
         raise ValueError(f"tokens must be >= 1, got {tokens}")
-    return launch_line([binary, "-m", model, "-n", str(tokens), "-ngl", str(n_gpu_layers),
-                        prompt], lib_dir, env)
+    return launch_line([binary, "-m", model, "-n", str(tokens), *knobs.argv(), prompt],
+                       lib_dir, env)
 
 
 def _text(data: bytes) -> str:

@@ -182,7 +182,7 @@ class DeviceWorker:
         self._bandwidth: list[Bandwidth | None] | None = None
         # output check verdicts per (engine, build, model file on the device, compute device,
         # offloaded layers), made once
-        self._checks: dict[tuple[str, str, str, str, int], outputcheck.Verdict] = {}
+        self._checks: dict[tuple[str, str, str, outputcheck.CheckKnobs], outputcheck.Verdict] = {}
         # each llama.cpp build's devices on this phone, asked once (--list-devices)
         self._capabilities: dict[str, Capability] = {}
 
@@ -385,16 +385,18 @@ class DeviceWorker:
         with its offloaded layers, run before its first trial on this phone and reused for
         the rest (``harness.run.outputcheck``): a backend that computes wrong tokens fails
         the check of its own cells only."""
-        key = (cell.engine, cell.build, ctx.model, cell.compute_device, cell.n_gpu_layers)
+        knobs = outputcheck.CheckKnobs.of(cell)
+        key = (cell.engine, cell.build, ctx.model, knobs)
         if key not in self._checks:
-            self._checks[key] = self._check_output(cell, ctx)
+            self._checks[key] = self._check_output(cell, ctx, knobs)
             verdict = self._checks[key]
             self._emit(Kind.OUTPUT_CHECK, build=cell.build, model=cell.model, quant=cell.quant,
                        device=cell.compute_device, n_gpu_layers=cell.n_gpu_layers,
-                       status=verdict.status.value, detail=verdict.detail)
+                       knobs=knobs.text(), status=verdict.status.value, detail=verdict.detail)
         return self._checks[key]
 
-    def _check_output(self, cell: Cell, ctx: TrialContext) -> outputcheck.Verdict:
+    def _check_output(self, cell: Cell, ctx: TrialContext,
+                      knobs: outputcheck.CheckKnobs) -> outputcheck.Verdict:
         policy = self.prepared.matrix.output_check
         if not policy.enabled:
             return outputcheck.not_checked("output_check is off in the matrix")
@@ -404,28 +406,31 @@ class DeviceWorker:
         build = self.prepared.builds[cell.build]
         if not any(f.path == f"bin/{outputcheck.GENERATOR}" for f in build.manifest.files):
             return outputcheck.not_checked(
-                f"build {build.name} has no bin/{outputcheck.GENERATOR} (built before the output "
-                "check; rebuild it with harness build)")
+                f"build {build.name} has no bin/{outputcheck.GENERATOR} (made before the output "
+                "check ran with each trial's settings, or its llama.h is too old for it; rebuild "
+                "it with harness build)")
         model = self.prepared.models[(cell.model, cell.quant)]
         if not isinstance(model, ModelInfo) or ctx.model_meta.sha256 is None:
             return outputcheck.not_checked(f"model {cell.model} {cell.quant} has no file")
         try:
             ref = reference.greedy_reference(Path(model.path), ctx.model_meta.sha256,
-                                             policy.prompt, policy.tokens)
+                                             policy.prompt, policy.tokens, type_k=knobs.type_k,
+                                             type_v=knobs.type_v,
+                                             flash_attn=knobs.reference_flash)
         except (HarnessError, OSError, ValueError, RuntimeError) as error:
             return outputcheck.Verdict(outputcheck.Status.ERROR,
                                        detail=f"no reference: {error}")
         generator = f"{ctx.binary.rsplit('/', 1)[0]}/{outputcheck.GENERATOR}"
         command = outputcheck.generator_command(generator, ctx.model, policy.prompt,
-                                                policy.tokens, ctx.lib_dir, ctx.env,
-                                                n_gpu_layers=cell.n_gpu_layers)
+                                                policy.tokens, ctx.lib_dir, ctx.env, knobs)
         try:
             result = self.device.shell(command, timeout=self.prepared.matrix.timeout.trial_s)
         except DeviceError as error:
             return outputcheck.Verdict(outputcheck.Status.ERROR, ref.identity,
                                        detail=f"{outputcheck.GENERATOR} did not finish: {error}")
-        return outputcheck.judge(ref, result.exit_code, result.stdout, result.stderr,
-                                 policy.min_agree)
+        verdict = outputcheck.judge(ref, result.exit_code, result.stdout, result.stderr,
+                                    policy.min_agree)
+        return dataclasses.replace(verdict, detail=f"{verdict.detail} ({knobs.text()})")
 
     def _device_back(self) -> bool:
         """Whether the device answers again within ``reconnect_s``.

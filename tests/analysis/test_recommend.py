@@ -321,7 +321,7 @@ def test_sustained_objective_ranks_sustained_workloads_and_lists_the_rest(tmp_pa
     assert rec.notes[-1] == ("2 ranked by sustained_tg; not ranked for it: 1 without sustained "
                              "trials")
     doc = rec.to_json()
-    assert doc["schema_version"] == 6 and doc["objective"] == "sustained_tg"
+    assert doc["schema_version"] == 7 and doc["objective"] == "sustained_tg"
     assert [p["sustained_tg_tps"] for p in doc["picks"]] == [16.0, 12.0]
     assert doc["unranked"][0]["reason_code"] == "burst_only"
 
@@ -527,3 +527,42 @@ def test_the_quality_bound_counts_the_kv_type_at_the_nearest_depth_below_n_ctx(
                       available_bytes=None, max_quality_loss=0.005, quality=weights,
                       kv_quality=evidence)
     assert [p.config_id for p in tight.picks] == [f16.config_id]  # 0.004 + 0.002 > 0.005
+
+
+def test_each_pick_says_its_output_check_and_require_output_check_drops_the_rest(
+        tmp_path: Path) -> None:
+    checked, unchecked, errored = cell(quant="Q4_K_M"), cell(quant="Q8_0"), cell(quant="Q6_K")
+    records = [
+        *_reps(checked, 30.0, GIB, output_check="match"),
+        *_reps(unchecked, 40.0, GIB, output_check="not_checked",
+               output_check_detail="output_check is off in the matrix"),
+        *_reps(errored, 35.0, GIB, output_check="error",
+               output_check_detail="harness-generate exited 1: error: cannot load m.gguf"),
+    ]
+    frame = _frame(tmp_path, records)
+    rec = recommend(frame, "SER1", reserve_bytes=GIB, available_bytes=8 * GIB)
+    states = {p.config_id: p.output_check for p in rec.picks}
+    assert states == {checked.config_id: "checked", unchecked.config_id: "unchecked",
+                      errored.config_id: "error"}
+    why = {p.config_id: p.explanation for p in rec.picks}
+    assert why[checked.config_id].endswith("; output checked against the reference")
+    assert why[unchecked.config_id].endswith(
+        "; output not checked: output_check is off in the matrix")
+    assert why[errored.config_id].endswith(
+        "; output check failed, no verdict: harness-generate exited 1: error: cannot load m.gguf")
+
+    strict = recommend(frame, "SER1", reserve_bytes=GIB, available_bytes=8 * GIB,
+                       require_output_check=True)
+    assert [p.config_id for p in strict.picks] == [checked.config_id]
+    dropped = {r.config_id: r for r in strict.rejected}
+    assert set(dropped) == {unchecked.config_id, errored.config_id}
+    assert {r.reason_code for r in dropped.values()} == {"output_unchecked"}
+    assert dropped[errored.config_id].reason == (
+        "its output was not checked (the check failed: harness-generate exited 1: error: "
+        "cannot load m.gguf) and --require-output-check is on")
+    # a store from before the check: every config unchecked, and said so
+    legacy = _frame(tmp_path / "old", _reps(cell(quant="Q5_K_M"), 20.0, GIB))
+    (pick,) = recommend(legacy, "SER1", reserve_bytes=GIB, available_bytes=8 * GIB).picks
+    assert pick.output_check == "unchecked"
+    assert pick.explanation.endswith("; output not checked: no output check stored for its "
+                                     "trials")

@@ -12,11 +12,14 @@ import pytest
 
 from harness.artifacts.cmake_build import (
     CROSS_VARIANTS,
+    DEFAULT_TARGETS,
+    GENERATOR_TARGET,
     HOST_VARIANTS,
     build_argv,
     build_llama_cpp,
     cmake_defines,
     collect_products,
+    compile_llama_cpp,
     configure_argv,
     cpu_features,
     cross_toolchain_text,
@@ -49,7 +52,7 @@ def test_arm64_configure_command_is_exactly_the_documented_android_one() -> None
         "-DCMAKE_BUILD_TYPE=Release",
         "-DBUILD_SHARED_LIBS=OFF",
         "-DLLAMA_BUILD_TESTS=OFF",
-        "-DLLAMA_BUILD_EXAMPLES=ON",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
         "-DLLAMA_BUILD_SERVER=OFF",
         "-DLLAMA_BUILD_APP=OFF",
         "-DLLAMA_CURL=OFF",
@@ -74,7 +77,7 @@ def test_arm64_without_ndk_configures_exactly_the_static_cross_build() -> None:
         "-DCMAKE_BUILD_TYPE=Release",
         "-DBUILD_SHARED_LIBS=OFF",
         "-DLLAMA_BUILD_TESTS=OFF",
-        "-DLLAMA_BUILD_EXAMPLES=ON",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
         "-DLLAMA_BUILD_SERVER=OFF",
         "-DLLAMA_BUILD_APP=OFF",
         "-DLLAMA_CURL=OFF",
@@ -327,3 +330,39 @@ def test_source_version_reads_the_top_level_cmakelists() -> None:
     text = "set(LLAMA_VERSION_MAJOR 0)\nset(LLAMA_VERSION_MINOR 5)\nset(LLAMA_VERSION_PATCH 0)\n"
     assert source_version(text) == "0.5.0"
     assert source_version("project(llama.cpp)") is None
+
+
+def _tiny_tree(root: Path) -> Path:
+    """A two-file stand-in for a llama.cpp tree: its top project is named like llama.cpp's, it
+    has ``llama`` and ``ggml`` libraries and a ``llama-bench`` tool, and no llama.h."""
+    tree = root / "tree"
+    tree.mkdir()
+    (tree / "lib.c").write_text("int tiny_llama(void) { return 0; }\n")
+    (tree / "bench.c").write_text("int main(void) { return 0; }\n")
+    (tree / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.19)\n"
+        'project("llama.cpp" C CXX)\n'
+        "set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)\n"
+        "add_library(llama STATIC lib.c)\n"
+        "add_library(ggml STATIC lib.c)\n"
+        "add_executable(llama-bench bench.c)\n")
+    return tree
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("c++") is None,
+                    reason="needs cmake and a C++ compiler")
+def test_a_tree_the_generator_does_not_compile_against_still_builds_its_tools(
+        tmp_path: Path) -> None:
+    """harness-generate is added through the project include and built last: where its llama.h
+    calls do not exist (here no llama.h at all), the tree's tools still build, without it."""
+    tree = _tiny_tree(tmp_path)
+    products = compile_llama_cpp(tree, tmp_path / "work", {}, DEFAULT_TARGETS, jobs=2)
+    assert GENERATOR_TARGET in DEFAULT_TARGETS
+    assert (products / "llama-bench").is_file()
+    assert not (products / GENERATOR_TARGET).exists()
+    assert list(collect_products(products, DEFAULT_TARGETS)) == ["bin/llama-bench"]
+    log = (tmp_path / "work" / "harness-build.log").read_text()
+    assert "harness_generate.cpp" in log  # it was tried, and the log says why it failed
+    # asked for alone, a generator that cannot build is the build's error
+    with pytest.raises(BuildError):
+        compile_llama_cpp(tree, tmp_path / "work", {}, (GENERATOR_TARGET,), jobs=2)

@@ -56,8 +56,8 @@ def test_arm64_build_is_a_static_aarch64_elf_that_runs_under_qemu(
     assert (m.name, m.abi, m.engine) == ("arm64-release", "arm64-v8a", "llama.cpp")
     assert m.version and m.commit
     assert "-DCMAKE_EXE_LINKER_FLAGS=-static" in m.cmake_flags
-    # static: no lib/; llama-simple is the output check's generator
-    assert [f.path for f in m.files] == ["bin/llama-bench", "bin/llama-simple"]
+    # static: no lib/; harness-generate is the output check's generator
+    assert [f.path for f in m.files] == ["bin/harness-generate", "bin/llama-bench"]
     for entry in m.files:
         assert file_sha256(arm64_build.path / entry.path) == entry.sha256
 

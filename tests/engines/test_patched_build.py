@@ -36,7 +36,7 @@ def test_the_patched_key_follows_the_edits_and_the_name() -> None:
 
 
 def test_cache_keys_change_with_the_default_targets(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Adding llama-simple had to rebuild the cached variants: the targets are in the keys."""
+    """A new default target rebuilds the cached variants: the targets are in the keys."""
     before = (host_variant_key("host-release"), cross_variant_key("arm64-release"),
               patched_key("host-wrong", [EDIT]))
     monkeypatch.setattr(cmake_build, "DEFAULT_TARGETS", ("llama-bench",))

@@ -254,8 +254,8 @@ def test_disk_full_during_model_push_fails_that_phones_jobs_only(
 ) -> None:
     row = fault_row("device disk fills during the model push")
     # 12 MB: the 11 MB llama-bench fits, the model's bytes run out of space halfway; the output
-    # check's llama-simple is pushed with it, so its size (whole MiB, rounded up) is added
-    simple = sum(f.size for f in host_build.manifest.files if f.path == "bin/llama-simple")
+    # check's harness-generate is pushed with it, so its size (whole MiB, rounded up) is added
+    simple = sum(f.size for f in host_build.manifest.files if f.path == "bin/harness-generate")
     (full,) = virtual_phones(1, storage_mb=12 + -(-simple // 2**20))
     (other,) = virtual_phones(1)
     phones = [full, other]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from analysis.factory import trial as make_trial
 
+from harness.cell import Cell
 from harness.errors import ConfigError
 from harness.matrix import CHECK_PROMPT, CHECK_TOKENS, OutputCheckPolicy, parse_matrix
 from harness.run import outputcheck
@@ -23,7 +24,7 @@ REF = Reference("ref-under-test", ECHO, PIECES)
 
 
 def output(pieces: tuple[bytes, ...], echo: bytes = ECHO) -> str:
-    """What llama-simple prints (the prompt's pieces, the continuation, a newline) as a device
+    """What the generator prints (the prompt's pieces, the continuation, a newline) as a device
     shell hands it back: UTF-8 decoded, invalid bytes replaced."""
     return (echo + b"".join(pieces) + b"\n").decode("utf-8", errors="replace")
 
@@ -124,32 +125,58 @@ def test_the_verdict_fills_the_trial_columns() -> None:
 HOSTILE = "it's \"$(touch pwned)\"; `touch pwned2` && echo $HOME * \\ \n -n 9"
 
 
+def make_cell(**knobs: object) -> Cell:
+    base = Cell(build="b", model="tiny", quant="Q8_0", n_ctx=512, type_k="f16", type_v="f16",
+                threads=1, affinity="all", flash_attn="auto", mmap=True, n_batch=256,
+                n_ubatch=128, n_prompt=64, n_gen=128)
+    return dataclasses.replace(base, **knobs)  # type: ignore[arg-type]
+
+
+KNOB_WORDS = ["-ctk", "f16", "-ctv", "f16", "-fa", "off", "-dev", "none", "-ngl", "0"]
+
+
 def test_the_command_quotes_every_word() -> None:
-    command = outputcheck.generator_command("/d/b x/bin/llama-simple", "/d/m y.gguf", HOSTILE,
-                                            CHECK_TOKENS, lib_dir="/d/b x/lib")
+    command = outputcheck.generator_command("/d/b x/bin/harness-generate", "/d/m y.gguf",
+                                            HOSTILE, CHECK_TOKENS, lib_dir="/d/b x/lib")
     assert shlex.split(command) == [
-        "env", "LD_LIBRARY_PATH=/d/b x/lib", "/d/b x/bin/llama-simple", "-m", "/d/m y.gguf",
-        "-n", str(CHECK_TOKENS), "-ngl", "0", HOSTILE]
+        "env", "LD_LIBRARY_PATH=/d/b x/lib", "/d/b x/bin/harness-generate", "-m", "/d/m y.gguf",
+        "-n", str(CHECK_TOKENS), *KNOB_WORDS, HOSTILE]
 
 
-def test_the_generator_runs_with_the_trial_s_offloaded_layers() -> None:
-    """llama-simple's own default (-ngl 99) would put a CPU cell's check on a GPU build's GPU."""
+def test_the_generator_runs_with_the_trial_s_knobs() -> None:
+    """The check's computation is the trial's: KV types, attention, threads, batch sizes, device
+    and layers (llama.cpp's own default, -ngl 99 on any device, would move a CPU cell's check
+    onto a GPU build's GPU)."""
+    cell = make_cell(type_k="q8_0", type_v="q4_0", flash_attn="on", threads=3, n_batch=64,
+                     n_ubatch=16, compute_device="Vulkan0", n_gpu_layers=-1)
+    knobs = outputcheck.CheckKnobs.of(cell)
+    words = shlex.split(outputcheck.generator_command("b", "m", "p", 4, knobs=knobs))
+    assert words[words.index("-n") + 2:-1] == [
+        "-ctk", "q8_0", "-ctv", "q4_0", "-fa", "on", "-dev", "Vulkan0", "-ngl", "-1", "-t", "3",
+        "-b", "64", "-ub", "16"]
+    assert knobs.text() == ("KV q8_0/q4_0, flash attention on, 3 threads, batch 64/16, device "
+                            "Vulkan0 with -1 layers")
     cpu = shlex.split(outputcheck.generator_command("b", "m", "p", 4))
-    assert cpu[cpu.index("-ngl") + 1] == "0"
-    gpu = shlex.split(outputcheck.generator_command("b", "m", "p", 4, n_gpu_layers=-1))
-    assert gpu[gpu.index("-ngl") + 1] == "-1"
+    assert cpu[cpu.index("-ngl") + 1] == "0" and cpu[cpu.index("-dev") + 1] == "none"
+    # the reference computes with flash attention wherever llama.cpp must: a quantised V cache
+    assert knobs.reference_flash
+    assert outputcheck.CheckKnobs(type_v="q8_0", flash_attn="auto").reference_flash
+    assert not outputcheck.CheckKnobs(flash_attn="auto").reference_flash
+    # two trials that differ only in what the check does not run with share one check
+    assert outputcheck.CheckKnobs.of(make_cell(quant="Q8_0")) == outputcheck.CheckKnobs.of(
+        make_cell(quant="Q4_0"))
 
 
 def test_a_shell_running_the_command_passes_the_prompt_as_one_word(tmp_path: Path) -> None:
     """What reaches the device's shell: the prompt arrives as one argument, nothing expands."""
-    script = tmp_path / "llama-simple"
+    script = tmp_path / "harness-generate"
     script.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done\n')
     script.chmod(0o755)
     command = outputcheck.generator_command(str(script), "m.gguf", HOSTILE, CHECK_TOKENS)
     done = subprocess.run(["sh", "-c", command], cwd=tmp_path, capture_output=True, text=True,
                           check=True)
-    assert done.stdout.split("\0")[:-1] == ["-m", "m.gguf", "-n", str(CHECK_TOKENS), "-ngl",
-                                             "0", HOSTILE]
+    assert done.stdout.split("\0")[:-1] == ["-m", "m.gguf", "-n", str(CHECK_TOKENS),
+                                             *KNOB_WORDS, HOSTILE]
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
 
 
