@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harness.virtual import wire
 from harness.virtual.config import PhoneConfig
-from harness.virtual.phone import TICK_S, Phone
+from harness.virtual.phone import GUARD_S, TICK_S, Phone
 from harness.virtual.provision import release
 from harness.virtual.sandbox import STOPPED_WHY, Sandbox
 from harness.virtual.services import StreamClosed, open_service
@@ -212,7 +212,17 @@ async def serve(phone_dir: Path, port: int) -> None:
                 print(f"monitor tick failed: {error!r}", file=sys.stderr, flush=True)
             await asyncio.sleep(TICK_S)
 
+    async def guard() -> None:  # the simulated memory model between ticks (Phone.guard)
+        while True:
+            try:
+                phone.guard()
+            except Exception as error:
+                print(f"memory guard failed: {error!r}", file=sys.stderr, flush=True)
+            await asyncio.sleep(GUARD_S)
+
     tasks.add(asyncio.create_task(monitor()))
+    if phone.groups is None:
+        tasks.add(asyncio.create_task(guard()))
     tasks.add(asyncio.create_task(phone.throttle_loop()))
     tasks.add(asyncio.create_task(phone.uptime_loop()))
     (sandbox.state / "ready").write_text(str(port))

@@ -15,7 +15,9 @@ throttled disk, and when nothing is left to reclaim the kernel's OOM killer take
 first, then the largest process; the daemon only reads what happened (the tick, and a pidfd per
 app) and logs lmkd's lines for the apps. With the ``simulated`` model the footprint is the RSS
 of the phone's processes (file pages included) plus simulated apps, checked every tick: over the
-limit, lmkd kills apps, highest oom_score_adj first, then the largest process is SIGKILLed.
+limit, the clean file pages the phone's processes map from its own files are paged out first
+(reclaim.py: an mmap'd model bigger than the phone then pages, as with the cgroup model), then
+lmkd kills apps, highest oom_score_adj first, then the largest process is SIGKILLed.
 Either way the engine's kill leaves nothing a shell can read (user builds have no kernel lines
 in logcat), or, if the profile makes system_server the victim, the phone reboots. Killed apps
 restart a few seconds after the pressure is gone.
@@ -33,6 +35,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -40,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.virtual import balloons, cgroups, formats, logstore, procs, thermal
+from harness.virtual import balloons, cgroups, formats, logstore, procs, reclaim, thermal
 from harness.virtual import gpu as gpumodel
 from harness.virtual import power as powermodel
 from harness.virtual.config import (
@@ -78,6 +81,10 @@ APP_FIT = 0.9  # and only while they fit under this share of the limit
 RECLAIM_AT = 0.9  # footprint share of the limit from which the kernel reclaims (PSI "some")
 REBOOT_S = 2.0  # a rebooting phone refuses connections this long
 KILLED_GRACE_S = 2.0  # a SIGKILLed process still freeing its memory is not counted again
+RECLAIM_MARGIN = 16  # simulated reclaim frees what is over the limit and 1/16 of it more
+# the simulated model's memory rule runs this often between ticks while a shell runs: a kernel
+# acts the moment memory runs out, and a fast engine maps a whole model within one 0.25 s tick
+GUARD_S = 0.02
 LOG_TRIM_BYTES = 256 * 1024  # the log file is trimmed to its rings after growing this much
 LOG_MAX_BYTES = 1_000_000  # power.log / thermal.log keep their newest half past this
 POWER_LOG = "power.log"  # truth for tests: "<uptime_s> <load_w> <charging 0|1>" per tick
@@ -214,10 +221,14 @@ class Phone:
     # the GPU (a profile's gpu: key): each non-service process's CPU ticks in the last tick,
     # from which the GPU's load is modelled (harness.virtual.gpu)
     _spent: dict[int, int] = field(default_factory=dict)
+    # the simulated model reclaims clean file pages before it kills (reclaim.py), where allowed
+    _can_reclaim: bool = False
+    _reclaim_logged: float = 0.0
 
     def __post_init__(self) -> None:
         self.groups = (cgroups.PhoneCgroups.from_json(self.config.cgroups)
                        if self.config.memory_model == "cgroup" else None)
+        self._can_reclaim = self.groups is None and reclaim.capable() is None
         self.params = thermal.ThermalParams.from_profile(self.config.thermal)
         self.thermal = thermal.ThermalState(die_c=self.params.ambient_c)
         self.power = PowerState.from_config(self.config.android.power)
@@ -418,8 +429,18 @@ class Phone:
             return
         limit = self.config.limit_mb * 1024
         footprint = self.footprint_kb()
-        over = footprint > limit
         reclaiming = footprint > RECLAIM_AT * limit
+        if footprint > limit and self._can_reclaim:
+            # as a kernel does before its OOM killer: clean file pages go first (reclaim.py)
+            freed = self._reclaim_file_pages(footprint - limit)
+            if now - self._reclaim_logged >= 1.0:  # daemon.log: at most a line a second
+                self._reclaim_logged = now
+                print(f"simulated reclaim: {footprint} kB > limit {limit} kB, {freed} kB of "
+                      "file pages paged out; " + ", ".join(
+                          f"{s.comm}[{s.pid}] {s.rss_kb} kB" for s in self._members),
+                      file=sys.stderr, flush=True)
+            footprint -= freed
+        over = footprint > limit
         self.pressure.step(dt, 1.0 if over else 0.2 if reclaiming else 0.0, 0.5 if over else 0.0)
         if over:
             self._pressure_at = now
@@ -427,6 +448,31 @@ class Phone:
                 self._out_of_memory(now)
         elif now - self._pressure_at >= APP_RESTART_S:
             self._restart_apps(footprint, limit)
+
+    def guard(self) -> None:
+        """The simulated model's memory rule on fresh readings, between ticks (``GUARD_S``):
+        with four checks a second an engine mapped 169 MB on a 128 MB phone and finished
+        before one saw it. Only the rule's reclaim and kills run here; the tick keeps the rest
+        (pressure over time, restarting apps)."""
+        if self.groups is not None or not self.sessions:
+            return
+        self._members = procs.session_members(self.sessions, self._ignore)
+        if self.footprint_kb() > self.config.limit_mb * 1024:
+            self._memory(0.0, time.monotonic())
+
+    def _reclaim_file_pages(self, need_kb: int) -> int:
+        """Page out the phone's processes' clean file pages (their mapped files under the
+        phone's root) until ``need_kb`` are gone; the kB that went."""
+        pids = [s.pid for s in self._members if s.pid not in self._killed and not _is_service(s)]
+        limit = self.config.limit_mb * 1024
+        margin = limit // RECLAIM_MARGIN  # as kswapd frees up to its high watermark
+        try:
+            return reclaim.reclaim(pids, str(self.sandbox.root.resolve()), need_kb + margin,
+                                   step_kb=max(need_kb + margin, limit // RECLAIM_MARGIN))
+        except OSError as error:  # not allowed after all: kill as before, and say so once
+            self._can_reclaim = False
+            print(f"simulated reclaim off: {error}", file=sys.stderr, flush=True)
+            return 0
 
     # ----- memory by the host kernel (cgroup model) ---------------------------------------------
     def _memory_cgroup(self, dt: float, now: float) -> None:

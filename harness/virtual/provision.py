@@ -20,7 +20,7 @@ from pathlib import Path
 from harness.errors import ConfigError
 from harness.profiles import DeviceProfile
 from harness.units import MB
-from harness.virtual import cgroups, disk, storage
+from harness.virtual import cgroups, disk, reclaim, storage
 from harness.virtual.config import MEMORY_MODEL_CHOICES, ClusterConfig, PhoneConfig
 from harness.virtual.gpu import gpu_props
 from harness.virtual.userland import ABI_LISTS, ABI_MACHINES, ABI_QEMU, SHELLS, host_abi
@@ -41,6 +41,10 @@ def _props(config: PhoneConfig) -> dict[str, str]:
 def _simulated(config: PhoneConfig, note: str) -> PhoneConfig:
     storage_note = ("not throttled: the simulated memory model has no page cache of its own"
                     if config.storage_read_mb_s is not None else "")
+    blocked = reclaim.capable()
+    note += ("; clean file pages are paged out before a kill" if blocked is None else
+             f"; it cannot reclaim file pages ({blocked}): an mmap'd model bigger than the "
+             "phone is killed, not paged")
     done = dataclasses.replace(config, memory_model="simulated", memory_note=note, cgroups=None,
                                storage_note=storage_note)
     return dataclasses.replace(done, props=_props(done))

@@ -1,0 +1,68 @@
+"""The simulated memory model's reclaim: which mappings are clean file pages of the phone's own
+files, how a step is cut, and that the kernel really takes them from another process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.virtual import reclaim
+from harness.virtual.procs import read_text
+
+MAPS = """\
+55d0c0000000-55d0c0100000 r--p 00000000 fe:01 11 /phone/root/data/local/tmp/llama-bench
+55d0c0100000-55d0c0200000 r-xp 00100000 fe:01 11 /phone/root/data/local/tmp/llama-bench
+55d0c0200000-55d0c0201000 rw-p 00200000 fe:01 11 /phone/root/data/local/tmp/llama-bench
+7f0000000000-7f0009000000 r--p 00000000 fe:01 12 /phone/root/data/local/tmp/m y.gguf
+7f0010000000-7f0010100000 rw-s 00000000 fe:01 13 /phone/root/data/local/tmp/shared.bin
+7f0020000000-7f0020100000 r-xp 00000000 fe:01 14 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f0030000000-7f0030100000 r--p 00000000 fe:01 15 /phone/root/data/local/tmp/old (deleted)
+7f0040000000-7f0040100000 rw-p 00000000 00:00 0 [heap]
+7f0050000000-7f0050100000 r--p 00000000 fe:01 16 /phone/rootless/x
+"""
+
+
+def test_only_clean_mappings_of_the_phone_s_own_files_are_reclaimable() -> None:
+    found = reclaim.file_mappings(MAPS, "/phone/root")
+    assert [(m.start, m.end, m.path) for m in found] == [
+        (0x55d0c0000000, 0x55d0c0100000, "/phone/root/data/local/tmp/llama-bench"),
+        (0x55d0c0100000, 0x55d0c0200000, "/phone/root/data/local/tmp/llama-bench"),
+        (0x7f0000000000, 0x7f0009000000, "/phone/root/data/local/tmp/m y.gguf")]
+    # written pages (data, a shared writable file), the host's libraries, the heap, a deleted
+    # file and a folder that only starts like the root are never taken
+
+
+def test_a_step_is_cut_across_mappings_in_address_order() -> None:
+    maps = [reclaim.Mapping(0x3000, 0x5000, "b"), reclaim.Mapping(0x0, 0x2000, "a")]
+    groups = reclaim.chunks(maps, 0x1800)
+    assert [[(m.start, m.end) for m in g] for g in groups] == [
+        [(0x0, 0x1800)], [(0x1800, 0x2000), (0x3000, 0x4000)], [(0x4000, 0x5000)]]
+    assert reclaim.rss_file_kb("Name:\tx\nRssFile:\t  154500 kB\n") == 154500
+    assert reclaim.rss_file_kb("Name:\tx\n") is None
+
+
+@pytest.mark.skipif(reclaim.capable() is not None, reason="needs CAP_SYS_NICE (root)")
+def test_another_process_s_mapped_file_pages_are_paged_out(tmp_path: Path) -> None:
+    data = tmp_path / "weights.bin"
+    data.write_bytes(bytes(range(256)) * (64 * 1024 * 4))  # 64 MiB
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import mmap, sys\n"
+        f"f = open({str(data)!r}, 'rb')\n"
+        "m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+        "s = sum(m[i] for i in range(0, len(m), 4096))\n"
+        "print(s, flush=True)\n"
+        "sys.stdin.read()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline()
+        before = reclaim.rss_file_kb(read_text(f"/proc/{child.pid}/status"))
+        assert before is not None and before >= 60 * 1024
+        freed = reclaim.reclaim([child.pid], str(tmp_path), need_kb=16 * 1024, step_kb=8 * 1024)
+        after = reclaim.rss_file_kb(read_text(f"/proc/{child.pid}/status"))
+        assert after is not None and 16 * 1024 <= freed == before - after
+        assert after >= 30 * 1024  # a step at a time: what was needed went, not the whole file
+    finally:
+        child.kill()
+        child.wait()
