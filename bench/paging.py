@@ -7,9 +7,10 @@ host kernel enforces and whose own disk reads at 100 MB/s, then on the same phon
 four cells that page their weights. Per cell, the plan's ``predicted_paging_tg_tps`` (stored
 with every trial) over the median measured tg. Target: every cell within ±35 %.
 
-The moe model's expert hit rate (harness.paging) was calibrated on this phone class with 128,
-160 and 200 MB left to the engine. ``RAM_MB`` is 120, outside that range (a 136 MB phone turned
-out to hold the dense model's working set: it fitted): every cell is out of sample.
+The moe model's expert hit rate (harness.paging_predict) was calibrated on this phone class
+with 128, 160 and 200 MB left to the engine. ``RAM_MB`` is 120, outside that range (a 136 MB
+phone turned out to hold the dense model's working set: it fitted): every cell is out of
+sample.
 """
 
 from __future__ import annotations

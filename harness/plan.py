@@ -37,7 +37,7 @@ from harness.memory import (
     repacked_types,
 )
 from harness.memory import predict_peak as _predict_peak
-from harness.paging import PagingPrediction, predict_paging
+from harness.paging_predict import PagingPrediction, predict_paging
 from harness.units import size
 
 SCHEMA_VERSION = 1
@@ -56,7 +56,7 @@ class Reason(StrEnum):
     """Why a cell is (not) run on a device; the values are what plans and stores spell."""
 
     FITS = "fits"
-    PAGING = "runs_by_paging"  # over the budget, but the mapped weights page (harness.paging)
+    PAGING = "runs_by_paging"  # over the budget, the mapped weights page (paging_predict)
     OVER_BUDGET = "over_budget"
     MODEL_UNAVAILABLE = "model_unavailable"
     KV_TYPE_UNSUPPORTED = "kv_type_unsupported"

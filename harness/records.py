@@ -179,7 +179,7 @@ class TrialRecord:
     read_bytes_per_token: float | None = None  # storage bytes per generated token, decoding
     major_faults_per_token: float | None = None
     load_ms: float | None = None  # the engine's load time (llama.cpp: until its first batch)
-    paging: bool | None = None  # decoding read the weights from storage (see run.paging)
+    paging: bool | None = None  # decoding read the weights from storage (see run.paging_measure)
     predicted_paging_tg_tps: float | None = None  # the planner's storage-bound decode speed
     # added in schema 9 (older parts read them as null: not checked): the output check
     # (harness.run.outputcheck), once per build, model file and phone, copied to each trial

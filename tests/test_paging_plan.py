@@ -1,4 +1,5 @@
-"""The planner's third verdict: over the budget, but the mmap'd weights page (harness.paging)."""
+"""The planner's third verdict: over the budget, but the mmap'd weights page
+(harness.paging_predict)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from harness.artifacts.gguf_info import ModelInfo
 from harness.cell import Cell
 from harness.cli import main
 from harness.memory import predict_peak
-from harness.paging import HIT_FLOOR, expert_hit_rate, predict_paging
+from harness.paging_predict import HIT_FLOOR, expert_hit_rate, predict_paging
 from harness.plan import Reason, plan_cells
 
 MiB = 2**20

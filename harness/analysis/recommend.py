@@ -18,11 +18,11 @@ the worst case; per trial it is the larger of the sampled PSS and the kernel's h
 eligible, ``knobs.suggest`` says which knob to turn first.
 
 A candidate whose trials ran by paging their weights from storage (``paging``: its mmap'd model
-did not fit, harness.run.paging) is checked against the memory by what must stay resident (its
-anonymous peak), not its mapped pages, which the kernel reclaims, and is ranked after every
-candidate that fits unless ``allow_paging``; its pick names the bytes a token reads and the
-storage-bound speed. Planned cells that run by paging (``runs_by_paging``) follow the planned
-ones that fit the same way, ranked by their predicted storage-bound speed.
+did not fit, harness.run.paging_measure) is checked against the memory by what must stay
+resident (its anonymous peak), not its mapped pages, which the kernel reclaims, and is ranked
+after every candidate that fits unless ``allow_paging``; its pick names the bytes a token reads
+and the storage-bound speed. Planned cells that run by paging (``runs_by_paging``) follow the
+planned ones that fit the same way, ranked by their predicted storage-bound speed.
 
 Two objectives rank other figures than speed, and only the candidates that have them:
 ``sustained_tg`` ranks sustained workloads (``sustained_s`` > 0, part of the config) by the
@@ -63,7 +63,7 @@ from harness.knobs import CPU_DEVICE, gpu_layers_text, offload_of
 from harness.knobs import default as knob_default
 from harness.labels import config_label
 from harness.metrics import objective as metric_of
-from harness.paging import PagingPrediction
+from harness.paging_predict import PagingPrediction
 from harness.units import MB, mib
 
 Objective = Literal["tg_tps", "pp_tps", "ttft", "sustained_tg", "energy"]

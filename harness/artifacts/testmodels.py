@@ -95,7 +95,8 @@ class ModelSpec:
     # What attention and the FFN add to the residual stream, as a factor on init_std; 0 is
     # GPT-2's 1/sqrt(2 * n_layer). The moe model keeps it tiny, so each layer's router sees the
     # token's own embedding: routing is independent and uniform from token to token (no expert
-    # locality, the case harness.paging predicts), not steered by a context all tokens share.
+    # locality, the case harness.paging_predict predicts), not steered by a context all tokens
+    # share.
     residual_gain: float = 0.0
 
     def __post_init__(self) -> None:

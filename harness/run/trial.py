@@ -46,7 +46,7 @@ from harness.records import (
     new_trial,
 )
 from harness.run import energy as power
-from harness.run import ondevice, paging, sustained
+from harness.run import ondevice, paging_measure, sustained
 from harness.run.affinity import AffinityCheck, check_applied, parse_readback
 from harness.run.cooldown import CooldownPolicy, GateResult, wait_until_ready
 from harness.run.deploy import DEVICE_ROOT
@@ -60,7 +60,7 @@ from harness.run.offload import (
 from harness.run.ondevice import Tick
 from harness.run.order import TrialSpec
 from harness.run.outcome import Observation, Verdict, classify
-from harness.run.paging import Point
+from harness.run.paging_measure import Point
 from harness.run.preflight import (
     BOOT_ID,
     LMKD_LINES,
@@ -150,6 +150,31 @@ class Findings:
     unreadable: tuple[str, ...] = ()
     engine_log: EngineMemoryLog | None = None  # llama.cpp's own memory figures (schema 4)
     measured: Mapping[str, Any] = field(default_factory=dict)  # schema-6 columns, computed
+
+
+@dataclass(frozen=True)
+class _Ran:
+    """How one launch of the engine went, as the host saw it."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    lost: bool  # the transport failed (not our watchdog): the device was lost mid-trial
+    timed_out: bool
+    wall: float
+    launched_at: datetime
+
+
+@dataclass
+class _After:
+    """What the launch left on the phone, read once the engine is gone."""
+
+    ticks: list[Tick] = field(default_factory=list)
+    pid: int | None = None
+    after: dict[str, str] = field(default_factory=dict)  # the sections of _after_command
+    errors: str = ""  # its stderr: the files it could not read
+    reasons: dict[str, None] = field(default_factory=dict)  # why dumpsys said nothing
+    sampled: ondevice.Sampled = field(default_factory=ondevice.Sampled)
 
 
 @dataclass(frozen=True)
@@ -300,62 +325,13 @@ class TrialRunner:
 
         rates = self._rates(ctx, power=self.policy.energy.enabled and bool(idle.readings),
                             gpu=spec.cell.compute_device != CPU_DEVICE)
-        timed_out = threading.Event()
-
-        def watchdog() -> None:
-            timed_out.set()
-            with contextlib.suppress(HarnessError):  # a lost device ends the launch anyway
-                self.device.shell(f"kill -9 $(cat {shlex.quote(workdir + '/pid')})",
-                                  timeout=30)
-
-        timer = threading.Timer(timeout_s, watchdog)
-        launched_at = datetime.now(UTC)
-        start = self.clock()
-        timer.start()
-        lost = False
-        exit_code: int | None = None
-        stdout = stderr = ""
-        try:  # nothing goes over adb while the engine runs: the sampler is on the phone
-            result = self.device.shell(
-                launch_command(workdir, argv, ctx.lib_dir, rates, ctx.env,
-                               cache_prelude(ctx, spec.cell.cache)),
-                timeout=timeout_s + 60)
-            exit_code, stdout, stderr = result.exit_code, result.stdout, result.stderr
-        except DeviceError as error:
-            # A command our watchdog gave up on is a timeout; any other transport failure
-            # (connection dropped, adb server gone) means the device was lost mid-trial.
-            lost = not timed_out.is_set()
-            stderr = str(error)
-        finally:
-            timer.cancel()
-        wall = self.clock() - start
-        ticks: list[Tick] = []
-        pid: int | None = None
-        after: dict[str, str] = {}
-        after_errors = ""
-        extra_reasons: dict[str, None] = {}
-        sampled = ondevice.Sampled()
-        if not lost:
-            try:
-                done = self.device.shell(_after_command(workdir), timeout=60)
-                after, after_errors = split_sections(done.stdout), done.stderr
-                pid_text = after.get("pid", "").strip()
-                pid = int(pid_text) if pid_text.isdigit() else None
-                sampled = ondevice.parse(after.get("smp", ""), _first_number(after.get("t0", "")),
-                                         after.get("err", ""), after.get("dm", ""))
-                ticks.extend(sampled.ticks)
-                for t_ms, text in sampled.dumpsys:
-                    extra_reasons.update(dict.fromkeys(dumpsys_unreadable(text)))
-                    if (found := dumpsys_memory(text)) is not None:
-                        ticks.append(Tick(t_ms, found, None))
-                watched = watcher_memory(after.get("mem", ""))
-                if watched is not None:
-                    ticks.append(Tick(int(wall * 1000), watched, None))
-            except DeviceError:  # the engine's end was seen; only the evidence is missing
-                pass
-            # the state the trial left the phone in: heat shows after the work
-            with contextlib.suppress(HarnessError):
-                ticks.append(Tick(int(wall * 1000), None, self.read_state(ctx.big_cpu)))
+        ran = self._run_engine(workdir, launch_command(workdir, argv, ctx.lib_dir, rates, ctx.env,
+                                                       cache_prelude(ctx, spec.cell.cache)),
+                               timeout_s)
+        exit_code, stdout, stderr, lost, wall = (ran.exit_code, ran.stdout, ran.stderr, ran.lost,
+                                                 ran.wall)
+        found = self._read_after(workdir, wall, ctx, lost)
+        ticks, pid, after, sampled = found.ticks, found.pid, found.after, found.sampled
         try:
             records = ctx.engine.parse(stdout)
         except EngineError as error:
@@ -363,7 +339,7 @@ class TrialRunner:
         measurements = ctx.engine.measure(records)
         counter_end = self._counter_reading() if idle.counters and not lost else None
         timing = Timing.read(after, wall, idle, counter_end)
-        extra, extra_samples = measured(spec.cell, measurements, timing, launched_at,
+        extra, extra_samples = measured(spec.cell, measurements, timing, ran.launched_at,
                                         self.policy.energy.enabled,
                                         conditions.preflight.charging,
                                         ondevice.throttle_report(sampled.ticks))
@@ -373,7 +349,7 @@ class TrialRunner:
         engine_line, app_kills = _new_kills(baseline, after.get("lmkd", ""), pid)
         verdict = classify(Observation(
             exit_code=exit_code,
-            timed_out=timed_out.is_set(),
+            timed_out=ran.timed_out,
             device_lost=lost,
             lmk_line=engine_line,
             peak_rss_bytes=None if top is None else top * KIB,
@@ -393,7 +369,7 @@ class TrialRunner:
         applied = check_applied(affinity_mask(spec.cell, ctx.cpu_mask), spec.cell.threads,
                                 readback) if after else None
         unreadable = _reasons([
-            conditions.state.unreadable, parse_read_errors(after_errors), extra_reasons,
+            conditions.state.unreadable, parse_read_errors(found.errors), found.reasons,
             *(t.state.unreadable for t in ticks if t.state),
             *(t.memory.unreadable for t in ticks if t.memory), sampled.unreadable])
         trial = self._record(spec, ctx, started_at, verdict, ticks, wall,
@@ -408,6 +384,66 @@ class TrialRunner:
         samples = self._samples(spec, ticks)
         samples += [_sample(spec, **row) for row in extra_samples]
         return trial, sorted(samples, key=lambda r: r.t_ms)
+
+    def _run_engine(self, workdir: str, command: str, timeout_s: float) -> _Ran:
+        """The launch: one adb shell in the foreground, a watchdog that kills the engine by its
+        pid file at ``timeout_s``; nothing else goes over adb while the engine runs."""
+        timed_out = threading.Event()
+
+        def watchdog() -> None:
+            timed_out.set()
+            with contextlib.suppress(HarnessError):  # a lost device ends the launch anyway
+                self.device.shell(f"kill -9 $(cat {shlex.quote(workdir + '/pid')})",
+                                  timeout=30)
+
+        timer = threading.Timer(timeout_s, watchdog)
+        launched_at = datetime.now(UTC)
+        start = self.clock()
+        timer.start()
+        lost = False
+        exit_code: int | None = None
+        stdout = stderr = ""
+        try:
+            result = self.device.shell(command, timeout=timeout_s + 60)
+            exit_code, stdout, stderr = result.exit_code, result.stdout, result.stderr
+        except DeviceError as error:
+            # A command our watchdog gave up on is a timeout; any other transport failure
+            # (connection dropped, adb server gone) means the device was lost mid-trial.
+            lost = not timed_out.is_set()
+            stderr = str(error)
+        finally:
+            timer.cancel()
+        return _Ran(exit_code, stdout, stderr, lost, timed_out.is_set(), self.clock() - start,
+                    launched_at)
+
+    def _read_after(self, workdir: str, wall: float, ctx: TrialContext, lost: bool) -> _After:
+        """What the launch left on the phone (pid, the sampler's file, the watcher's peaks, the
+        dumpsys outputs, the lmkd and pressure readings), and the state it left the phone in."""
+        found = _After()
+        if lost:
+            return found
+        try:
+            done = self.device.shell(_after_command(workdir), timeout=60)
+            found.after, found.errors = split_sections(done.stdout), done.stderr
+            pid_text = found.after.get("pid", "").strip()
+            found.pid = int(pid_text) if pid_text.isdigit() else None
+            found.sampled = ondevice.parse(found.after.get("smp", ""),
+                                           _first_number(found.after.get("t0", "")),
+                                           found.after.get("err", ""), found.after.get("dm", ""))
+            found.ticks.extend(found.sampled.ticks)
+            for t_ms, text in found.sampled.dumpsys:
+                found.reasons.update(dict.fromkeys(dumpsys_unreadable(text)))
+                if (memory := dumpsys_memory(text)) is not None:
+                    found.ticks.append(Tick(t_ms, memory, None))
+            watched = watcher_memory(found.after.get("mem", ""))
+            if watched is not None:
+                found.ticks.append(Tick(int(wall * 1000), watched, None))
+        except DeviceError:  # the engine's end was seen; only the evidence is missing
+            pass
+        # the state the trial left the phone in: heat shows after the work
+        with contextlib.suppress(HarnessError):
+            found.ticks.append(Tick(int(wall * 1000), None, self.read_state(ctx.big_cpu)))
+        return found
 
     def _rates(self, ctx: TrialContext, power: bool, gpu: bool = False) -> ondevice.Rates | None:
         """The on-device sampler's rates from the policy; None: no sampling at all. A cell on
@@ -684,13 +720,13 @@ def _storage_columns(spec: TrialSpec, ctx: TrialContext, ticks: Sequence[Tick],
     end_ms = ((timing.t1 - timing.t0) * 1000
               if timing.t0 is not None and timing.t1 is not None else None)
     cell = spec.cell
-    result = paging.analyse(points, end_ms, 0 if cell.sustained_s else cell.n_gen,
+    result = paging_measure.analyse(points, end_ms, 0 if cell.sustained_s else cell.n_gen,
                             rates.gen_tps if rates else None, ctx.model_meta.file_bytes,
                             ctx.device_meta.storage_read_mb_s)
     columns = {**result.columns(), "paging": result.paging if ok else None}
     resident = found[0].resident_bytes if found else None
-    cache, why = paging.cache_outcome(cell.cache or None, resident, ctx.model_meta.file_bytes,
-                                      cache_text)
+    cache, why = paging_measure.cache_outcome(cell.cache or None, resident,
+                                              ctx.model_meta.file_bytes, cache_text)
     if why is not None:
         columns.update(cache=cache, cache_error=why)
     return {"cache_resident_bytes": resident,

@@ -458,7 +458,7 @@ def test_configs_that_page_rank_after_those_that_fit_unless_allowed(tmp_path: Pa
 
 
 def test_planned_cells_that_page_follow_the_planned_ones_that_fit(tmp_path: Path) -> None:
-    from harness.paging import PagingPrediction
+    from harness.paging_predict import PagingPrediction
 
     measured = cell(quant="Q8_0")
     frame = _frame(tmp_path, _reps(measured, 10.0, GIB))

@@ -3,7 +3,7 @@ not take, stores cache "unknown" with the reason, never the cold or warm it aske
 
 from __future__ import annotations
 
-from harness.run.paging import cache_outcome
+from harness.run.paging_measure import cache_outcome
 
 MB = 1 << 20
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.run.paging import PAGING_SHARE, PAGING_TOTAL, Point, analyse, label
+from harness.run.paging_measure import PAGING_SHARE, PAGING_TOTAL, Point, analyse, label
 
 MB = 1_000_000
 
