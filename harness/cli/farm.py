@@ -16,10 +16,18 @@ import click
 
 from harness.errors import ConfigError
 from harness.farm import require_distributed
-from harness.farm.agent import Agent, AgentConfig, default_log_dir
+from harness.farm.agent import Agent, AgentConfig, default_log_dir, listen_address
 from harness.farm.artifacts import check_cache_dir, default_cache_dir
 from harness.farm.scheduler import SchedulerConfig, exec_scheduler, scheduler_command
-from harness.farm.security import CA_CERT, CA_KEY, TLS_ENV, init_farm, resolve, scheduler_url
+from harness.farm.security import (
+    CA_CERT,
+    CA_KEY,
+    TLS_ENV,
+    init_farm,
+    reissue_farm,
+    resolve,
+    scheduler_url,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,29 +70,39 @@ def farm() -> None:
 @click.argument("folder", type=click.Path(path_type=Path))
 @click.option("--days", default=825, show_default=True, help="Validity of the certificates.")
 @click.option("--name", default="harness farm", show_default=True,
-              help="The farm's name in the certificates' subjects.")
+              help="The farm's name in the certificates' subjects (--reissue keeps the CA's).")
+@click.option("--reissue", is_flag=True,
+              help="Keep FOLDER's CA and keys; write new role certificates (for ones made "
+                   "before roles, or to renew).")
 @click.option("--json", "as_json", is_flag=True, help="Print the files written as JSON.")
-def init_command(folder: Path, days: int, name: str, as_json: bool) -> None:
+def init_command(folder: Path, days: int, name: str, reissue: bool, as_json: bool) -> None:
     """Make the farm's certificate authority and a certificate per role in FOLDER.
 
     Writes ca.pem and ca.key (the CA: keep ca.key on this machine), and for each of
-    scheduler, agent and driver a ROLE.pem and ROLE.key. Copy ca.pem with the role's
-    two files to each machine and pass the folder with --tls. An existing CA is never
-    overwritten.
+    scheduler, agent and driver a ROLE.pem and ROLE.key; each certificate carries
+    its role, and the scheduler refuses a worker without the agent's or a client
+    without the driver's. Copy ca.pem with the role's two files to each machine and
+    pass the folder with --tls. An existing CA is never overwritten: --reissue
+    signs new role certificates with it instead (same ca.pem and keys; copy each
+    host its role's new .pem).
 
     \b
     Example:
       harness farm init ~/farm-tls
       scp ~/farm-tls/{ca.pem,agent.pem,agent.key} usb-host-2:farm-tls/
+      harness farm init ~/farm-tls --reissue     # then copy agent.pem, driver.pem, ...
     """
-    written = init_farm(folder, name, days)
+    written = reissue_farm(folder, days) if reissue else init_farm(folder, name, days)
     if as_json:
         click.echo(json.dumps({"folder": str(written[0].parent),
                                "files": [p.name for p in written]}))
         return
     click.echo(f"farm certificates in {written[0].parent}: "
                + ", ".join(p.name for p in written))
-    click.echo(f"keep {CA_KEY} here; each host needs {CA_CERT} and its role's .pem and .key")
+    if reissue:
+        click.echo(f"same CA ({CA_CERT}); copy each host its role's new .pem (and any new .key)")
+    else:
+        click.echo(f"keep {CA_KEY} here; each host needs {CA_CERT} and its role's .pem and .key")
 
 
 def _parse_tags(tags: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -102,9 +120,9 @@ def _parse_tags(tags: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
               help="The Dask scheduler, e.g. tls://lab1:8786 (or $HARNESS_SCHEDULER).")
 @click.option("--name", "host", default=None,
               help="This USB host's name in worker names and the host: tag [hostname].")
-@click.option("--listen-host", default="127.0.0.1", show_default=True,
-              help="Address the workers bind: this host's LAN address on a real farm (one the "
-                   "scheduler and driver can reach).")
+@click.option("--listen-host", default=None, metavar="ADDR",
+              help="Address the workers bind and advertise [this host's address on the route "
+                   "to the scheduler]; the scheduler and the driver must reach it.")
 @click.option("--tag", "tags", multiple=True, metavar="KIND:VALUE",
               help="An extra resource tag on every worker, e.g. rack:a3 (repeatable).")
 @click.option("--no-soc-tag", is_flag=True, help="Do not tag workers with the phone's SoC.")
@@ -119,7 +137,7 @@ def _parse_tags(tags: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
                    "[$HARNESS_CACHE/farm/artifacts].")
 @click.option("--json", "as_json", is_flag=True, help="Print events as JSON lines.")
 @tls_options
-def agent_command(scheduler: str, host: str | None, listen_host: str,
+def agent_command(scheduler: str, host: str | None, listen_host: str | None,
                   tags: tuple[str, ...], no_soc_tag: bool, max_restarts: int, poll_s: float,
                   log_dir: Path | None, cache_dir: Path | None, as_json: bool,
                   tls_dir: Path | None, insecure: bool) -> None:
@@ -127,10 +145,12 @@ def agent_command(scheduler: str, host: str | None, listen_host: str,
 
     Each worker has one thread, the name <serial>@<host> and the resources
     device:<serial>=1 (serial with every character but letters and digits as _),
-    host:<name>=1 and soc:<soc>=1. A phone that goes away has its worker stopped;
-    a phone plugged in (here or moved from another host) gets one. Builds and
-    models come from the driver by sha256 into --cache, once per host. Stop with
-    Ctrl-C or SIGTERM: the workers are stopped first.
+    host:<name>=1 and soc:<soc>=1. The workers bind this host's address on the
+    route to the scheduler (the first line says which) unless --listen-host names
+    another. A phone that goes away has its worker stopped; a phone plugged in
+    (here or moved from another host) gets one. Builds and models come from the
+    driver by sha256 into --cache, once per host. Stop with Ctrl-C or SIGTERM: the
+    workers are stopped first.
 
     \b
     Example:
@@ -144,7 +164,8 @@ def agent_command(scheduler: str, host: str | None, listen_host: str,
     if tls is None:
         say_insecure("agent")
     name = host or socket.gethostname()
-    config = AgentConfig(scheduler=scheduler, host=name, listen_host=listen_host, tls=tls,
+    listen, listen_from = listen_address(scheduler, listen_host)
+    config = AgentConfig(scheduler=scheduler, host=name, listen_host=listen, tls=tls,
                          tags=_parse_tags(tags), soc_tag=not no_soc_tag,
                          max_restarts=max_restarts, log_dir=log_dir or default_log_dir(name),
                          cache_dir=check_cache_dir(cache_dir or default_cache_dir()))
@@ -158,7 +179,8 @@ def agent_command(scheduler: str, host: str | None, listen_host: str,
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    show("agent", {"host": name, "scheduler": scheduler, "cache": str(config.cache_dir),
+    show("agent", {"host": name, "scheduler": scheduler, "listen_host": listen,
+                   "listen_host_from": listen_from, "cache": str(config.cache_dir),
                    "security": "tls" if tls else "insecure"})
     Agent(config, on_event=show).run(stop, poll_s)
 

@@ -9,6 +9,10 @@ and restarts a worker that died while its phone stayed, up to ``max_restarts`` t
 plug-in (a job that keeps killing its worker must not loop forever). Workers are stopped by their
 pid, never by name. The workers are given the agent's artifact cache folder (``--cache``) in
 ``$HARNESS_FARM_CACHE``: the phones of one host share one cache.
+
+The workers bind, and tell the scheduler, this host's address on the route to the scheduler
+(``harness.farm.route``) unless ``--listen-host`` names another: on a real farm that is the
+address the scheduler and the driver reach them at, with no flag.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 from harness.errors import HarnessError
 from harness.farm.artifacts import CACHE_ENV, default_cache_dir
 from harness.farm.naming import HOST, SOC, device_resource, tag_resource, worker_name
+from harness.farm.route import route_address, scheduler_endpoint
 from harness.farm.security import REQUIRE_ENCRYPTION_ENV, TLS_ENV, FarmTLS
 
 AgentEvent = Callable[[str, dict[str, Any]], None]  # (kind, details)
@@ -46,6 +51,16 @@ class AgentConfig:
     cache_dir: Path = field(default_factory=default_cache_dir)  # builds and models, by sha256
     python: str = sys.executable
     tls: FarmTLS | None = None  # the agent role's certificates; None: plaintext (--insecure)
+
+
+def listen_address(scheduler: str, given: str | None) -> tuple[str, str]:
+    """(the address the workers bind, where it came from): ``given`` (``--listen-host``), else
+    this host's address on the route to the scheduler."""
+    if given:
+        return given, "--listen-host"
+    address = route_address(scheduler, "pass --listen-host ADDR (this host's address on the "
+                                       "farm's network)")
+    return address, f"route to {scheduler_endpoint(scheduler)[0]}"
 
 
 def worker_env(config: AgentConfig) -> dict[str, str]:

@@ -50,6 +50,7 @@ from harness.artifacts.gguf_info import ModelInfo
 from harness.artifacts.hashing import cached_file_sha256
 from harness.errors import ConfigError
 from harness.farm import FarmError
+from harness.farm.route import route_address, scheduler_endpoint
 from harness.farm.security import TLS_ENV, FarmTLS
 
 CACHE_ENV = "HARNESS_FARM_CACHE"  # the agent passes its --cache to its workers through this
@@ -296,17 +297,9 @@ def service_address(scheduler: str, explicit: str | None = None) -> tuple[str, i
             raise ConfigError(f"artifact service address {text!r}: write HOST or HOST:PORT "
                               "(e.g. 10.0.0.2:8790)")
         return host.strip("[]"), int(port)
-    parts = urllib.parse.urlsplit(scheduler if "://" in scheduler else f"tcp://{scheduler}")
-    target = parts.hostname or "127.0.0.1"
-    if target in ("localhost", "127.0.0.1", "::1"):
+    if scheduler_endpoint(scheduler)[0] in ("localhost", "127.0.0.1", "::1"):
         return "127.0.0.1", 0
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((target, parts.port or 8786))  # no packet is sent
-            return str(probe.getsockname()[0]), 0
-    except OSError as error:
-        raise FarmError(f"cannot tell which address of this machine the farm reaches "
-                        f"({target}: {error.strerror or error}); set ${ADDRESS_ENV}") from error
+    return route_address(scheduler, f"set ${ADDRESS_ENV}"), 0
 
 
 # -- the worker side ---------------------------------------------------------------------------

@@ -170,6 +170,9 @@ def execute_farm(matrix_path: Path, scheduler: str, options: RunOptions,
         raise FarmError(f"cannot reach the Dask scheduler at {scheduler} ({error}); start one "
                         "with `harness farm scheduler`"
                         + (" (with the same farm's certificates)" if tls else "")) from error
+    except ImportError as error:  # Dask raises a scheduler's refusal of a client as this
+        raise FarmError(f"the Dask scheduler at {scheduler} refused this driver: {error}") \
+            from error
     with client:
         present = farm_phones(client.scheduler_info()["workers"])
         chosen = list(serials) if serials else sorted(present)

@@ -3,7 +3,9 @@
 Dashboard off and bound to 127.0.0.1 unless asked otherwise; TLS with the farm's certificates
 (``harness.farm.security``) unless started with ``--insecure``. ``worker-ttl`` removes a worker
 whose host hung (no heartbeat) so its job can wait for the phone elsewhere; ``allowed-failures``
-caps how often one job may kill its worker before it is given up.
+caps how often one job may kill its worker before it is given up. With TLS the scheduler also
+checks the role in each peer's certificate (``--preload harness.farm.roles``): workers need the
+agent's, clients the driver's.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.farm.security import REQUIRE_ENCRYPTION_ENV, FarmTLS
+
+ROLES_PRELOAD = "harness.farm.roles"  # the role check of every request (see that module)
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ def scheduler_command(config: SchedulerConfig) -> tuple[list[str], dict[str, str
         "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": str(config.allowed_failures),
     }
     if config.tls is not None:  # TLS only: a plaintext or certificate-less peer is refused
-        argv += ["--protocol", "tls", *config.tls.dask_args()]
+        argv += ["--protocol", "tls", *config.tls.dask_args(), "--preload", ROLES_PRELOAD]
         env.update(REQUIRE_ENCRYPTION_ENV)
     return argv, env
 

@@ -63,11 +63,13 @@ class Farm:
         return self.root / f"cache-{host}"
 
     def start_agent(self, host: str, max_restarts: int = 3) -> subprocess.Popen[bytes]:
+        """``harness farm agent`` with no --listen-host: its workers bind the address on the
+        route to the scheduler, 127.0.0.1."""
         env = {**os.environ, **self.adb[host].env, "PYTHONUNBUFFERED": "1"}
         log = open(self.root / f"agent-{host}.jsonl", "ab")  # noqa: SIM115 - for the child
         process = subprocess.Popen(
             [HARNESS, "farm", "agent", "--scheduler", self.scheduler, "--name", host,
-             "--listen-host", "127.0.0.1", "--poll", "0.3", "--max-restarts", str(max_restarts),
+             "--poll", "0.3", "--max-restarts", str(max_restarts),
              "--log-dir", str(self.root / f"logs-{host}"), "--cache", str(self.cache(host)),
              "--tls", str(self.tls), "--json"],
             env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)

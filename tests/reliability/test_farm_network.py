@@ -5,7 +5,10 @@ the driver on a bridge at 10.231.0.1, hosts ``h1`` and ``h2`` (10.231.0.11 and .
 server, an agent and its own host name. The four virtual phones run on this machine; a relay
 plugs each one into its host's namespace like a USB cable, so a host reaches only its own phones,
 and a phone can be moved to the other host. Everything runs on the farm's TLS certificates and
-the real ``harness`` commands; traffic stays between the namespaces the test made.
+the real ``harness`` commands; traffic stays between the namespaces the test made. The agents
+are started with no ``--listen-host``: their workers bind their host's address on the route to
+the scheduler. Certificates carry their role: one used in the wrong role (an agent's as a
+driver, a driver's as a worker, one from before roles) is refused with one scheduler log line.
 
 Faults: an agent host's link goes down mid-run for longer than the scheduler's worker TTL, and an
 agent host is killed outright mid-run (its link cut, every process of it SIGKILLed) and its
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -30,10 +34,11 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
+from farmcerts import pre_role_certificate
 
 from harness import store
 from harness.artifacts.builds import Build
-from harness.farm.security import init_farm
+from harness.farm.security import REQUIRE_ENCRYPTION_ENV, FarmTLS, init_farm
 from harness.testing import netns
 from harness.virtual.control import start_phones, stop_phones
 
@@ -44,6 +49,24 @@ WORKER_TTL_S = 15  # the scheduler drops a worker silent this long (the default 
 LEASE_TTL_S = 60  # harness.device.lease.DEFAULT_TTL_S, what a dead worker's lease lasts
 QUANTS = ["Q8_0", "Q4_K_M", "Q6_K"]
 REPS = 2
+REFUSED = "harness farm: refused "
+# a Dask client with the certificate of ROLE in the folder: prints its workers, or the error
+CLIENT = """
+import json, pathlib, sys
+from distributed import Client
+from harness.farm.security import FarmTLS
+from harness.farm.naming import farm_phones
+try:
+    client = Client(sys.argv[1], timeout="20s", set_as_default=False,
+                    security=FarmTLS(pathlib.Path(sys.argv[2]), sys.argv[3]).security())
+except Exception as error:
+    print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
+else:
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    print(json.dumps({"phones": farm_phones(workers),
+                      "addresses": {str(w["name"]): a for a, w in workers.items()}}))
+    client.close()
+"""
 
 
 def matrix(name: str) -> dict[str, Any]:
@@ -73,7 +96,7 @@ class Lab:
         scheduler = self.scheduler.replace("tls://", "tcp://") if insecure else self.scheduler
         process = self.net.popen(host, [
             HARNESS, "farm", "agent", "--scheduler", scheduler, "--name", name,
-            "--listen-host", self.net.address(host), "--poll", "0.3", "--no-soc-tag",
+            "--poll", "0.3", "--no-soc-tag",  # no --listen-host: the route's address
             "--log-dir", str(self.root / f"logs-{name}"),
             "--cache", str(self.root / f"cache-{host}"), "--json", *security],
             env={**os.environ, **self.net.adb_server(host).env, "PYTHONUNBUFFERED": "1"},
@@ -84,18 +107,25 @@ class Lab:
     def scheduler_log(self) -> str:
         return (self.root / "scheduler.log").read_text(errors="replace")
 
-    def workers(self) -> dict[str, str]:
-        """serial -> worker name on the scheduler (asked from ctl with the driver's certificate)."""
-        code = ("import json, pathlib, sys; from distributed import Client; "
-                "from harness.farm.security import FarmTLS; "
-                "from harness.farm.naming import farm_phones; "
-                "c = Client(sys.argv[1], timeout='20s', set_as_default=False, "
-                "security=FarmTLS(pathlib.Path(sys.argv[2]), 'driver').security()); "
-                "print(json.dumps(farm_phones(c.scheduler_info()['workers']))); c.close()")
-        done = self.net.run("ctl", [sys.executable, "-c", code, self.scheduler, str(self.tls)],
-                            timeout=60)
+    def refusals(self) -> list[str]:
+        """The scheduler's lines for requests refused by the role in a peer's certificate."""
+        return [line for line in self.scheduler_log().splitlines() if REFUSED in line]
+
+    def client(self, host: str, tls: Path, role: str) -> dict[str, Any]:
+        """A Dask client in ``host`` with ``role``'s certificate of ``tls``: the farm's phones
+        and worker addresses, or the error it got."""
+        done = self.net.run(host, [sys.executable, "-c", CLIENT, self.scheduler, str(tls), role],
+                            timeout=90)
         assert done.returncode == 0, done.stderr
         return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    def workers(self) -> dict[str, str]:
+        """serial -> worker name on the scheduler (asked from ctl with the driver's certificate)."""
+        phones = self.client("ctl", self.tls, "driver")["phones"]
+        return dict(phones)
+
+    def agent_first_line(self, name: str) -> dict[str, Any]:
+        return dict(json.loads((self.root / f"agent-{name}.jsonl").read_text().splitlines()[0]))
 
     def wait_for_workers(self, expected: dict[str, str], timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -201,6 +231,16 @@ def audit_run(summary: dict[str, Any], results: Path, lab: Lab) -> tuple[int, in
 
 def test_two_hosts_run_a_matrix_together_on_tls(lab: Lab, host_build: Build,
                                                  tiny_ladder: dict[str, Path]) -> None:
+    # no --listen-host: each agent's workers bind its host's address on the route to the
+    # scheduler (a host's 127.0.0.1 is out of the scheduler's reach), and its first line says so
+    addresses = lab.client("ctl", lab.tls, "driver")["addresses"]
+    for host, serials in lab.phones.items():
+        first = lab.agent_first_line(host)
+        assert (first["listen_host"], first["listen_host_from"]) == (
+            lab.net.address(host), f"route to {lab.net.address('ctl')}"), first
+        for serial in serials:
+            assert str(addresses[f"{serial}@{host}"]).startswith(
+                f"tls://{lab.net.address(host)}:"), addresses
     summary, results = run_driver(lab, "together", host_build)
     lost, duplicated, trials = audit_run(summary, results, lab)
     assert (lost, duplicated) == (0, 0), json.dumps(summary)
@@ -240,6 +280,54 @@ def test_an_agent_without_the_farms_certificate_is_refused(lab: Lab, tmp_path: P
                 if "TLS handshake failed" in line]
     assert refusals and all(remote in line for line in refusals), refusals
     assert lab.workers() == lab.expected_workers()
+
+
+def new_refusal(lab: Lab, before: int, timeout: float = 30) -> str:
+    """The one refusal line logged since there were ``before``; fails on none or more."""
+    deadline = time.monotonic() + timeout
+    while len(lines := lab.refusals()) == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(lines) == before + 1, lines[before:]
+    return lines[-1]
+
+
+def test_certificates_of_the_wrong_role_are_refused_with_one_line_each(
+        lab: Lab, tmp_path: Path) -> None:
+    h1, h2 = lab.net.address("h1"), lab.net.address("h2")
+    # an agent host's certificate used as a driver (a Dask client)
+    before = len(lab.refusals())
+    said = lab.client("h2", lab.tls, "agent")
+    assert "refused by the farm: a client (driver) needs the driver's certificate, not the " \
+        "agent's" in str(said.get("error")), said
+    line = new_refusal(lab, before)
+    assert f"refused register-client from tls://{h2}:" in line, line
+    assert "(certificate 'harness farm agent')" in line, line
+
+    # a worker started with the driver's certificate
+    before = len(lab.refusals())
+    worker = lab.net.run("h1", [
+        sys.executable, "-m", "distributed.cli.dask_worker", lab.scheduler, "--nthreads", "1",
+        "--no-nanny", "--no-dashboard", "--name", "rogue@h1", "--host", h1, "--protocol", "tls",
+        *FarmTLS(lab.tls, "driver").dask_args()],
+        env={**os.environ, **REQUIRE_ENCRYPTION_ENV}, timeout=90)
+    assert worker.returncode != 0
+    assert "refused by the farm: a worker needs the agent's certificate, not the driver's" in \
+        worker.stderr, worker.stderr[-2000:]
+    line = new_refusal(lab, before)
+    assert f"refused register-worker from tls://{h1}:" in line, line
+    assert "(certificate 'harness farm driver')" in line, line
+
+    # a driver certificate from before certificates carried roles
+    old = tmp_path / "old-tls"
+    shutil.copytree(lab.tls, old)
+    pre_role_certificate(old, "driver")
+    before = len(lab.refusals())
+    said = lab.client("ctl", old, "driver")
+    assert "carries no farm role" in str(said.get("error")), said
+    line = new_refusal(lab, before)
+    assert f"refused register-client from tls://{lab.net.address('ctl')}:" in line, line
+    assert "harness farm init DIR --reissue" in line, line
+    assert lab.workers() == lab.expected_workers()  # the farm goes on
 
 
 def test_an_agent_whose_link_goes_down_mid_run_comes_back_and_nothing_is_lost_or_doubled(
