@@ -36,6 +36,7 @@ from harness.errors import ConfigError
 
 CONTROLLERS = ("memory", "blkio")
 PREFIX = "harness-"  # every phone cgroup's name starts with it
+MEMSW_LIMIT = "memory.memsw.limit_in_bytes"  # memory + swap (with the kernel's swap accounting)
 REMOVE_WAIT_S = 5.0  # killed processes leave their cgroup within this
 
 
@@ -214,6 +215,13 @@ def make(name: str, limit_bytes: int, read_bps: int | None, storage: Path) -> Ph
         memory = _make_dir(dirs["memory"], PREFIX + name)
         made.append(memory)
         _write(memory / "memory.limit_in_bytes", str(limit_bytes), "the memory limit")
+        # no swap beyond the phone's own: a host with swap on must not let the phone's
+        # processes swap where the phone would kill them (memory + swap = memory alone); with
+        # no swap accounting (memsw), swappiness 0 keeps its anonymous memory in RAM
+        if (memory / MEMSW_LIMIT).exists():
+            _write(memory / MEMSW_LIMIT, str(limit_bytes), "the memory + swap limit")
+        else:
+            _write(memory / "memory.swappiness", "0", "the cgroup's swappiness")
         blkio = None
         if read_bps and device is not None:
             blkio = _make_dir(dirs["blkio"], PREFIX + name)

@@ -121,6 +121,12 @@ def test_status_names_the_memory_model_and_stop_removes_the_cgroups(
     assert groups is not None and groups.memory.is_dir() and groups.blkio is not None
     limit = int((groups.memory / "memory.limit_in_bytes").read_text())
     assert limit <= 128 * 2**20  # the phone's limit, less its background apps
+    # and no swap on top of it, whatever the host has: memory + swap is the memory alone
+    memsw = groups.memory / cgroups.MEMSW_LIMIT
+    if memsw.exists():
+        assert int(memsw.read_text()) == limit
+    else:
+        assert (groups.memory / "memory.swappiness").read_text().strip() == "0"
     stop_phones([phone.serial], home=phone.home)
     assert not groups.memory.exists() and not groups.blkio.exists()
     assert not os.path.ismount(data)  # unmounted, its loop device detached
