@@ -82,6 +82,7 @@ RECLAIM_AT = 0.9  # footprint share of the limit from which the kernel reclaims 
 REBOOT_S = 2.0  # a rebooting phone refuses connections this long
 KILLED_GRACE_S = 2.0  # a SIGKILLed process still freeing its memory is not counted again
 RECLAIM_MARGIN = 16  # simulated reclaim frees what is over the limit and 1/16 of it more
+RECLAIM_PROGRESS_KB = 256  # a reclaim round that freed this much defers the kills to the next
 # the simulated model's memory rule runs this often between ticks while a shell runs: a kernel
 # acts the moment memory runs out, and a fast engine maps a whole model within one 0.25 s tick
 GUARD_S = 0.02
@@ -430,9 +431,13 @@ class Phone:
         limit = self.config.limit_mb * 1024
         footprint = self.footprint_kb()
         reclaiming = footprint > RECLAIM_AT * limit
-        if footprint > limit and self._can_reclaim:
+        progress = False
+        if footprint > limit and self._can_reclaim and self._reclaim_can_help(footprint, limit):
             # as a kernel does before its OOM killer: clean file pages go first (reclaim.py)
             freed = self._reclaim_file_pages(footprint - limit)
+            # a kernel kills only when reclaim makes no progress: an engine that faults its
+            # mapped weights back as fast as they go (a loaded host) thrashes, it is not killed
+            progress = freed >= RECLAIM_PROGRESS_KB
             if now - self._reclaim_logged >= 1.0:  # daemon.log: at most a line a second
                 self._reclaim_logged = now
                 print(f"simulated reclaim: {footprint} kB > limit {limit} kB, {freed} kB of "
@@ -444,7 +449,7 @@ class Phone:
         self.pressure.step(dt, 1.0 if over else 0.2 if reclaiming else 0.0, 0.5 if over else 0.0)
         if over:
             self._pressure_at = now
-            if self._lmkd(footprint, limit) > limit:
+            if not progress and self._lmkd(footprint, limit) > limit:
                 self._out_of_memory(now)
         elif now - self._pressure_at >= APP_RESTART_S:
             self._restart_apps(footprint, limit)
@@ -459,6 +464,14 @@ class Phone:
         self._members = procs.session_members(self.sessions, self._ignore)
         if self.footprint_kb() > self.config.limit_mb * 1024:
             self._memory(0.0, time.monotonic())
+
+    def _reclaim_can_help(self, footprint: int, limit: int) -> bool:
+        """Whether the file pages the phone's processes hold could bring it under its limit:
+        what is left without them (anonymous memory: an engine that read its weights in) over
+        the limit is out of memory at once, as a kernel finds when reclaim cannot reach it."""
+        files = sum(reclaim.rss_file_kb(procs.read_text(f"/proc/{s.pid}/status")) or 0
+                    for s in self._members if s.pid not in self._killed and not _is_service(s))
+        return footprint - files <= limit
 
     def _reclaim_file_pages(self, need_kb: int) -> int:
         """Page out the phone's processes' clean file pages (their mapped files under the
