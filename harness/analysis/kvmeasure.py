@@ -2,17 +2,20 @@
 
 The text is CPython's own ``pydoc_data.topics`` (the help texts of the language reference, every
 topic joined in sorted key order): real English prose and code, about 100k Gemma tokens, and on
-every machine that has Python. Its sha256 is part of every result, since another Python version
-ships another text.
+every machine that has Python; or a user's own UTF-8 file (``--text FILE``). Its sha256 is part
+of every result, since another Python version ships another text.
 
-Memory: Gemma's vocabulary has 262k tokens, so logits are never kept for the prefix. Each cell
-decodes the first ``depth - 1`` tokens without outputs, then the window in chunks of
-``LOGIT_CHUNK`` tokens with outputs (llama.cpp's output buffer holds one chunk), copied into one
-[window, vocab] float32 array. Each KV type decodes its own prefix: the cache's precision is what
-is measured. The cache is a full-size one (``swa_full``) so the window can be removed again
-(``llama_memory_seq_rm``) and the greedy generation continues the text from the depth itself.
-Flash attention is on for every KV type (llama.cpp needs it for a quantised V), f16 included, so
-the reference differs from the others by the cache's precision only.
+Each depth is measured at ``positions`` places of the text (``kvquality.position_offsets``),
+place by place: f16 first (its window's logits are the reference, kept for that place only),
+then every other KV type at the same place. Memory: Gemma's vocabulary has 262k tokens, so
+logits are never kept for the prefix. Each run decodes the first ``depth - 1`` tokens without
+outputs, then the window in chunks of ``LOGIT_CHUNK`` tokens with outputs (llama.cpp's output
+buffer holds one chunk), copied into one [window, vocab] float32 array. Each KV type decodes its
+own prefix: the cache's precision is what is measured. The cache is a full-size one
+(``swa_full``) so the window can be removed again (``llama_memory_seq_rm``) and the greedy
+generation continues the text from the depth itself. Flash attention is on for every KV type
+(llama.cpp needs it for a quantised V), f16 included, so the reference differs from the others
+by the cache's precision only.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,15 +33,24 @@ import numpy as np
 from numpy.typing import NDArray
 
 from harness.analysis.kvquality import (
+    DEFAULT_POSITIONS,
     KV_QUALITY_FILE,
+    LOOP_NGRAM,
+    REFERENCE_KV,
     SCHEMA_VERSION,
+    Continuation,
     EngineBuild,
     KvCell,
     KvType,
+    TextRepetition,
     cell_key,
     check_context,
     check_depths,
+    position_offsets,
+    position_tokens,
+    repetition_figures,
     rotation_enabled,
+    text_repetition,
     window_stats,
 )
 from harness.analysis.repetition import longest_loop, repeated_ngram_share
@@ -58,8 +70,28 @@ def pydoc_text() -> str:
     return "\n\n".join(topics[key].strip() for key in sorted(topics)) + "\n"
 
 
-def text_label(text: str) -> str:
-    return f"{TEXT_NAME}@{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+def text_label(text: str, name: str = TEXT_NAME) -> str:
+    return f"{name}@{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def read_text(path: Path | None) -> tuple[str, str]:
+    """(text, label) of ``--text FILE`` (UTF-8), or of the pydoc topics when None; a
+    ConfigError naming ``--text`` for a file that is absent, unreadable, not UTF-8 or empty."""
+    if path is None:
+        text = pydoc_text()
+        return text, text_label(text)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"--text {path}: not UTF-8 text (byte {error.start}); give a UTF-8 "
+                          "text file of your domain") from None
+    except OSError as error:
+        raise ConfigError(f"--text {path}: cannot read it ({error.strerror or error}); give a "
+                          "readable UTF-8 text file") from None
+    if not text.strip():
+        raise ConfigError(f"--text {path}: the file is empty; give a long text of your domain "
+                          "(depth + positions x window tokens at least)")
+    return text, text_label(text, path.name)
 
 
 def engine_build(environ: Any = None) -> EngineBuild:
@@ -171,37 +203,61 @@ def tokenize(path: Path, text: str) -> list[int]:
     return quality_tokenize(path, text)
 
 
+@dataclass
+class _Pooled:
+    """One KV type's figures gathered place by place."""
+
+    kl: list[NDArray[np.float64]]
+    agree: list[NDArray[np.bool_]]
+    nll: list[NDArray[np.float64]]
+    runs: list[Continuation]
+
+
 def measure_cells(path: Path, quant: str, sha: str, tokens: Sequence[int], kvs: Sequence[KvType],
                   depth: int, *, window: int, gen_tokens: int, text: str, build: EngineBuild,
-                  ladder_shas: Sequence[str] = (), run: Runner = llama_cell,
-                  progress: Progress | None = None) -> list[KvCell]:
-    """Every KV type at one depth with one weight file, against f16 KV (always decoded first:
-    its window's logits are the reference and are not cached)."""
-    reference = KvType("f16", "f16")
+                  positions: int = 1, ladder_shas: Sequence[str] = (),
+                  run: Runner = llama_cell, progress: Progress | None = None) -> list[KvCell]:
+    """f16 KV and every KV type of ``kvs`` at one depth with one weight file, each measured at
+    ``positions`` places of the text; f16 first (returned too, whether asked for or not: it is
+    the baseline of the loop figures), then the others in order."""
+    reference = KvType(REFERENCE_KV, REFERENCE_KV)
     order = [reference, *(kv for kv in kvs if kv != reference)]
-    targets = list(tokens[depth:depth + window])
-    ref: NDArray[np.float32] | None = None
+    offsets = position_offsets(len(tokens), depth, window, positions)
+    pooled = {kv: _Pooled([], [], [], []) for kv in order}
+    for place, offset in enumerate(offsets, 1):
+        view = position_tokens(tokens, offset)
+        targets = view[depth:depth + window]
+        ref: NDArray[np.float32] | None = None
+        for kv in order:
+            if progress is not None:
+                progress(f"{quant} KV {kv.label} at depth {depth}, place {place} of "
+                         f"{len(offsets)} (text token {offset + depth}): decoding "
+                         f"{depth + window} tokens, generating {gen_tokens}")
+            result = run(path, view, depth, window, gen_tokens, kv)
+            if ref is None:
+                ref = result.logits
+            stats = window_stats(ref, result.logits, targets)
+            generated = list(result.generated)
+            gathered = pooled[kv]
+            gathered.kl.append(stats.kl)
+            gathered.agree.append(stats.agree)
+            gathered.nll.append(stats.nll)
+            gathered.runs.append(Continuation(offset, len(generated),
+                                              repeated_ngram_share(generated, LOOP_NGRAM),
+                                              longest_loop(generated)))
+            del result
     cells = []
-    for kv in order:
-        if progress is not None:
-            progress(f"{quant} KV {kv.label} at depth {depth}: decoding {depth + window} "
-                     f"tokens, generating {gen_tokens}")
-        result = run(path, tokens, depth, window, gen_tokens, kv)
-        if ref is None:
-            ref = result.logits
-        stats = window_stats(ref, result.logits, targets)
-        generated = list(result.generated)
-        cell = KvCell(quant=quant, sha256=sha, kv=kv.label, type_k=kv.k, type_v=kv.v,
-                      depth=depth, window=window, kl=float(stats.kl.mean()),
-                      kl_max=float(stats.kl.max()), top1=float(stats.agree.mean()),
-                      ppl=float(np.exp(stats.nll.mean())), gen_tokens=len(generated),
-                      repeated_4gram=repeated_ngram_share(generated, 4),
-                      longest_loop=longest_loop(generated), text=text, build=build,
-                      measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
-                      ladder_shas=tuple(ladder_shas))
-        if kv in kvs:
-            cells.append(cell)
-        del result
+    for kv, gathered in pooled.items():
+        kl = np.concatenate(gathered.kl)
+        nll = np.concatenate(gathered.nll)
+        repeated, loop, generated_tokens = repetition_figures(gathered.runs)
+        cells.append(KvCell(
+            quant=quant, sha256=sha, kv=kv.label, type_k=kv.k, type_v=kv.v, depth=depth,
+            window=window, kl=float(kl.mean()), kl_max=float(kl.max()),
+            top1=float(np.concatenate(gathered.agree).mean()), ppl=float(np.exp(nll.mean())),
+            gen_tokens=generated_tokens, repeated_4gram=repeated, longest_loop=loop, text=text,
+            build=build, measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            ladder_shas=tuple(ladder_shas), continuations=tuple(gathered.runs)))
     return cells
 
 
@@ -233,6 +289,11 @@ class KvQualityResult:
     measured: int  # cells measured now (the rest came from the cache)
     text: str
     text_tokens: int
+    #: (quant, depth) -> the f16 cell measured at the same places: the loop figures' baseline
+    baselines: dict[tuple[str, int], KvCell] = field(default_factory=dict)
+    #: depth -> the start offsets of its places in the text
+    offsets: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    text_repetition: TextRepetition | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +304,8 @@ class KvRequest:
     depths: tuple[int, ...]
     window: int
     gen_tokens: int
+    positions: int = DEFAULT_POSITIONS
+    text_file: Path | None = None  # None: CPython's pydoc topics
 
 
 def ensure_kv_quality(request: KvRequest, *, cache_dir: Path | None = None,
@@ -250,7 +313,8 @@ def ensure_kv_quality(request: KvRequest, *, cache_dir: Path | None = None,
                       progress: Progress | None = None) -> KvQualityResult:
     """The requested cells, from ``kv_quality.json`` beside the models when cached for this
     build, rotation, text and settings; else measured (per weight file and depth, written as
-    they finish). Every input is checked before anything is measured or written."""
+    they finish, the f16 baseline with them). Every input is checked before anything is
+    measured or written."""
     from harness.artifacts.testmodels import REAL_LADDERS, ensure_ladder, ladder_dir
 
     if request.ladder not in REAL_LADDERS:
@@ -264,10 +328,10 @@ def ensure_kv_quality(request: KvRequest, *, cache_dir: Path | None = None,
     if missing:
         raise ConfigError(f"--quant {missing[0]}: the {request.ladder} ladder has "
                           f"{', '.join(paths)}")
-    text = pydoc_text()
-    label = text_label(text)
+    text, label = read_text(request.text_file)
     tokens = tokenize(paths[request.quants[0]], text)
-    check_depths(request.depths, len(tokens), request.window, f"the text {label}")
+    where = f"--text {request.text_file}" if request.text_file else f"the text {label}"
+    check_depths(request.depths, len(tokens), request.window, where, request.positions)
     check_context(request.depths, max(request.window, request.gen_tokens),
                   read_model_info(paths[request.quants[0]]).context_length)
     build = build or engine_build()
@@ -275,24 +339,32 @@ def ensure_kv_quality(request: KvRequest, *, cache_dir: Path | None = None,
     cache = read_cache(target)
     shas = {q: file_sha256(p) for q, p in paths.items()}
     text_sha = hashlib.sha256(text.encode()).hexdigest()
+    reference = KvType(REFERENCE_KV, REFERENCE_KV)
+    every = (reference, *(kv for kv in request.kvs if kv != reference))
     out: list[KvCell] = []
+    baselines: dict[tuple[str, int], KvCell] = {}
     measured = 0
     for quant in request.quants:
         for depth in request.depths:
             keys = {kv: cell_key(shas[quant], kv, depth, request.window, request.gen_tokens,
-                                 text_sha, build) for kv in request.kvs}
-            if all(k in cache for k in keys.values()):
-                out.extend(cache[keys[kv]] for kv in request.kvs)
-                continue
-            cells = measure_cells(paths[quant], quant, shas[quant], tokens, request.kvs, depth,
-                                  window=request.window, gen_tokens=request.gen_tokens,
-                                  text=label, build=build, ladder_shas=sorted(shas.values()),
-                                  run=run, progress=progress)
-            measured += len(cells)
-            cache.update({keys[KvType(c.type_k, c.type_v)]: c for c in cells})
-            write_cache(target, cache)
-            out.extend(cells)
-    return KvQualityResult(tuple(out), target, measured, label, len(tokens))
+                                 text_sha, build, request.positions) for kv in every}
+            if not all(k in cache for k in keys.values()):
+                cells = measure_cells(paths[quant], quant, shas[quant], tokens, request.kvs,
+                                      depth, window=request.window,
+                                      gen_tokens=request.gen_tokens, text=label, build=build,
+                                      positions=request.positions,
+                                      ladder_shas=sorted(shas.values()), run=run,
+                                      progress=progress)
+                fresh = {KvType(c.type_k, c.type_v): c for c in cells}
+                measured += sum(kv in fresh for kv in request.kvs)
+                cache.update({keys[kv]: cell for kv, cell in fresh.items()})
+                write_cache(target, cache)
+            out.extend(cache[keys[kv]] for kv in request.kvs)
+            baselines[(quant, depth)] = cache[keys[reference]]
+    offsets = {d: position_offsets(len(tokens), d, request.window, request.positions)
+               for d in request.depths}
+    return KvQualityResult(tuple(out), target, measured, label, len(tokens), baselines, offsets,
+                           text_repetition(tokens, request.gen_tokens))
 
 
 def cached_kv_cells(cache_dir: Path | None = None) -> tuple[KvCell, ...]:

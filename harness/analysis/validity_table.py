@@ -52,6 +52,7 @@ class OutputChecks:
     error: int = 0
     unchecked: int = 0
     reasons: tuple[tuple[str, str, int], ...] = ()  # (state, detail, trials), most first
+    stored: int = 0  # trials with a state stored (a store from before the check has none)
 
     @property
     def total(self) -> int:
@@ -77,7 +78,8 @@ def output_checks(trials: pd.DataFrame) -> OutputChecks:
     reasons = tuple((state, text, n) for (state, text), n in
                     sorted(found.items(), key=lambda p: (-p[1], p[0]))[:SHOWN_REASONS])
     return OutputChecks(int((states == "match").sum()), int((states == "mismatch").sum()),
-                        int((states == "error").sum()), int(unchecked.sum()), reasons)
+                        int((states == "error").sum()), int(unchecked.sum()), reasons,
+                        int(states.notna().sum()))
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class Validity:
 
     @property
     def present(self) -> bool:
-        return self.checked > 0 or self.output.total > 0
+        return self.checked > 0 or self.output.stored > 0
 
 
 def _reasons(texts: pd.Series) -> tuple[tuple[str, int], ...]:

@@ -26,7 +26,10 @@ from harness.analysis.kvquality import (
     DEFAULT_DEPTHS,
     DEFAULT_GEN_TOKENS,
     DEFAULT_KV,
+    DEFAULT_POSITIONS,
     DEFAULT_WINDOW,
+    LOOP_NGRAM,
+    LOOP_THRESHOLD,
 )
 from harness.analysis.nightly import (
     Reporter,
@@ -384,20 +387,32 @@ def _storage_speed(trials: Any, device: str) -> float | None:
               help="KV cross: weight files of the ladder (comma list or repeatable) "
                    "[default: Q8_0].")
 @click.option("--window", type=int, default=DEFAULT_WINDOW, show_default=True,
-              help="KV cross: tokens scored after the depth.")
+              help="KV cross: tokens scored after the depth, at each place.")
 @click.option("--gen-tokens", type=int, default=DEFAULT_GEN_TOKENS, show_default=True,
-              help="KV cross: tokens generated greedily from the depth (repetition figures).")
+              help="KV cross: tokens generated greedily from the depth at each place "
+                   "(repetition figures).")
+@click.option("--positions", type=int, default=None, metavar="N",
+              help="KV cross: places per depth, evenly spaced through the text (one scored "
+                   f"window and one continuation each) [default: {DEFAULT_POSITIONS}].")
+@click.option("--text", "text_file", type=click.Path(path_type=Path), default=None,
+              metavar="FILE",
+              help="KV cross: a UTF-8 text of your own domain to read instead of CPython's "
+                   "pydoc topics (at least depth + N x window tokens).")
 @JSON
 def quality_command(size: str, tokens: int, windows: int | None, kv_specs: tuple[str, ...],
                     depth_specs: tuple[str, ...], quant_specs: tuple[str, ...], window: int,
-                    gen_tokens: int, as_json: bool) -> None:
+                    gen_tokens: int, positions: int | None, text_file: Path | None,
+                    as_json: bool) -> None:
     """KL divergence, top-1 agreement (and, on a real text, perplexity) of each quant against
     the ladder's F16, measured on this host with llama-cpp-python and cached beside the models.
 
-    With --kv or --depth, the KV cross instead: each weight quant x KV type x depth reads the
-    first DEPTH tokens of CPython's pydoc topics, then the next --window tokens are scored
-    against f16 KV at the same depth and weights (KL, top-1, perplexity), and --gen-tokens
-    tokens are generated greedily from the depth (repeated 4-gram share, longest loop).
+    With --kv or --depth, the KV cross instead: each weight quant x KV type x depth is measured
+    at --positions places evenly spaced through the text (CPython's pydoc topics, or --text
+    FILE). At each place the model reads DEPTH tokens, the next --window tokens are scored
+    against f16 KV at the same place and weights (KL, top-1, perplexity, pooled over the
+    places), and --gen-tokens tokens are generated greedily from there. A continuation loops
+    when at least half of its 4-grams occurred earlier in it; each KV type shows how many of
+    its continuations loop and their median repeated 4-gram share, beside f16's.
 
     \b
     Example:
@@ -405,16 +420,21 @@ def quality_command(size: str, tokens: int, windows: int | None, kv_specs: tuple
       harness quality --ladder gemma3-270m          # the Gemma terms, about 5 minutes
       harness quality --size bench --json
       harness quality --ladder gemma3-270m --kv f16,q8_0,q4_0 --depth 6144
+      harness quality --ladder gemma3-270m --kv f16,q8_0,q4_0 --depth 4096 --text notes.txt
     """
     from harness.analysis.quality import ensure_quality
 
     say = lambda text: click.echo(text, err=True)  # noqa: E731
     if kv_specs or depth_specs:
-        _kv_quality(size, kv_specs, depth_specs, quant_specs, window, gen_tokens, as_json, say)
+        _kv_quality(size, kv_specs, depth_specs, quant_specs, window, gen_tokens,
+                    DEFAULT_POSITIONS if positions is None else positions, text_file, as_json,
+                    say)
         return
-    if quant_specs:
-        raise ConfigError("--quant chooses the weights of the KV cross: give --kv or --depth "
-                          "too, e.g. --kv f16,q4_0 --quant Q8_0")
+    for given, option in ((quant_specs, "--quant"), (text_file, "--text"),
+                          (positions is not None, "--positions")):
+        if given:
+            raise ConfigError(f"{option} is an option of the KV cross: give --kv or --depth "
+                              "too, e.g. --kv f16,q4_0 --depth 4096")
     scores, path, measured = ensure_quality(size, n_tokens=tokens, windows=windows,
                                             progress=say)
     if as_json:
@@ -438,35 +458,58 @@ def quality_command(size: str, tokens: int, windows: int | None, kv_specs: tuple
 
 
 def _kv_quality(size: str, kv_specs: tuple[str, ...], depth_specs: tuple[str, ...],
-                quant_specs: tuple[str, ...], window: int, gen_tokens: int, as_json: bool,
-                say: Any) -> None:
+                quant_specs: tuple[str, ...], window: int, gen_tokens: int, positions: int,
+                text_file: Path | None, as_json: bool, say: Any) -> None:
     from harness.analysis.kvmeasure import KvRequest, ensure_kv_quality
-    from harness.analysis.kvquality import one_build, parse_depths, parse_kv_types
+    from harness.analysis.kvquality import loop_summary, one_build, parse_depths, parse_kv_types
 
     quants = tuple(dict.fromkeys(q.strip() for spec in quant_specs or ("Q8_0",)
                                  for q in spec.split(",") if q.strip()))
     request = KvRequest(size, quants, parse_kv_types(kv_specs or DEFAULT_KV),
                         parse_depths(depth_specs or map(str, DEFAULT_DEPTHS)), window,
-                        gen_tokens)
+                        gen_tokens, positions, text_file)
     result = ensure_kv_quality(request, progress=say)
     build = one_build(result.cells)
+    loops = [loop_summary(c, result.baselines.get((c.quant, c.depth))) for c in result.cells]
+    own = result.text_repetition
+    definition = (f"a continuation loops when at least {LOOP_THRESHOLD:.0%} of its "
+                  f"{LOOP_NGRAM}-grams occurred earlier in it")
     if as_json:
-        click.echo(json.dumps({"schema_version": 1, "ladder": size, "file": str(result.path),
-                               "measured_now": result.measured, "text": result.text,
-                               "text_tokens": result.text_tokens, "build": vars(build),
-                               "cells": [c.to_json() for c in result.cells]}, indent=2))
+        click.echo(json.dumps({
+            "schema_version": 2, "ladder": size, "file": str(result.path),
+            "measured_now": result.measured, "text": result.text,
+            "text_tokens": result.text_tokens, "build": vars(build),
+            "positions": {"per_depth": positions,
+                          "offsets": {str(d): list(o) for d, o in result.offsets.items()},
+                          "how": "evenly spaced start offsets in the text, each reading "
+                                 "depth tokens (BOS, then the text from the offset)"},
+            "loop_definition": {"ngram": LOOP_NGRAM, "threshold": LOOP_THRESHOLD,
+                                "text": definition},
+            "text_repetition": vars(own) if own is not None else None,
+            "cells": [{**c.to_json(), "loops": summary}
+                      for c, summary in zip(result.cells, loops, strict=True)]}, indent=2))
         return
     table = Table(title=f"KV cache quality of the {size} ladder against f16 KV at the same "
-                        f"depth ({window} scored tokens of {result.text})")
-    for name in ("quant", "kv", "depth", "KL mean", "KL max", "top-1", "PPL", "rep. 4-gram",
-                 "longest loop"):
+                        f"places ({positions} places per depth, {window} scored tokens and "
+                        f"{gen_tokens} generated at each, of {result.text})")
+    for name in ("quant", "kv", "depth", "KL mean", "KL max", "top-1", "PPL", "looping",
+                 "f16 looping", "median rep. 4-gram", "f16 median"):
         table.add_column(name, justify="left" if name in ("quant", "kv") else "right")
-    for c in result.cells:
+    for c, summary in zip(result.cells, loops, strict=True):
+        ref = summary.get("f16", {})
         table.add_row(c.quant, c.kv, str(c.depth), f"{c.kl:.5f}", f"{c.kl_max:.4f}",
-                      f"{c.top1:.1%}", f"{c.ppl:.3f}", f"{c.repeated_4gram:.1%}",
-                      f"{c.longest_loop} of {c.gen_tokens}")
+                      f"{c.top1:.1%}", f"{c.ppl:.3f}",
+                      f"{summary['looping']} of {summary['continuations']}",
+                      f"{ref['looping']} of {ref['continuations']}" if ref else "-",
+                      f"{summary['median_repeated_4gram']:.1%}",
+                      f"{ref['median_repeated_4gram']:.1%}" if ref else "-")
     table.caption = escape(build.label)
     _console().print(table)
+    click.echo(f"{definition}.")
+    if own is not None and own.stretches:
+        click.echo(f"the text itself: {own.looping} of its {own.stretches} stretches of "
+                   f"{own.length} tokens would count as looping (median repeated "
+                   f"{LOOP_NGRAM}-gram share {own.median_repeated_4gram:.1%}).")
     click.echo(f"{result.measured} cells measured now, {len(result.cells) - result.measured} "
                f"cached: {result.path}")
 

@@ -504,7 +504,7 @@ class ValiditySection:
 
     @property
     def present(self) -> bool:
-        return self.checked > 0 or self.output.total > 0
+        return self.checked > 0 or self.output.stored > 0
 
 
 @dataclass(frozen=True)

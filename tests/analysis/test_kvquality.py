@@ -1,14 +1,18 @@
-"""KV quality's pure parts: options, window statistics, builds kept apart, recommend's KV loss."""
+"""KV quality's pure parts: options, places in the text, window statistics, loop figures, builds
+kept apart, recommend's KV loss."""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import numpy as np
 import pytest
 
 from harness.analysis.kvquality import (
+    LOOP_THRESHOLD,
+    Continuation,
     EngineBuild,
     KvCell,
     KvEvidence,
@@ -21,10 +25,16 @@ from harness.analysis.kvquality import (
     check_depths,
     combined_kl,
     kv_delta,
+    loop_summary,
+    loops,
     one_build,
     parse_depths,
     parse_kv_types,
+    position_offsets,
+    position_tokens,
+    repetition_figures,
     rotation_enabled,
+    text_repetition,
     window_stats,
 )
 from harness.errors import ConfigError
@@ -67,6 +77,77 @@ def test_a_depth_needs_a_whole_window_of_text_after_it() -> None:
     check_depths([100, 744], 1000, 256, "the text")  # 744 + 256 == 1000: fits exactly
     with pytest.raises(ConfigError, match=r"--depth 745: .* at most 744"):
         check_depths([100, 745], 1000, 256, "the text")
+
+
+def test_several_places_need_room_for_windows_that_do_not_overlap() -> None:
+    check_depths([500], 1000, 50, "--text t.txt", positions=10)  # 500 + 10 x 50 == 1000
+    with pytest.raises(ConfigError, match=r"--depth 501: --text t.txt has 1000 tokens, too few "
+                                          r"for that depth and 10 places .* at most 500, "
+                                          r"fewer --positions or a longer --text"):
+        check_depths([501], 1000, 50, "--text t.txt", positions=10)
+    with pytest.raises(ConfigError, match="--positions 0"):
+        check_depths([10], 1000, 50, "the text", positions=0)
+
+
+def test_places_are_evenly_spaced_over_the_whole_text_at_least_a_window_apart() -> None:
+    offsets = position_offsets(10_000, 4096, 256, 8)
+    assert len(offsets) == 8 and offsets[0] == 0 and offsets[-1] == 10_000 - 4096 - 256
+    gaps = [b - a for a, b in itertools.pairwise(offsets)]
+    assert min(gaps) >= 256 and max(gaps) - min(gaps) <= 1
+    tight = position_offsets(4096 + 8 * 256, 4096, 256, 8)  # just enough: a window apart
+    assert [b - a for a, b in itertools.pairwise(tight)] == [256] * 7
+    assert position_offsets(5000, 4096, 256, 1) == (0,)
+    with pytest.raises(ValueError):
+        position_offsets(4096 + 8 * 256 - 1, 4096, 256, 8)
+
+
+def test_a_place_reads_bos_then_the_text_from_its_offset() -> None:
+    tokens = [1, *range(100, 200)]  # BOS, then the text
+    view = position_tokens(tokens, 30)
+    depth = 10
+    assert view[0] == 1 and view[1:depth] == tokens[31:30 + depth]
+    assert view[depth] == tokens[30 + depth]  # the first token predicted / continued
+    assert position_tokens(tokens, 0) == tokens
+
+
+def test_a_continuation_loops_when_half_its_4grams_repeat() -> None:
+    assert LOOP_THRESHOLD == 0.5
+    assert loops(0.5) and loops(0.984) and not loops(0.49) and not loops(0.0)
+    assert Continuation(0, 256, 0.9, 100).loops and not Continuation(0, 256, 0.1, 2).loops
+
+
+def test_the_cells_figures_are_medians_of_its_continuations() -> None:
+    runs = [Continuation(i * 10, n, share, loop) for i, (n, share, loop) in
+            enumerate([(256, 0.9, 120), (256, 0.1, 2), (200, 0.3, 5), (256, 0.95, 126)])]
+    assert repetition_figures(runs) == (pytest.approx(0.6), 5, 256)
+    with pytest.raises(ValueError):
+        repetition_figures([])
+
+
+def test_loop_figures_sit_beside_f16s_paired_place_by_place() -> None:
+    def cell(kv: str, shares: list[float]) -> KvCell:
+        runs = tuple(Continuation(i * 100, 256, s, 1) for i, s in enumerate(shares))
+        median = repetition_figures(runs)[0]
+        return dataclasses.replace(_cell(kv), continuations=runs, repeated_4gram=median)
+
+    f16 = cell("f16", [0.9, 0.0, 0.0, 0.0, 0.6, 0.1, 0.0, 0.0])
+    q4 = cell("q4_0", [0.0, 0.9, 0.8, 0.7, 0.6, 0.1, 0.0, 0.0])
+    summary = loop_summary(q4, f16)
+    assert (summary["continuations"], summary["looping"], summary["loop_share"]) == (8, 4, 0.5)
+    assert summary["median_repeated_4gram"] == pytest.approx(0.35)
+    assert summary["f16"] == {"continuations": 8, "looping": 2, "loop_share": 0.25,
+                              "median_repeated_4gram": pytest.approx(0.0)}
+    assert summary["loops_where_f16_does_not"] == 3  # places 1, 2 and 3
+    assert summary["f16_loops_where_this_does_not"] == 1  # place 0
+    assert "f16" not in loop_summary(q4, None)
+
+
+def test_the_text_itself_is_judged_in_stretches_as_long_as_a_continuation() -> None:
+    text = [1, *range(100, 140), *([5, 6] * 20), *range(200, 240)]  # BOS, 40 + 40 + 40
+    own = text_repetition(text, 40)
+    assert (own.stretches, own.length, own.looping) == (3, 40, 1)
+    assert own.median_repeated_4gram == 0.0
+    assert text_repetition([1, 2, 3], 40).stretches == 0
 
 
 def test_a_depth_and_what_follows_it_must_fit_the_trained_context() -> None:
@@ -131,11 +212,24 @@ def test_cell_keys_change_with_the_build_the_rotation_and_every_setting() -> Non
                  dataclasses.replace(BUILD, kv_rotation=False)),
     }
     assert base not in others and len(others) == 7
+    # the number of places changes the method's figures: 8 places never answer for 1
+    assert cell_key("w8", KvType("q4_0", "q4_0"), 6144, 256, 256, "t", BUILD, 8) != base
 
 
 def test_cells_survive_a_json_round_trip() -> None:
     cell = _cell()
     assert KvCell.from_json(cell.to_json()) == cell
+    runs = (Continuation(0, 256, 0.98, 126), Continuation(700, 200, 0.01, 1))
+    several = dataclasses.replace(cell, continuations=runs)
+    assert KvCell.from_json(several.to_json()) == several
+    assert several.looping == 1 and several.loop_share == 0.5
+
+
+def test_a_schema_1_cell_reads_as_its_single_continuation() -> None:
+    data = _cell().to_json()
+    del data["continuations"]
+    old = KvCell.from_json(data)
+    assert old.runs == (Continuation(0, 256, 0.1, 4),) and old.looping == 0
 
 
 def test_kv_loss_uses_the_nearest_depth_not_above_the_context() -> None:
