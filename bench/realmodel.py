@@ -37,7 +37,7 @@ def kv_figure(name: str, ratios: pd.Series, cells: int, note: str) -> Figure:
 
 def measure(lab: Lab, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
     from harness import store
-    from harness.analysis.kvcheck import check_cells
+    from harness.analysis.kv_size_check import check_cells
     from harness.matrix import expand, load_matrix
     from harness.plan import resolve_models
 

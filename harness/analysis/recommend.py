@@ -7,8 +7,8 @@ killed by the low-memory killer, its worst measured peak plus the reserve fits t
 memory, at most ``max_throttled_fraction`` of its successful trials throttled, and (when a bound
 is given) its KL divergence is within ``max_quality_loss``: the weight file's KL against the
 ladder's F16 plus, for a quantised KV cache, the KL that KV type costs at the nearest measured
-depth not above the config's n_ctx (``kvquality.KvEvidence.loss``, summed by
-``kvquality.combined_kl``); a KV type that was not measured leaves the bound unprovable.
+depth not above the config's n_ctx (``kv_loss.KvEvidence.loss``, summed by
+``kv_loss.combined_kl``); a KV type that was not measured leaves the bound unprovable.
 Which trials count is ``frames.usable``'s rule. Eligible measured candidates are ranked by the
 objective (median of the unthrottled trials); cells the plan predicts to fit but that were never
 measured follow, marked ``predicted``, ranked by predicted peak (there is no measured speed to
@@ -50,7 +50,7 @@ from harness.analysis.devicemem import DeviceMemory, resolve_device
 from harness.analysis.energy_table import EnergyFigures, energy_of
 from harness.analysis.frames import engine_column, invalid, not_applied, throttled, usable
 from harness.analysis.knobs import Suggestion, suggest
-from harness.analysis.kvquality import KvEvidence, KvLoss, KvType, combined_kl
+from harness.analysis.kv_loss import KvEvidence, KvLoss, KvType, combined_kl
 from harness.analysis.quality import QualityScore
 from harness.analysis.sustained import (
     SustainedFigures,
@@ -675,7 +675,7 @@ def cached_scores(trials: pd.DataFrame) -> dict[tuple[str, str], QualityScore]:
 
 def cached_kv_evidence(cache_dir: Path | None = None) -> KvEvidence:
     """Every KV cell ``harness quality --kv`` cached beside the models."""
-    from harness.analysis.kvmeasure import cached_kv_cells
+    from harness.analysis.kv_loss_measure import cached_kv_cells
 
     return KvEvidence(cached_kv_cells(cache_dir))
 

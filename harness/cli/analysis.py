@@ -22,7 +22,7 @@ from rich.table import Table
 from harness.analysis.ab import BuildComparison, canonical_gates, compare_builds, load_sequential
 from harness.analysis.alerts import AlertDocument
 from harness.analysis.frames import load_trials, parse_metrics
-from harness.analysis.kvquality import (
+from harness.analysis.kv_loss import (
     DEFAULT_DEPTHS,
     DEFAULT_GEN_TOKENS,
     DEFAULT_KV,
@@ -460,8 +460,8 @@ def quality_command(size: str, tokens: int, windows: int | None, kv_specs: tuple
 def _kv_quality(size: str, kv_specs: tuple[str, ...], depth_specs: tuple[str, ...],
                 quant_specs: tuple[str, ...], window: int, gen_tokens: int, positions: int,
                 text_file: Path | None, as_json: bool, say: Any) -> None:
-    from harness.analysis.kvmeasure import KvRequest, ensure_kv_quality
-    from harness.analysis.kvquality import loop_summary, one_build, parse_depths, parse_kv_types
+    from harness.analysis.kv_loss import loop_summary, one_build, parse_depths, parse_kv_types
+    from harness.analysis.kv_loss_measure import KvRequest, ensure_kv_quality
 
     quants = tuple(dict.fromkeys(q.strip() for spec in quant_specs or ("Q8_0",)
                                  for q in spec.split(",") if q.strip()))

@@ -126,7 +126,7 @@ def _fits(p: PlannedCell) -> str:
 
 
 def _check_kv(matrix: Any, cells: list[Any], as_json: bool) -> None:
-    from harness.analysis.kvcheck import TOLERANCE, check_cells
+    from harness.analysis.kv_size_check import TOLERANCE, check_cells
 
     err = Console(stderr=True)
     err.print(f"[dim]loading {len(cells)} contexts in the vendored llama.cpp ...[/dim]")

@@ -346,7 +346,7 @@ def kv_quality_rows(df: pd.DataFrame, cache_dir: Path | None = None,
                     ) -> tuple[KvQualityRow, ...]:
     """The cached KV cells (harness quality --kv) of the ladders whose files the trials used,
     per engine build, then weights, depth and KV type (f16, the reference, first)."""
-    from harness.analysis.kvmeasure import cached_kv_cells
+    from harness.analysis.kv_loss_measure import cached_kv_cells
 
     if "model_sha256" not in df:
         return ()

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from harness.analysis.knobs import lower_quant
-from harness.analysis.kvquality import EngineBuild, KvCell, KvEvidence
+from harness.analysis.kv_loss import EngineBuild, KvCell, KvEvidence
 from harness.analysis.quality import QualityScore
 from harness.analysis.recommend import recommend
 from harness.errors import ConfigError

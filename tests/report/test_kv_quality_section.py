@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from analysis.factory import cell, trial, write
 
-from harness.analysis.kvmeasure import write_cache
-from harness.analysis.kvquality import KV_QUALITY_FILE, EngineBuild, KvCell
+from harness.analysis.kv_loss import KV_QUALITY_FILE, EngineBuild, KvCell
+from harness.analysis.kv_loss_measure import write_cache
 from harness.report import ReportOptions, build_report_data
 from harness.report.html import render_report
 

@@ -13,8 +13,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from harness.analysis import kvmeasure
-from harness.analysis.kvmeasure import (
+from harness.analysis import kv_loss_measure
+from harness.analysis.kv_loss import (
+    KV_QUALITY_FILE,
+    EngineBuild,
+    KvType,
+    parse_kv_types,
+    position_offsets,
+)
+from harness.analysis.kv_loss_measure import (
     CellRun,
     KvRequest,
     ensure_kv_quality,
@@ -23,13 +30,6 @@ from harness.analysis.kvmeasure import (
     pydoc_text,
     read_cache,
     tokenize,
-)
-from harness.analysis.kvquality import (
-    KV_QUALITY_FILE,
-    EngineBuild,
-    KvType,
-    parse_kv_types,
-    position_offsets,
 )
 from harness.artifacts import testmodels
 
@@ -107,11 +107,11 @@ def fake_ladder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         paths[quant].write_bytes(quant.encode())
     monkeypatch.setattr(testmodels, "ensure_ladder", lambda *a, **k: paths)
     monkeypatch.setattr(testmodels, "ladder_dir", lambda *a, **k: folder)
-    monkeypatch.setattr(kvmeasure, "pydoc_text", lambda: _text(299))
-    monkeypatch.setattr(kvmeasure, "tokenize", fake_tokenize)
-    monkeypatch.setattr(kvmeasure, "read_model_info",
+    monkeypatch.setattr(kv_loss_measure, "pydoc_text", lambda: _text(299))
+    monkeypatch.setattr(kv_loss_measure, "tokenize", fake_tokenize)
+    monkeypatch.setattr(kv_loss_measure, "read_model_info",
                         lambda path: SimpleNamespace(context_length=256))
-    monkeypatch.setattr(kvmeasure, "engine_build", lambda *a: BUILD)
+    monkeypatch.setattr(kv_loss_measure, "engine_build", lambda *a: BUILD)
     return folder
 
 
@@ -261,7 +261,7 @@ def test_on_gemma_a_q4_0_cache_drifts_from_f16_and_f16_matches_itself(
     tokens = tokenize(path, pydoc_text())
     assert len(tokens) > 50_000  # the text is long enough for depths beyond 6k
     kvs = parse_kv_types(["f16,q4_0"])
-    build = kvmeasure.engine_build({})
+    build = kv_loss_measure.engine_build({})
     # two places of 256 tokens: the cost of one place of 512 before places were counted
     cells = {c.kv: c for c in measure_cells(path, "Q8_0", "sha", tokens, kvs, 256, window=64,
                                             gen_tokens=24, text="t", build=build, positions=2)}

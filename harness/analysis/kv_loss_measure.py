@@ -5,7 +5,7 @@ topic joined in sorted key order): real English prose and code, about 100k Gemma
 every machine that has Python; or a user's own UTF-8 file (``--text FILE``). Its sha256 is part
 of every result, since another Python version ships another text.
 
-Each depth is measured at ``positions`` places of the text (``kvquality.position_offsets``),
+Each depth is measured at ``positions`` places of the text (``kv_loss.position_offsets``),
 place by place: f16 first (its window's logits are the reference, kept for that place only),
 then every other KV type at the same place. Memory: Gemma's vocabulary has 262k tokens, so
 logits are never kept for the prefix. Each run decodes the first ``depth - 1`` tokens without
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from harness.analysis.kvquality import (
+from harness.analysis.kv_loss import (
     DEFAULT_POSITIONS,
     KV_QUALITY_FILE,
     LOOP_NGRAM,

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.analysis.kvquality import (
+from harness.analysis.kv_loss import (
     LOOP_THRESHOLD,
     Continuation,
     EngineBuild,

@@ -20,7 +20,7 @@ checked on a user's text.
 Pure parts only: parsing and validating the options, where the places are, the window
 statistics, the loop figures, the results and their keys, which results may be compared (one
 engine build and one rotation setting), and the KV loss ``harness recommend`` charges a
-configuration. The measurement is in ``harness.analysis.kvmeasure``.
+configuration. The measurement is in ``harness.analysis.kv_loss_measure``.
 """
 
 from __future__ import annotations
