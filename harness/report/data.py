@@ -360,7 +360,7 @@ def kv_quality_rows(df: pd.DataFrame, cache_dir: Path | None = None,
             continue
         rows.append(KvQualityRow(used[0], c.quant, c.kv, c.depth, c.kl, c.kl_max, c.top1, c.ppl,
                                  c.repeated_4gram, c.longest_loop, c.gen_tokens, c.build.label,
-                                 c.text))
+                                 c.text, len(c.runs), c.looping))
     return tuple(sorted(rows, key=lambda r: (r.build, r.model, r.quant, r.depth,
                                              r.kv != "f16", r.kl, r.kv)))
 

@@ -170,11 +170,13 @@ class KvQualityRow:
     kl_max: float
     top1: float
     ppl: float
-    repeated_4gram: float
+    repeated_4gram: float  # the median over its continuations
     longest_loop: int
     gen_tokens: int
     build: str  # the engine build and rotation setting: rows of two builds are never compared
     text: str
+    places: int = 1  # continuations generated (one per place in the text)
+    looping: int = 0  # of them, those that loop (harness.analysis.kv_loss)
 
 
 @dataclass(frozen=True)

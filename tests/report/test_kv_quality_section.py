@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from analysis.factory import cell, trial, write
 
-from harness.analysis.kv_loss import KV_QUALITY_FILE, EngineBuild, KvCell
+from harness.analysis.kv_loss import KV_QUALITY_FILE, Continuation, EngineBuild, KvCell
 from harness.analysis.kv_loss_measure import write_cache
 from harness.report import ReportOptions, build_report_data
 from harness.report.html import render_report
@@ -35,7 +35,10 @@ def test_the_kv_table_shows_each_builds_cells_with_repetition_figures(
     unrotated = dataclasses.replace(BUILD, kv_rotation=False)
     write_cache(folder / KV_QUALITY_FILE, {
         "1": _cell("f16", 0.0, 0), "2": _cell("q4_0", 0.04321, 17),
-        "3": _cell("q8_0/q4_0", 0.02468, 5), "4": _cell("q4_0", 0.13579, 41, build=unrotated),
+        "3": dataclasses.replace(_cell("q8_0/q4_0", 0.02468, 5), continuations=(
+            Continuation(0, 256, 0.62, 40), Continuation(900, 256, 0.04, 2),
+            Continuation(1800, 256, 0.55, 30))),  # three places, two loop
+        "4": _cell("q4_0", 0.13579, 41, build=unrotated),
         "5": dataclasses.replace(_cell("q4_0", 0.5, 1), sha256="c" * 64,
                                  ladder_shas=()),  # another model's: not shown
     })
@@ -54,4 +57,6 @@ def test_the_kv_table_shows_each_builds_cells_with_repetition_figures(
     assert "0.04321" in section and "17 of 256" in section and "8.6%" in section  # 2 x 0.04321
     assert "0.13579" in section and "41 of 256" in section and "0.50000" not in section
     assert "pydoc-topics@&lt;b&gt;x&lt;/b&gt;" in section and "<b>x</b>" not in section
+    # each row says how many of its continuations loop: one place for a cell of one, 2 of 3
+    assert ">2 of 3<" in section and ">0 of 1<" in section and ">1 of 1<" not in section
     assert "No quality measured" not in section
