@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -267,6 +268,10 @@ def read_cache(path: Path) -> dict[str, KvCell]:
         return {}
     try:
         data = json.loads(path.read_text())
+        version = data.get("schema_version", 1)
+        if isinstance(version, int) and version > SCHEMA_VERSION:
+            raise ValueError(f"schema {version} is from a newer harness (this one reads up to "
+                             f"{SCHEMA_VERSION})")
         return {key: KvCell.from_json(cell) for key, cell in data.get("cells", {}).items()}
     except (OSError, ValueError, TypeError, KeyError) as error:
         raise ModelError(f"{path}: not a readable KV quality file ({error}); move it away and "
@@ -374,5 +379,8 @@ def cached_kv_cells(cache_dir: Path | None = None) -> tuple[KvCell, ...]:
     root = cache_dir if cache_dir is not None else default_cache_root()
     cells: list[KvCell] = []
     for path in sorted((root / "models").glob(f"*/{KV_QUALITY_FILE}")):
-        cells.extend(read_cache(path).values())
+        try:
+            cells.extend(read_cache(path).values())
+        except ModelError as error:  # a reader goes on without it, and says so
+            print(f"warning: KV quality left out: {error}", file=sys.stderr)
     return tuple(cells)

@@ -60,3 +60,28 @@ def test_the_kv_table_shows_each_builds_cells_with_repetition_figures(
     # each row says how many of its continuations loop: one place for a cell of one, 2 of 3
     assert ">2 of 3<" in section and ">0 of 1<" in section and ">1 of 1<" not in section
     assert "No quality measured" not in section
+
+
+def test_an_unreadable_or_newer_kv_cache_is_left_out_with_a_warning_not_an_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The report and recommend read the KV cells beside the models; one file they cannot read
+    (broken, or written by a newer harness) must not stop them: it is named on stderr."""
+    from harness.analysis.kv_loss_measure import cached_kv_cells
+
+    cache = tmp_path / "cache"
+    good, broken, newer = (cache / "models" / name for name in ("a", "b", "c"))
+    for folder in (good, broken, newer):
+        folder.mkdir(parents=True)
+    write_cache(good / KV_QUALITY_FILE, {"1": _cell("q4_0", 0.04321, 17)})
+    (broken / KV_QUALITY_FILE).write_text("{not json")
+    (newer / KV_QUALITY_FILE).write_text('{"schema_version": 99, "cells": {}}')
+    assert [c.kl for c in cached_kv_cells(cache)] == [0.04321]
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("warning: KV quality left out: ") for line in err)
+    assert str(broken / KV_QUALITY_FILE) in err[0]
+    assert "schema 99 is from a newer harness" in err[1]
+    monkeypatch.setenv("HARNESS_CACHE", str(cache))
+    write(tmp_path / "results", [trial(cell(model="gemma3", quant="Q8_0"), model_sha256=SHA_Q8)])
+    data = build_report_data(ReportOptions(tmp_path / "results"))
+    assert [r.kl for r in data.kv_quality] == [0.04321]
