@@ -54,6 +54,7 @@ from harness.analysis.kv_loss import KvEvidence, KvLoss, KvType, combined_kl
 from harness.analysis.quality import QualityScore
 from harness.analysis.sustained import (
     SustainedFigures,
+    column,
     counted,
     figures,
     sustained_mask,
@@ -334,10 +335,7 @@ def output_state(ok: pd.DataFrame) -> tuple[str, str | None]:
     """The output check of a candidate's counted trials (a mismatch makes a trial invalid, so
     none is left here): ``checked`` when every one matched the reference, ``error`` when a
     check failed for some (no verdict), else ``unchecked``; with the stored reason."""
-    states = (ok["output_check"] if "output_check" in ok
-              else pd.Series([None] * len(ok), index=ok.index, dtype=object))
-    details = (ok["output_check_detail"] if "output_check_detail" in ok
-               else pd.Series([None] * len(ok), index=ok.index, dtype=object))
+    states, details = column(ok, "output_check"), column(ok, "output_check_detail")
     if len(ok) and (states == "match").all():
         return "checked", None
     for state in ("error", "not_checked"):

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from harness.analysis.kv_loss import KvType
 from harness.run.watch import launch_line
 
 #: the greedy generator of a llama.cpp build (ours: harness/artifacts/generator), pushed with it
@@ -137,7 +138,7 @@ class CheckKnobs:
 
     def text(self) -> str:
         """How a verdict's detail names the settings it checked."""
-        kv = self.type_k if self.type_k == self.type_v else f"{self.type_k}/{self.type_v}"
+        kv = KvType(self.type_k, self.type_v).label
         return (f"KV {kv}, flash attention {self.flash_attn}, {self.threads or 'default'} "
                 f"threads, batch {self.n_batch or 'default'}/{self.n_ubatch or 'default'}, "
                 f"device {self.device} with {self.n_gpu_layers} layers")

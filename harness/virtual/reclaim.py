@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from harness.virtual.procs import read_text
 
-SYS_PROCESS_MADVISE = {"x86_64": 440, "aarch64": 440}  # the same number on both
+SYS_PROCESS_MADVISE = 440  # in the generic table: x86_64 and aarch64 alike
+MACHINES = ("x86_64", "aarch64")
 MADV_PAGEOUT = 21
 CAP_SYS_NICE = 23
 _IOV_MAX = 1024  # the kernel's UIO_MAXIOV: ranges per call
@@ -69,7 +70,7 @@ def rss_file_kb(status_text: str) -> int | None:
 
 def capable() -> str | None:
     """None when this process may page out another's memory, else why not (one line)."""
-    if os.uname().machine not in SYS_PROCESS_MADVISE:
+    if os.uname().machine not in MACHINES:
         return f"no process_madvise number known for {os.uname().machine}"
     try:
         with open("/proc/self/status") as handle:
@@ -94,7 +95,6 @@ def page_out(pid: int, mappings: Iterable[Mapping]) -> int:
     if not ranges:
         return 0
     libc = ctypes.CDLL(None, use_errno=True)
-    number = SYS_PROCESS_MADVISE[os.uname().machine]
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
@@ -104,7 +104,7 @@ def page_out(pid: int, mappings: Iterable[Mapping]) -> int:
         for at in range(0, len(ranges), _IOV_MAX):
             chunk = ranges[at:at + _IOV_MAX]
             vector = (_Iovec * len(chunk))(*[_Iovec(m.start, m.end - m.start) for m in chunk])
-            result = libc.syscall(number, fd, vector, len(chunk), MADV_PAGEOUT, 0)
+            result = libc.syscall(SYS_PROCESS_MADVISE, fd, vector, len(chunk), MADV_PAGEOUT, 0)
             if result < 0:
                 code = ctypes.get_errno()
                 if code in (errno.ESRCH, errno.ENOMEM):  # gone, or unmapped meanwhile
