@@ -77,6 +77,9 @@ class DeviceProfile:
     storage_readahead_kb: int | None = None  # the flash's read_ahead_kb (None: 128, Linux's)
     source: str = ""  # the file it came from
     gpu: GpuConfig | None = None  # a virtual phone's GPU (harness.virtual.config.parse_gpu)
+    # the phone's zram swap (its disksize, MB of uncompressed pages): Android's default home for
+    # anonymous memory under pressure; 0: none (a virtual phone then never swaps)
+    zram_mb: int = 0
 
     @property
     def model(self) -> str:
@@ -129,7 +132,7 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
     known = {
         "name", "description", "props", "ram_mb", "available_mb", "storage_free_mb",
         "clusters", "thermal", "battery_level", "android", "power_model",
-        "memory_bandwidth_gbps", "storage", "gpu",
+        "memory_bandwidth_gbps", "storage", "gpu", "zram_mb",
     }
     unknown = sorted(set(data) - known)
     if unknown:
@@ -185,7 +188,15 @@ def parse_profile(data: Any, source: str) -> DeviceProfile:
         **_storage(data.get("storage"), f"{source}: storage"),
         source=source,
         gpu=parse_gpu(data.get("gpu"), f"{source}: gpu"),
+        zram_mb=_zram(data.get("zram_mb", 0), source),
     )
+
+
+def _zram(value: Any, source: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{source}: zram_mb must be a whole number of MB (0: no zram), got "
+                          f"{value!r}")
+    return value
 
 
 STORAGE_CLASSES = ("ufs", "emmc", "nvme", "sd")

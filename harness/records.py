@@ -212,6 +212,11 @@ class TrialRecord:
     max_gpu_temp_c: float | None = None  # the hottest GPU zone during the trial
     gpu_throttled: bool | None = None  # the GPU's clock was capped below its maximum
     gpu_unreadable: str | None = None  # why the GPU's nodes could not be read (None: read)
+    # added in schema 13 (older parts read them as null: not read): the phone's swap-ins during
+    # the trial (/proc/vmstat pswpin, every process's), which read_bytes also counts; paging is
+    # decided on what is left (harness.run.paging_measure)
+    swap_in_bytes: int | None = None
+    swap_in_bytes_per_token: float | None = None  # while decoding
 
 
 class TrialIdentity(Protocol):
@@ -337,6 +342,8 @@ class SampleRecord:
     gpu_busy_pct: float | None = None  # kgsl gpu_busy_percentage
     gpu_temp_c: float | None = None  # the gpu thermal zone
     device_memory_bytes: int | None = None  # the process's GPU memory (dumpsys / kgsl)
+    # added in schema 13: the phone's swap-ins so far (cumulative, every process's)
+    swap_in_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,14 @@
 """Paging and storage, per device and candidate: what a model bigger than the phone costs.
 
-One row per (device, config, build, engine) whose trials say something about storage: ran by
-paging (``paging``), asked for a cold or warm page cache (``cache``), or loaded otherwise than
-by mmap (``load_mode``). Medians over its trials: what stayed resident against the model file,
-faults and bytes read from storage per generated token, the decode speed measured against the
-plan's prediction (made before the trial, from the model and the storage speed), the storage
-read rate measured while decoding (bytes per token x tokens per second) against the storage's
-speed, the load time, and how much of the model was in the page cache at the launch. No figure
-is set against one derived from itself. Pure: the report and scripts read the same rows.
+One row per (device, config, build, engine) whose trials say something about storage: ran by paging
+(``paging``), asked for a cold or warm page cache (``cache``), or loaded otherwise than by mmap
+(``load_mode``). Medians over its trials: what stayed resident against the model file, faults and
+bytes read from storage per generated token, the decode speed measured against the plan's prediction
+(made before the trial, from the model and the storage speed), the storage read rate measured while
+decoding (bytes per token x tokens per second, pages swapped back in from zram left out: they count
+as reads but are not the model's) against the storage's speed, the load time, and how much of the
+model was in the page cache at the launch. No figure is set against one derived from itself. Pure:
+the report and scripts read the same rows.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pandas as pd
 
 from harness.analysis.sustained import candidate_groups, column, median
 from harness.labels import config_label
+from harness.run.paging_measure import file_reads
 from harness.units import MB
 
 SHOWN = ("paging", "cache", "load_mode", "read_bytes")
@@ -47,8 +49,10 @@ class PagingRow:
     faults_per_token: float | None
     tg_tps: float | None
     storage_mb_s: float | None
-    read_mb_s: float | None  # storage read rate while decoding: bytes/token x tok/s (measured)
+    read_mb_s: float | None  # storage read rate while decoding: file bytes/token x tok/s
     predicted_tg_tps: float | None  # the plan's storage-bound decode speed (before the trial)
+    # of read_bytes_per_token, pages back from zram (the phone's swap-ins); None: not read
+    swap_in_bytes_per_token: float | None = None
 
 
 def _share(part: float | None, whole: float | None) -> float | None:
@@ -60,6 +64,8 @@ def _row(key: tuple[str, ...], group: pd.DataFrame) -> PagingRow:
     first = group.iloc[0].to_dict()
     size = median(column(group, "model_file_bytes"))
     read = median(column(ok, "read_bytes_per_token"))
+    swap_in = median(column(ok, "swap_in_bytes_per_token"))
+    file_read = file_reads(read, swap_in)  # a swap-in is a block read, not the model's
     speed = median(column(group, "storage_read_mb_s"))
     tg = median(column(ok, "tg_tps"))
     # the kernel's high-water mark never under-reads (a trial shorter than the sampler's rollup
@@ -80,8 +86,10 @@ def _row(key: tuple[str, ...], group: pd.DataFrame) -> PagingRow:
         file_bytes=size, resident_bytes=resident, resident_share=_share(resident, size),
         cache_share=_share(cached, size), load_ms=median(column(ok, "load_ms")),
         read_bytes_per_token=read, faults_per_token=median(column(ok, "major_faults_per_token")),
-        tg_tps=tg, storage_mb_s=speed, read_mb_s=read * tg / MB if read and tg else None,
-        predicted_tg_tps=median(column(group, "predicted_paging_tg_tps")))
+        tg_tps=tg, storage_mb_s=speed,
+        read_mb_s=file_read * tg / MB if file_read is not None and tg else None,
+        predicted_tg_tps=median(column(group, "predicted_paging_tg_tps")),
+        swap_in_bytes_per_token=swap_in)
 
 
 def paging_table(trials: pd.DataFrame) -> tuple[PagingRow, ...]:

@@ -65,6 +65,7 @@ from harness.knobs import default as knob_default
 from harness.labels import config_label
 from harness.metrics import objective as metric_of
 from harness.paging_predict import PagingPrediction
+from harness.run.paging_measure import file_reads
 from harness.units import MB, mib
 
 Objective = Literal["tg_tps", "pp_tps", "ttft", "sustained_tg", "energy"]
@@ -316,6 +317,9 @@ def paging_of(ok: pd.DataFrame) -> Paging | None:
     if labels.empty or labels.astype(bool).mean() <= 0.5:
         return None
     read = _median(ok["read_bytes_per_token"]) if "read_bytes_per_token" in ok else None
+    # pages back from zram are reads too, not the model's weights
+    read = file_reads(read, _median(ok["swap_in_bytes_per_token"])
+                      if "swap_in_bytes_per_token" in ok else None)
     speed = _median(ok["storage_read_mb_s"]) if "storage_read_mb_s" in ok else None
     predicted = (_median(ok["predicted_paging_tg_tps"]) if "predicted_paging_tg_tps" in ok
                  else None)

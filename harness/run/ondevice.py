@@ -22,7 +22,10 @@ power: every tick is a wake-up the phone pays for):
 - every 200 ms for the first ``fast_s`` seconds, then every ``memory_s``: that status parsed
   (VmHWM, VmRSS, VmSwap, Threads), the CPU time and major faults (/proc stat) and the bytes
   read from storage (/proc io: the paging evidence of an engine whose mmap'd weights do not
-  fit; cumulative, so the last line before the exit counts), an ``m`` line; its
+  fit; cumulative, so the last line before the exit counts) and the phone's pages swapped in
+  (/proc/vmstat ``pswpin``: a page back from zram is also a read and a major fault, and is not
+  the model's weights; vmstat's 4 KB split into words, 0.35 ms on this host, where mksh's
+  ``${x#*pswpin }`` took 3.6 ms), an ``m`` line; its
   smaps_rollup (Pss, Pss_Anon, Pss_File, SwapPss) at most every ``memory_s``, and only when
   VmRSS moved by 1/64 (1.6%) since the last one or ``state_s`` has passed (the rollup makes
   the kernel walk every page the engine maps, on the sampler's time: the costliest read by
@@ -101,7 +104,7 @@ class Rates:
 # The loop, as mksh (and dash) runs it. $1 is the engine's pid (the launching shell's $$, which
 # becomes the engine by exec). Placeholders in braces are integers or paths filled by `script`.
 _SCRIPT = r"""p=$1; h=0; m=0; th=0; t=0; pa=; eu=; es=; nm=0; ns=0; np=0; ml=0; nt={status}
-nd={dumpsys}; nq=0; nr=0; qr=0; y=; wm=; rp=0; mp=0; pk=0; gr=; mf=; rb=
+nd={dumpsys}; nq=0; nr=0; qr=0; y=; wm=; rp=0; mp=0; pk=0; gr=; mf=; rb=; sp=
 nl='
 '; ws=" 	$nl"
 exec 4>>smp 5>>mem
@@ -123,7 +126,9 @@ gr=; [ "$rp" -gt "$mp" ] && { mp=$rp; gr=1; }; }
 sc() { x=; read -r -N 4096 x 2>/dev/null < /proc/$p/stat; x=${x#*') '}; set -f; set -- $x
 set +f; [ $# -ge 22 ] && { mf=${10}; eu=${12}; es=${13}; }
 [ -n "$I" ] && { x=; read -r -N 512 x 2>/dev/null < $I; case $x in *read_bytes:*)
-x=${x#*read_bytes: }; rb=${x%%[!0-9]*};; esac; }; }
+x=${x#*read_bytes: }; rb=${x%%[!0-9]*};; esac; }
+[ -n "$V" ] && { x=; read -r -N 16384 x 2>/dev/null < $V; set -f; set -- $x; set +f
+while [ $# -gt 1 ]; do case $1 in pswpin) sp=$2; break;; esac; shift 2; done; }; }
 pm() { rs=; sw=; x=$y; [ -n "$x" ] && gx; }
 up() { read -r -N 64 u < /proc/uptime; u=${u%% *}; }
 else
@@ -135,7 +140,8 @@ done 2>/dev/null < $1; }
 tk() { rs=; sw=; g /proc/$p/status; [ "${rs:-0}" -gt "$m" ] && m=$rs; [ "$th" -gt "$t" ] &&
 t=$th; read -r _ _ _ _ _ _ _ _ _ _ _ mf _ eu es _ 2>/dev/null < /proc/$p/stat; }
 sc() { [ -n "$I" ] && while read -r kk v; do case $kk in read_bytes:) rb=$v; break;; esac
-done 2>/dev/null < $I; }
+done 2>/dev/null < $I; [ -n "$V" ] && while read -r kk v; do case $kk in pswpin) sp=$v
+break;; esac; done 2>/dev/null < $V; }
 pm() { :; }
 up() { read -r u _ < /proc/uptime; }
 fi
@@ -144,6 +150,9 @@ case $(( (2 * rs + rp) / (2 * rp) )) in 4) pk=4;; 16) pk=16;; 64) pk=64;; esac; 
 [ $((mp * pk)) -gt "$m" ] && m=$((mp * pk)); }
 R=/proc/$p/smaps_rollup; true 2>>err < $R || R=
 I=/proc/$p/io; true 2>>err < $I || I=
+V=/proc/vmstat; true 2>>err < $V || V=
+[ -n "$V" ] && while read -r kk v _u; do case $kk in KernelPageSize:) pk=$v; break;; esac
+done 2>/dev/null < /proc/$$/smaps
 K=/sys/class/kgsl/kgsl/proc; if [ -d $K ]; then echo "k 1" >&4; else K=; fi
 D={dumpsys}; [ -z "$K" ] && [ $D -eq 0 ] && D={gpudm}; nd=$D
 G=/sys/class/kgsl/kgsl-3d0; read -r _x 2>>err < $G/gpuclk || G=
@@ -167,7 +176,7 @@ nq=$((e + {mem})); fi; fi
 gm=-; gp=-; [ -n "$K" ] && { gm=0; gp=0; read -r gm 2>/dev/null < $K/$p/kernel
 read -r gp 2>/dev/null < $K/$p/gpumem_mapped; }
 echo "m $u ${rs:--} $h ${q1:--} ${q2:--} ${q3:--} ${q4:--} ${sw:--} $t ${eu:--} ${es:--} \
-${mf:--} ${rb:--} ${gm:--} ${gp:--}" >&4
+${mf:--} ${rb:--} ${gm:--} ${gp:--} ${sp:--} $pk" >&4
 w="$h $m $t"; [ "$w" = "$wm" ] || { echo "$w" >&5; wm=$w; }
 ml=$((ml + 1)); if [ $e -lt {fast} ]; then nm=$((e + 20)); else nm=$((e + {mem})); fi; fi
 st=; if [ $e -ge $ns ]; then st=1; ns=$((e + {state})); c1=; c2=; bl=; bt=; ts=
@@ -290,16 +299,21 @@ def _ms(uptime: str, t0: float) -> int | None:
 
 def _memory(words: list[str]) -> ProcessMemory | None:
     """An ``m`` line's fields after its time: rss hwm pss pss_anon pss_file swap_pss swap
-    threads utime stime, then (since schema 8) majflt read_bytes."""
+    threads utime stime, then (since schema 8) majflt read_bytes, (schema 11) the kgsl GPU
+    memory and its mapped part, and (schema 13) the phone's pages swapped in (/proc/vmstat
+    pswpin) and the page size in kB (its own smaps' KernelPageSize; 0: not found)."""
     rss, hwm, pss, anon, file_, swap_pss, swap = (_int(w) for w in words[:7])
     if rss is None and pss is None:  # the engine had no mapping left (a zombie): nothing read
         return None
     faults, read = (_int(w) for w in words[10:12]) if len(words) >= 12 else (None, None)
     gpu, mapped = (_int(w) for w in words[12:14]) if len(words) >= 14 else (None, None)
+    pages, page_kb = (_int(w) for w in words[14:16]) if len(words) >= 16 else (None, None)
+    swap_in = pages * page_kb * 1024 if pages is not None and page_kb else None
     return ProcessMemory(pss_kb=pss, rss_kb=rss, swap_kb=swap_pss if swap_pss is not None
                          else swap, pss_anon_kb=anon, pss_file_kb=file_,
                          vm_hwm_kb=hwm or None, source=SOURCE, major_faults=faults,
-                         read_bytes=read, gpu_bytes=gpu, gpu_mapped_bytes=mapped)
+                         read_bytes=read, gpu_bytes=gpu, gpu_mapped_bytes=mapped,
+                         swap_in_bytes=swap_in)
 
 
 def _gpu(words: list[str]) -> GpuState:
@@ -378,7 +392,7 @@ def parse(text: str, t0: float | None, errors: str = "", dumpsys_text: str = "")
         if t_ms is None:
             continue
         lines += 1
-        if kind == "m" and len(rest) in (11, 13, 15):
+        if kind == "m" and len(rest) in (11, 13, 15, 17):
             memory = _memory(rest[1:])
             if memory is not None:
                 ticks.append(Tick(t_ms, memory, None))

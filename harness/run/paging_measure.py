@@ -7,6 +7,12 @@ and its storage reads (``/proc/PID/io`` ``read_bytes``: bytes fetched from the b
 page-cache hits not counted) with its memory lines; this module turns that cumulative series and
 the decode window into per-token figures and the trial's ``paging`` label. Pure functions.
 
+A page swapped back in from zram is a block read and a major fault too (``harness.virtual.
+zram``): weights read from the model file are the engine's read bytes less the phone's swap-ins
+(/proc/vmstat ``pswpin``, every process's, so an upper bound on the engine's: what is left is at
+least what the engine read from files). Where the swap-ins were not read and the engine had swap
+in use, its reads cannot be told apart, and ``paging`` is unknown (None), not guessed.
+
 Per token: the slope of the series over the decode window (its last ``n_gen / tg_tps``
 seconds before the engine's end, from the last reading before it), times the seconds a token
 took. Storage read once at load (a cold start) is before that window. The label: decoding read
@@ -36,6 +42,8 @@ class Point:
     t_ms: int
     major_faults: int | None
     read_bytes: int | None
+    swap_in_bytes: int | None = None  # the phone's swap-ins so far (every process's)
+    swap_kb: int | None = None  # the engine's swapped-out memory at this reading
 
 
 @dataclass(frozen=True)
@@ -45,11 +53,15 @@ class Paging:
     read_bytes_per_token: float | None = None  # while decoding
     major_faults_per_token: float | None = None
     paging: bool | None = None
+    swap_in_bytes: int | None = None  # the phone's swap-ins over the trial
+    swap_in_bytes_per_token: float | None = None  # while decoding
 
     def columns(self) -> dict[str, object]:
         return {"major_faults": self.major_faults, "read_bytes": self.read_bytes,
                 "read_bytes_per_token": self.read_bytes_per_token,
-                "major_faults_per_token": self.major_faults_per_token, "paging": self.paging}
+                "major_faults_per_token": self.major_faults_per_token, "paging": self.paging,
+                "swap_in_bytes": self.swap_in_bytes,
+                "swap_in_bytes_per_token": self.swap_in_bytes_per_token}
 
 
 def _last(points: Sequence[Point], name: str) -> int | None:
@@ -70,12 +82,26 @@ def _slope(points: Sequence[Point], name: str, start_ms: float, end_ms: float) -
     return (span[-1][1] - span[0][1]) / ((span[-1][0] - span[0][0]) / 1000)
 
 
+def _span(points: Sequence[Point], name: str) -> int | None:
+    """How much a cumulative counter grew over the trial (last less first reading)."""
+    values = [getattr(p, name) for p in sorted(points, key=lambda p: p.t_ms)
+              if getattr(p, name) is not None]
+    return max(values) - values[0] if values else None
+
+
+def file_reads(read: float | None, swap_in: float | None) -> float | None:
+    """Of bytes read (a trial's, or per token), those from files: less the swap-ins (None: not
+    read, taken as none)."""
+    return None if read is None else max(0.0, read - (swap_in or 0))
+
+
 def analyse(points: Sequence[Point], end_ms: float | None, n_gen: int,
             tg_tps: float | None, model_bytes: int | None,
             storage_mb_s: float | None = None) -> Paging:
     """The paging columns of one trial; ``end_ms``: the engine's end since its launch."""
     faults, read = _last(points, "major_faults"), _last(points, "read_bytes")
-    per_token_bytes = per_token_faults = None
+    swapped_in = _span(points, "swap_in_bytes")
+    per_token_bytes = per_token_faults = per_token_swap = None
     if end_ms is not None and n_gen > 0 and tg_tps and tg_tps > 0 and math.isfinite(tg_tps):
         token_s = 1 / tg_tps
         start_ms = end_ms - n_gen * token_s * 1000
@@ -83,13 +109,21 @@ def analyse(points: Sequence[Point], end_ms: float | None, n_gen: int,
         per_token_bytes = rate * token_s if rate is not None else None
         fault_rate = _slope(points, "major_faults", start_ms, end_ms)
         per_token_faults = fault_rate * token_s if fault_rate is not None else None
-    return Paging(faults, read, per_token_bytes, per_token_faults,
-                  label(per_token_bytes, read, model_bytes, tg_tps, storage_mb_s))
+        swap_rate = _slope(points, "swap_in_bytes", start_ms, end_ms)
+        per_token_swap = swap_rate * token_s if swap_rate is not None else None
+    if swapped_in is None and any(p.swap_kb for p in points):
+        paging = None  # swap in use, swap-ins unread: file reads cannot be told apart
+    else:
+        paging = label(file_reads(per_token_bytes, per_token_swap), file_reads(read, swapped_in),
+                       model_bytes, tg_tps, storage_mb_s)
+    return Paging(faults, read, per_token_bytes, per_token_faults, paging,
+                  swapped_in, per_token_swap)
 
 
-def label(per_token_bytes: float | None, read_bytes: int | None, model_bytes: int | None,
+def label(per_token_bytes: float | None, read_bytes: float | None, model_bytes: int | None,
           tg_tps: float | None = None, storage_mb_s: float | None = None) -> bool | None:
-    """True when decoding read the weights from storage (see the module's rule)."""
+    """True when decoding read the weights from storage (see the module's rule): the bytes
+    are what was read from files (swap-ins taken out)."""
     if not model_bytes:
         return None
     if per_token_bytes is not None:

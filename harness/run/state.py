@@ -41,6 +41,9 @@ class ProcessMemory:
     # kernel); None: not read (no kgsl, or the tick did not read it)
     gpu_bytes: int | None = None
     gpu_mapped_bytes: int | None = None  # of which mapped into the process (inside its PSS)
+    # the phone's swap-ins so far (/proc/vmstat pswpin x the page size), every process's: a page
+    # back from zram counts in read_bytes and major_faults too; None: not read
+    swap_in_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -573,6 +573,7 @@ class TrialRunner:
                 gpu_busy_pct=tick.gpu.busy_pct if tick.gpu else None,
                 gpu_temp_c=s.max_gpu_temp_c if s else None,
                 device_memory_bytes=m.gpu_bytes if m else None,
+                swap_in_bytes=m.swap_in_bytes if m else None,
             ))
         return out
 
@@ -714,7 +715,8 @@ def _storage_columns(spec: TrialSpec, ctx: TrialContext, ticks: Sequence[Tick],
     its storage reads and faults (kept whatever the outcome: a killed engine's reads are
     evidence), and whether it paged while decoding (only an ``ok`` trial decoded)."""
     found = parse_residency(cache_text)
-    points = [Point(t.t_ms, t.memory.major_faults, t.memory.read_bytes)
+    points = [Point(t.t_ms, t.memory.major_faults, t.memory.read_bytes,
+                    t.memory.swap_in_bytes, t.memory.swap_kb)
               for t in ticks if t.memory is not None
               and (t.memory.major_faults is not None or t.memory.read_bytes is not None)]
     end_ms = ((timing.t1 - timing.t0) * 1000
@@ -746,7 +748,7 @@ def _sample(spec: TrialSpec, **values: Any) -> SampleRecord:
     empty: dict[str, Any] = dict.fromkeys(("pss_bytes", "rss_bytes", "swap_bytes", "pss_anon_bytes",
                            "pss_file_bytes", "thermal_status", "max_temp_c", "big_cur_khz",
                            "big_max_khz", "battery_level", "battery_temp_c", "source",
-                           "major_faults", "read_bytes"))
+                           "major_faults", "read_bytes", "swap_in_bytes"))
     fields: dict[str, Any] = {"run_id": spec.run_id, "trial_id": spec.trial_id, **empty, **values}
     return SampleRecord(**fields)
 

@@ -192,9 +192,10 @@ def _make_dir(parent: Path, name: str) -> Path:
     return target
 
 
-def make(name: str, limit_bytes: int, read_bps: int | None, storage: Path) -> PhoneCgroups:
-    """Make the phone's cgroups: a memory limit, and a read throttle on the disk holding
-    ``storage`` when ``read_bps``.
+def make(name: str, limit_bytes: int, read_bps: int | None, storage: Path,
+         swap_bytes: int = 0) -> PhoneCgroups:
+    """Make the phone's cgroups: a memory limit (with ``swap_bytes`` of swap on top: the phone's
+    zram), and a read throttle on the disk holding ``storage`` when ``read_bps``.
 
     Raises CgroupError naming what failed; nothing half made is left behind.
     """
@@ -216,10 +217,19 @@ def make(name: str, limit_bytes: int, read_bps: int | None, storage: Path) -> Ph
         made.append(memory)
         _write(memory / "memory.limit_in_bytes", str(limit_bytes), "the memory limit")
         # no swap beyond the phone's own: a host with swap on must not let the phone's
-        # processes swap where the phone would kill them (memory + swap = memory alone); with
-        # no swap accounting (memsw), swappiness 0 keeps its anonymous memory in RAM
+        # processes swap where the phone would kill them (memory + swap = memory and its zram);
+        # with no swap accounting (memsw), swappiness 0 keeps its anonymous memory in RAM, and a
+        # phone with zram cannot be bounded
         if (memory / MEMSW_LIMIT).exists():
-            _write(memory / MEMSW_LIMIT, str(limit_bytes), "the memory + swap limit")
+            _write(memory / MEMSW_LIMIT, str(limit_bytes + swap_bytes),
+                   "the memory + swap limit")
+            # Android swaps eagerly (vm.swappiness 100 since Android 11; 60 is Linux's default)
+            _write(memory / "memory.swappiness", "100" if swap_bytes else "0",
+                   "the cgroup's swappiness")
+        elif swap_bytes:
+            raise CgroupError("this kernel has no swap accounting (memory.memsw), so the "
+                              "phone's zram cannot be bounded; boot with swapaccount=1 or set "
+                              "zram_mb: 0")
         else:
             _write(memory / "memory.swappiness", "0", "the cgroup's swappiness")
         blkio = None

@@ -212,6 +212,8 @@ class PhoneConfig:
     gpu: GpuConfig | None = None  # the profile's GPU, run on lavapipe (harness.virtual.gpu)
     gpu_layer_dir: str = ""  # the compiled memory-counting layer (gpulayer.ensure_gpu_layer)
     vulkan_icd: str = ""  # lavapipe's ICD manifest, the phone's only Vulkan driver
+    zram_mb: int = 0  # the profile's zram swap; 0: none
+    zram: Mapping[str, Any] | None = None  # zram.ZramSwap.to_json(): the swap device it made
 
     @property
     def sdk(self) -> int:
@@ -250,6 +252,8 @@ class PhoneConfig:
             gpu=GpuConfig.from_mapping(data["gpu"]) if data.get("gpu") else None,
             gpu_layer_dir=str(data.get("gpu_layer_dir", "")),
             vulkan_icd=str(data.get("vulkan_icd", "")),
+            zram_mb=int(data.get("zram_mb", 0)),
+            zram=dict(data["zram"]) if data.get("zram") else None,
         )
 
     @classmethod

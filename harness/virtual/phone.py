@@ -441,7 +441,7 @@ class Phone:
             if now - self._reclaim_logged >= 1.0:  # daemon.log: at most a line a second
                 self._reclaim_logged = now
                 print(f"simulated reclaim: {footprint} kB > limit {limit} kB, {freed} kB of "
-                      "file pages paged out; " + ", ".join(
+                      "file pages (and anonymous to zram) paged out; " + ", ".join(
                           f"{s.comm}[{s.pid}] {s.rss_kb} kB" for s in self._members),
                       file=sys.stderr, flush=True)
             footprint -= freed
@@ -465,23 +465,42 @@ class Phone:
         if self.footprint_kb() > self.config.limit_mb * 1024:
             self._memory(0.0, time.monotonic())
 
+    def _reclaimable(self, key: str) -> int:
+        """The kB of ``key`` (RssFile, RssAnon, VmSwap) the phone's processes hold."""
+        return sum(reclaim.status_kb(procs.read_text(f"/proc/{s.pid}/status"), key) or 0
+                   for s in self._members if s.pid not in self._killed and not _is_service(s))
+
+    def _swap_room_kb(self) -> int:
+        """What the phone's zram can still take (0 without zram)."""
+        if not self.config.zram:
+            return 0
+        return max(0, self.config.zram_mb * 1024 - self._reclaimable("VmSwap"))
+
     def _reclaim_can_help(self, footprint: int, limit: int) -> bool:
-        """Whether the file pages the phone's processes hold could bring it under its limit:
-        what is left without them (anonymous memory: an engine that read its weights in) over
-        the limit is out of memory at once, as a kernel finds when reclaim cannot reach it."""
-        files = sum(reclaim.rss_file_kb(procs.read_text(f"/proc/{s.pid}/status")) or 0
-                    for s in self._members if s.pid not in self._killed and not _is_service(s))
-        return footprint - files <= limit
+        """Whether the file pages the phone's processes hold (and, with zram, the anonymous
+        memory its zram can still take) could bring it under its limit: what is left over the
+        limit (anonymous memory: an engine that read its weights in) is out of memory at once,
+        as a kernel finds when reclaim cannot reach it."""
+        room = self._swap_room_kb()
+        anon = min(room, self._reclaimable("RssAnon")) if room else 0
+        return footprint - self._reclaimable("RssFile") - anon <= limit
 
     def _reclaim_file_pages(self, need_kb: int) -> int:
         """Page out the phone's processes' clean file pages (their mapped files under the
-        phone's root) until ``need_kb`` are gone; the kB that went."""
+        phone's root) until ``need_kb`` are gone, then, on a phone with zram, their anonymous
+        memory to it; the kB that went."""
         pids = [s.pid for s in self._members if s.pid not in self._killed and not _is_service(s)]
         limit = self.config.limit_mb * 1024
         margin = limit // RECLAIM_MARGIN  # as kswapd frees up to its high watermark
+        step = max(need_kb + margin, limit // RECLAIM_MARGIN)
         try:
-            return reclaim.reclaim(pids, str(self.sandbox.root.resolve()), need_kb + margin,
-                                   step_kb=max(need_kb + margin, limit // RECLAIM_MARGIN))
+            freed = reclaim.reclaim(pids, str(self.sandbox.root.resolve()), need_kb + margin,
+                                    step_kb=step)
+            room = self._swap_room_kb()
+            if freed < need_kb + margin and room:
+                freed += reclaim.reclaim(pids, None, min(room, need_kb + margin - freed),
+                                         step_kb=step)
+            return freed
         except OSError as error:  # not allowed after all: kill as before, and say so once
             self._can_reclaim = False
             print(f"simulated reclaim off: {error}", file=sys.stderr, flush=True)

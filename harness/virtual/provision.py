@@ -20,7 +20,7 @@ from pathlib import Path
 from harness.errors import ConfigError
 from harness.profiles import DeviceProfile
 from harness.units import MB
-from harness.virtual import cgroups, disk, reclaim, storage
+from harness.virtual import cgroups, disk, reclaim, storage, zram
 from harness.virtual.config import MEMORY_MODEL_CHOICES, ClusterConfig, PhoneConfig
 from harness.virtual.gpu import gpu_props
 from harness.virtual.userland import ABI_LISTS, ABI_MACHINES, ABI_QEMU, SHELLS, host_abi
@@ -45,8 +45,15 @@ def _simulated(config: PhoneConfig, note: str) -> PhoneConfig:
     note += ("; clean file pages are paged out before a kill" if blocked is None else
              f"; it cannot reclaim file pages ({blocked}): an mmap'd model bigger than the "
              "phone is killed, not paged")
+    swap = None
+    if config.zram_mb:
+        if blocked is not None:
+            raise ConfigError(f"virtual phone {config.name}: the profile's zram_mb needs the "
+                              f"simulated model to page out memory: {blocked}; or set zram_mb: 0")
+        swap = _zram(config)
+        note += f"; anonymous memory is paged out to its zram ({config.zram_mb} MB) next"
     done = dataclasses.replace(config, memory_model="simulated", memory_note=note, cgroups=None,
-                               storage_note=storage_note)
+                               storage_note=storage_note, zram=swap.to_json() if swap else None)
     return dataclasses.replace(done, props=_props(done))
 
 
@@ -90,16 +97,21 @@ def provision(config: PhoneConfig, phone_dir: Path, requested: str = "auto",
             raise cgroups.CgroupError(f"virtual phone {config.name}: {reason}; put the sim home "
                                       "on a disk (HARNESS_HOME) or drop storage.read_mb_s")
         read_bps, storage_note = None, f"not throttled: {reason}"
+    swap = None
     try:
-        groups = cgroups.make(cgroup_name(phone_dir), config.limit_mb * MIB, read_bps, data)
+        swap = _zram(config)
+        groups = cgroups.make(cgroup_name(phone_dir), config.limit_mb * MIB, read_bps, data,
+                              swap.size_bytes if swap else 0)
     except cgroups.CgroupError as error:
         disk.release(own)
+        zram.remove(swap)
         if requested == "cgroup":
             raise
         return _simulated(config, f"simulated: {error}")
     done = dataclasses.replace(config, memory_model="cgroup", memory_note="",
                                cgroups=groups.to_json(), storage_note=storage_note,
-                               disk=own.to_json() if own else None, disk_note=disk_note)
+                               disk=own.to_json() if own else None, disk_note=disk_note,
+                               zram=swap.to_json() if swap else None)
     return dataclasses.replace(done, props=_props(done))
 
 
@@ -130,10 +142,22 @@ def _own_disk(config: PhoneConfig, phone_dir: Path) -> tuple[disk.PhoneDisk | No
     return None, f"/data on the host's disk (its readahead, not the profile's): {why}"
 
 
+def _zram(config: PhoneConfig) -> zram.ZramSwap | None:
+    """The phone's zram swap, when its profile asks for one (ZramError, a CgroupError's kind of
+    refusal, when it cannot be made)."""
+    if not config.zram_mb:
+        return None
+    try:
+        return zram.make(config.zram_mb * MIB, f"virtual phone {config.name}")
+    except zram.ZramError as error:
+        raise cgroups.CgroupError(str(error)) from error
+
+
 def release(config: PhoneConfig) -> None:
-    """Remove the phone's cgroups (its processes, if any are left, are killed first) and
-    detach its own disk."""
+    """Remove the phone's cgroups (its processes, if any are left, are killed first), switch
+    off and remove its zram, and detach its own disk."""
     cgroups.remove(cgroups.PhoneCgroups.from_json(config.cgroups))
+    zram.remove(zram.ZramSwap.from_json(dict(config.zram) if config.zram else None))
     disk.release(disk.PhoneDisk.from_json(dict(config.disk) if config.disk else None))
 
 
@@ -186,5 +210,5 @@ def config_from_profile(profile: DeviceProfile, name: str, ram_mb: int | None = 
         power_model=dict(getattr(profile, "power_model", {})),
         storage_read_mb_s=storage_mb_s if storage_mb_s is not None else profile.storage_read_mb_s,
         storage_readahead_kb=getattr(profile, "storage_readahead_kb", None) or 128,
-        gpu=gpu,
+        gpu=gpu, zram_mb=getattr(profile, "zram_mb", 0),
     )

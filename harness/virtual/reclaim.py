@@ -8,8 +8,9 @@ from the phone's own files are paged out with ``process_madvise(MADV_PAGEOUT)`` 
 largest process first, a step at a time from the start of its mappings, until the phone is back
 under its limit with a margin; the engine then faults them in again from storage, as on a phone
 whose model does not fit (its major faults and read bytes show it, and the trial is labelled
-paging). Anonymous memory is never paged out here (a phone
-has zram for that, and an engine that reads its weights into memory is killed, as there).
+paging). Anonymous memory is paged out only on a phone with zram (``harness.virtual.zram``),
+after the file pages and up to what its zram holds; without it an engine that reads its weights
+into memory is killed, as on a phone.
 
 ``process_madvise`` on another process needs CAP_SYS_NICE (root has it); without it the
 simulated model cannot reclaim, and says so in the phone's memory note (``provision``).
@@ -59,13 +60,37 @@ def file_mappings(maps_text: str, root: str) -> list[Mapping]:
     return found
 
 
-def rss_file_kb(status_text: str) -> int | None:
-    """``RssFile`` of /proc/PID/status, in kB."""
+def anon_mappings(maps_text: str) -> list[Mapping]:
+    """The private writable mappings of /proc/PID/maps backed by no file (the heap, anonymous
+    mmaps): what a kernel with swap may page out to it."""
+    found = []
+    for line in maps_text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) < 5 or parts[1][:2] != "rw" or parts[1][3:4] != "p":
+            continue
+        name = parts[5] if len(parts) == 6 else ""
+        if name and not (name == "[heap]" or name.startswith("[anon:")):
+            continue
+        low, _, high = parts[0].partition("-")
+        try:
+            found.append(Mapping(int(low, 16), int(high, 16), name))
+        except ValueError:
+            continue
+    return found
+
+
+def status_kb(status_text: str, key: str) -> int | None:
+    """A ``key:`` line of /proc/PID/status (RssFile, RssAnon, VmSwap), in kB."""
     for line in status_text.splitlines():
-        if line.startswith("RssFile:"):
+        if line.startswith(key + ":"):
             words = line.split()
             return int(words[1]) if len(words) > 1 and words[1].isdigit() else None
     return None
+
+
+def rss_file_kb(status_text: str) -> int | None:
+    """``RssFile`` of /proc/PID/status, in kB."""
+    return status_kb(status_text, "RssFile")
 
 
 def capable() -> str | None:
@@ -138,21 +163,27 @@ def chunks(mappings: Iterable[Mapping], size: int) -> list[list[Mapping]]:
     return groups
 
 
-def reclaim(pids: Iterable[int], root: str, need_kb: int, step_kb: int) -> int:
+def reclaim(pids: Iterable[int], root: str | None, need_kb: int, step_kb: int) -> int:
     """Page out clean file pages the processes ``pids`` map from files under ``root`` until
     ``need_kb`` are gone: the largest file RSS first, in steps of ``step_kb`` of address space
     from the start of its mappings (the weights a forward pass read first, the least recently
-    used when it ends). The kB reclaimed (RssFile before less after: what really left)."""
-    sized = sorted(((rss_file_kb(read_text(f"/proc/{pid}/status")) or 0, pid) for pid in pids),
-                   reverse=True)
+    used when it ends). The kB reclaimed (RssFile before less after: what really left).
+
+    ``root`` None: their anonymous memory instead, to swap (the phone's zram), the largest
+    RssAnon first; what left is RssAnon before less after."""
+    key = "RssFile" if root is not None else "RssAnon"
+    sized = sorted(((status_kb(read_text(f"/proc/{pid}/status"), key) or 0, pid)
+                    for pid in pids), reverse=True)
     freed = 0
     for before, pid in sized:
         if freed >= need_kb or before == 0:
             break
         last = before
-        for group in chunks(file_mappings(read_text(f"/proc/{pid}/maps"), root), step_kb * 1024):
+        maps = read_text(f"/proc/{pid}/maps")
+        found = file_mappings(maps, root) if root is not None else anon_mappings(maps)
+        for group in chunks(found, step_kb * 1024):
             page_out(pid, group)
-            now = rss_file_kb(read_text(f"/proc/{pid}/status"))
+            now = status_kb(read_text(f"/proc/{pid}/status"), key)
             if now is None:  # gone
                 break
             freed += max(0, last - now)

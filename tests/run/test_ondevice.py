@@ -92,17 +92,31 @@ def _sample(workdir: Path, program: str, rates: Rates, shell: str,
     assert wait_for(lambda: (workdir / "t1").is_file(), 10)
 
 
+def _swapped_in() -> int:
+    """This host's swap-ins so far, in bytes (/proc/vmstat pswpin)."""
+    for line in Path("/proc/vmstat").read_text().splitlines():
+        if line.startswith("pswpin "):
+            return int(line.split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    raise AssertionError("no pswpin in /proc/vmstat")
+
+
 @pytest.mark.parametrize("shell", ["mksh", "dash"])
 def test_the_real_sampler_samples_a_live_process(
         tmp_path: Path, shell: str, shell_env: Callable[[str], dict[str, str]]) -> None:
     workdir = tmp_path / "w"
+    before = _swapped_in()
     _sample(workdir, PROGRAM, Rates(memory_s=0.1, state_s=0.3, status_s=0, fast_s=0.3), shell,
             shell_env)
+    after = _swapped_in()
     t0 = float((workdir / "t0").read_text().split()[0])
     sampled = parse((workdir / "smp").read_text(), t0)
     memory = [t.memory for t in sampled.ticks if t.memory]
     assert len(memory) >= 8  # every 0.1 s for about 1.2 s
     assert max(m.rss_kb or 0 for m in memory) >= 48 * 1024
+    # the phone's swap-ins (pswpin, in bytes of the page size the sampler read from its own
+    # smaps at the start), read with every memory line
+    swap_ins = [m.swap_in_bytes for m in memory]
+    assert all(v is not None and before <= v <= after for v in swap_ins), (before, swap_ins)
     assert any(t.state for t in sampled.ticks)
     assert sampled.engine_cpu_s is not None and sampled.engine_cpu_s >= 0.5
     assert sampled.sampler_cpu_s is not None

@@ -70,3 +70,37 @@ def test_a_decode_faster_than_storage_could_feed_paging_is_not_paging() -> None:
     assert fast.read_bytes_per_token is None and fast.paging is False  # 1.6 MB x 120 > 100 MB/s
     unknown = analyse(points, end_ms=1000, n_gen=8, tg_tps=120.0, model_bytes=80 * MB)
     assert unknown.paging is True  # no storage speed: the total rule
+
+
+def _with_swap(points: list[Point], swap_share: float, swap_kb: int = 4096) -> list[Point]:
+    """The same readings with ``swap_share`` of every byte read coming back from zram."""
+    return [Point(p.t_ms, p.major_faults, p.read_bytes,
+                  round((p.read_bytes or 0) * swap_share), swap_kb) for p in points]
+
+
+def test_swap_ins_are_reads_but_not_paging() -> None:
+    # an engine that read its weights in (load) and decodes with a part of them in zram: every
+    # byte read while decoding is a swap-in (the kernel counts both in /proc/PID/io)
+    load = [Point(t, t // 100, round(150 * MB * t / 1500)) for t in range(0, 1501, 500)]
+    decode = [Point(t, 15 + t // 100, 150 * MB + round(100 * MB * (t - 2000) / 1000),
+                    round(100 * MB * (t - 2000) / 1000), 40_000)
+              for t in range(2000, 6001, 500)]
+    load = [Point(p.t_ms, p.major_faults, p.read_bytes, 0, 0) for p in load]
+    swapped = analyse([*load, *decode], end_ms=6000, n_gen=8, tg_tps=2.0,
+                      model_bytes=150 * MB)
+    assert swapped.read_bytes_per_token == pytest.approx(50 * MB)  # what /proc/PID/io says
+    assert swapped.swap_in_bytes_per_token == pytest.approx(50 * MB)
+    assert swapped.swap_in_bytes == 400 * MB and swapped.paging is False
+    # the same reads, half of them from the model file: paging
+    half = analyse(_with_swap([*load, *decode], 0.5), end_ms=6000, n_gen=8, tg_tps=2.0,
+                   model_bytes=150 * MB)
+    assert half.paging is True
+
+
+def test_swap_in_use_with_swap_ins_unread_leaves_paging_unknown() -> None:
+    decode = [Point(p.t_ms, p.major_faults, p.read_bytes, None, 4096)
+              for p in _series(100, 0, 4000)]
+    assert analyse(decode, end_ms=4000, n_gen=8, tg_tps=2.0, model_bytes=150 * MB).paging is None
+    # no swap in use: the reads are the file's, as before the swap-ins were read
+    no_swap = [Point(p.t_ms, p.major_faults, p.read_bytes, None, 0) for p in decode]
+    assert analyse(no_swap, end_ms=4000, n_gen=8, tg_tps=2.0, model_bytes=150 * MB).paging

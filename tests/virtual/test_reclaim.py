@@ -35,6 +35,18 @@ def test_only_clean_mappings_of_the_phone_s_own_files_are_reclaimable() -> None:
     # file and a folder that only starts like the root are never taken
 
 
+def test_anonymous_memory_to_swap_is_private_writable_memory_backed_by_no_file() -> None:
+    maps = MAPS + ("7f0060000000-7f0064000000 rw-p 00000000 00:00 0 \n"
+                   "7f0070000000-7f0070100000 rw-p 00000000 00:00 0 [anon:scudo:primary]\n"
+                   "7f0080000000-7f0080100000 rw-s 00000000 00:01 9 /dev/zero (deleted)\n"
+                   "7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0 [stack]\n"
+                   "7f0090000000-7f0090001000 ---p 00000000 00:00 0 \n")
+    assert [(m.start, m.path) for m in reclaim.anon_mappings(maps)] == [
+        (0x7f0040000000, "[heap]"), (0x7f0060000000, ""), (0x7f0070000000, "[anon:scudo:primary]")]
+    # a file's written pages (the binary's data), shared memory, the stack and guard pages stay
+    assert reclaim.status_kb("RssAnon:\t  4096 kB\nVmSwap:\t  12 kB\n", "VmSwap") == 12
+
+
 def test_a_step_is_cut_across_mappings_in_address_order() -> None:
     maps = [reclaim.Mapping(0x3000, 0x5000, "b"), reclaim.Mapping(0x0, 0x2000, "a")]
     groups = reclaim.chunks(maps, 0x1800)
