@@ -350,10 +350,15 @@ def parse_progress(line: str) -> float | None:
     return None
 
 
-def work_dir(cache: Path, source: Path, abi: str) -> Path:
-    """The cmake tree for one (source, ABI): reused across flag changes for incremental builds."""
+def work_dir(cache: Path, source: Path, abi: str,
+             defines: Mapping[str, str] | None = None) -> Path:
+    """The cmake tree for one (source, ABI, set of ``defines``): a source change rebuilds only
+    what it touches, and builds that alternate between flag sets (host-release and host-slow, an
+    A/B of two flags) each keep their own objects instead of recompiling everything in turn."""
     digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]
-    return cache / "cmake" / f"{source.resolve().name}-{digest}-{abi}"
+    flags = "" if defines is None else "-" + hashlib.sha256(
+        json.dumps(dict(defines), sort_keys=True).encode()).hexdigest()[:8]
+    return cache / "cmake" / f"{source.resolve().name}-{digest}-{abi}{flags}"
 
 
 def default_generator() -> str | None:
@@ -532,7 +537,7 @@ def build_llama_cpp(
     # The NDK and the cross compiler get separate trees: a toolchain never changes inside one;
     # so does each backend (a GPU backend's shaders and libraries stay out of the CPU tree).
     tree = f"{abi}-{CROSS_TRIPLE}" if cross else abi
-    work = work_dir(cache, source, tree if backend == "cpu" else f"{tree}-{backend}")
+    work = work_dir(cache, source, tree if backend == "cpu" else f"{tree}-{backend}", defines)
     products = compile_llama_cpp(source, work, defines, targets, jobs, progress, nice)
     cmakelists = source / "CMakeLists.txt"
     return write_build(

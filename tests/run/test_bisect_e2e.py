@@ -63,9 +63,14 @@ timeout: {trial_s: 120}
 """
 
 
+# fixed dates: the same history has the same commits in every run, so the bisect's folders (named
+# by them) are the same and ccache, where installed, finds what an earlier run compiled
+DATES = {"GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
+
+
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
+                          text=True, env={**os.environ, **DATES}).stdout.strip()
 
 
 def make_history(repo: Path) -> tuple[str, list[str]]:
