@@ -82,6 +82,7 @@ RECLAIM_AT = 0.9  # footprint share of the limit from which the kernel reclaims 
 REBOOT_S = 2.0  # a rebooting phone refuses connections this long
 KILLED_GRACE_S = 2.0  # a SIGKILLed process still freeing its memory is not counted again
 RECLAIM_MARGIN = 16  # simulated reclaim frees what is over the limit and 1/16 of it more
+HELD = ("RssFile", "RssAnon", "VmSwap")  # what the simulated reclaim weighs, per process
 RECLAIM_PROGRESS_KB = 256  # a reclaim round that freed this much defers the kills to the next
 # the simulated model's memory rule runs this often between ticks while a shell runs: a kernel
 # acts the moment memory runs out, and a fast engine maps a whole model within one 0.25 s tick
@@ -465,25 +466,32 @@ class Phone:
         if self.footprint_kb() > self.config.limit_mb * 1024:
             self._memory(0.0, time.monotonic())
 
-    def _reclaimable(self, key: str) -> int:
-        """The kB of ``key`` (RssFile, RssAnon, VmSwap) the phone's processes hold."""
-        return sum(reclaim.status_kb(procs.read_text(f"/proc/{s.pid}/status"), key) or 0
-                   for s in self._members if s.pid not in self._killed and not _is_service(s))
+    def _held_kb(self) -> dict[str, int]:
+        """The kB of RssFile, RssAnon and VmSwap the phone's processes hold (one read of each
+        one's status: this runs every 20 ms while the phone is over its limit)."""
+        held = dict.fromkeys(HELD, 0)
+        for s in self._members:
+            if s.pid in self._killed or _is_service(s):
+                continue
+            text = procs.read_text(f"/proc/{s.pid}/status")
+            for key in HELD:
+                held[key] += reclaim.status_kb(text, key) or 0
+        return held
 
-    def _swap_room_kb(self) -> int:
+    def _swap_room_kb(self, held: dict[str, int]) -> int:
         """What the phone's zram can still take (0 without zram)."""
         if not self.config.zram:
             return 0
-        return max(0, self.config.zram_mb * 1024 - self._reclaimable("VmSwap"))
+        return max(0, self.config.zram_mb * 1024 - held["VmSwap"])
 
     def _reclaim_can_help(self, footprint: int, limit: int) -> bool:
         """Whether the file pages the phone's processes hold (and, with zram, the anonymous
         memory its zram can still take) could bring it under its limit: what is left over the
         limit (anonymous memory: an engine that read its weights in) is out of memory at once,
         as a kernel finds when reclaim cannot reach it."""
-        room = self._swap_room_kb()
-        anon = min(room, self._reclaimable("RssAnon")) if room else 0
-        return footprint - self._reclaimable("RssFile") - anon <= limit
+        held = self._held_kb()
+        anon = min(self._swap_room_kb(held), held["RssAnon"])
+        return footprint - held["RssFile"] - anon <= limit
 
     def _reclaim_file_pages(self, need_kb: int) -> int:
         """Page out the phone's processes' clean file pages (their mapped files under the
@@ -496,8 +504,8 @@ class Phone:
         try:
             freed = reclaim.reclaim(pids, str(self.sandbox.root.resolve()), need_kb + margin,
                                     step_kb=step)
-            room = self._swap_room_kb()
-            if freed < need_kb + margin and room:
+            room = self._swap_room_kb(self._held_kb()) if freed < need_kb + margin else 0
+            if room:
                 freed += reclaim.reclaim(pids, None, min(room, need_kb + margin - freed),
                                          step_kb=step)
             return freed
