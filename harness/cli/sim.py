@@ -134,6 +134,8 @@ def _memory_words(phone: PhoneInfo) -> str:
         words += f", own disk (readahead {phone.readahead_kb} KB)"
     elif phone.disk_note:
         words += f", {phone.disk_note}"
+    if phone.cpu_note:
+        words += f"  cpu: {phone.cpu_note}"
     return words
 
 

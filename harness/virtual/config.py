@@ -214,6 +214,8 @@ class PhoneConfig:
     vulkan_icd: str = ""  # lavapipe's ICD manifest, the phone's only Vulkan driver
     zram_mb: int = 0  # the profile's zram swap; 0: none
     zram: Mapping[str, Any] | None = None  # zram.ZramSwap.to_json(): the swap device it made
+    cpu_nice: int | None = None  # the nice its daemon runs at (harness.virtual.cpu); None: 0
+    cpu_note: str = ""  # cpu.note(): its CPUs own or shared, and why
 
     @property
     def sdk(self) -> int:
@@ -249,6 +251,8 @@ class PhoneConfig:
             storage_readahead_kb=int(data.get("storage_readahead_kb", 128)),
             disk=dict(data["disk"]) if data.get("disk") else None,
             disk_note=str(data.get("disk_note", "")),
+            cpu_nice=int(data["cpu_nice"]) if data.get("cpu_nice") is not None else None,
+            cpu_note=str(data.get("cpu_note", "")),
             gpu=GpuConfig.from_mapping(data["gpu"]) if data.get("gpu") else None,
             gpu_layer_dir=str(data.get("gpu_layer_dir", "")),
             vulkan_icd=str(data.get("vulkan_icd", "")),

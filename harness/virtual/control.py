@@ -8,6 +8,7 @@ Phones are stopped by the pid recorded there, after checking that the pid is sti
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from pathlib import Path
 from harness.errors import ConfigError, DeviceError
 from harness.profiles import DeviceProfile, find_profile
 from harness.testing.adbserver import free_port
+from harness.virtual import cpu
 from harness.virtual.config import PhoneConfig
 from harness.virtual.gpu import provision_gpu
 from harness.virtual.phone import FAULT_KINDS, FAULT_VALUES
@@ -50,6 +52,7 @@ class PhoneInfo:
     readahead_kb: int | None = None  # /data on the phone's own disk: its read_ahead_kb
     disk_note: str = ""  # why /data is on the host's disk instead
     stopped_why: str = ""  # a stopped phone that stopped itself: why (execshim.c)
+    cpu_note: str = ""  # its CPUs its own or shared with the host (harness.virtual.cpu)
 
     @property
     def sandbox(self) -> Sandbox:
@@ -256,6 +259,7 @@ def start_phones(profile: str | DeviceProfile = DEFAULT_PROFILE, count: int = 1,
             sandbox = Sandbox(phone_dir)
             sandbox.create()
             config = provision(config, phone_dir, memory_model, storage_mb_s is not None)
+            config = _with_cpu(config)
             (sandbox.state / "config.json").write_text(config.to_json())
             last_port = int(_last(phone_dir).get("port", 0))
             port = last_port if last_port and _port_free(last_port) else free_port()
@@ -278,6 +282,13 @@ def start_phones(profile: str | DeviceProfile = DEFAULT_PROFILE, count: int = 1,
     return started
 
 
+def _with_cpu(config: PhoneConfig) -> PhoneConfig:
+    """The phone's CPUs: its own (its daemon runs ahead of the host's work) where allowed."""
+    reason = cpu.blocked()
+    nice = cpu.PHONE_NICE if reason is None else None
+    return dataclasses.replace(config, cpu_nice=nice, cpu_note=cpu.note(nice, reason or ""))
+
+
 def _info(config: PhoneConfig, name: str, port: int, pid: int, prof: DeviceProfile,
           phone_dir: Path, adb_port: int) -> PhoneInfo:
     throttled = config.storage_read_mb_s if not config.storage_note else None
@@ -286,7 +297,7 @@ def _info(config: PhoneConfig, name: str, port: int, pid: int, prof: DeviceProfi
                      memory_note=config.memory_note, storage_read_mb_s=throttled,
                      storage_note=config.storage_note,
                      readahead_kb=config.storage_readahead_kb if config.disk else None,
-                     disk_note=config.disk_note)
+                     disk_note=config.disk_note, cpu_note=config.cpu_note)
 
 
 STOP_GRACE_S = 15.0  # from SIGTERM until SIGKILL

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.virtual import wire
+from harness.virtual import cpu, wire
 from harness.virtual.config import PhoneConfig
 from harness.virtual.phone import GUARD_S, TICK_S, Phone
 from harness.virtual.provision import release
@@ -247,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("phone_dir", type=Path)
     parser.add_argument("port", type=int)
     args = parser.parse_args(argv)
+    # before the first thread or child: all the phone starts inherits it
+    cpu.claim(PhoneConfig.load(Sandbox(args.phone_dir).state / "config.json").cpu_nice)
     asyncio.run(serve(args.phone_dir, args.port))
     return 0
 

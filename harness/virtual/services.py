@@ -14,11 +14,12 @@ import signal
 import stat
 import struct
 import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, Protocol
 
-from harness.virtual import wire
+from harness.virtual import cpu, wire
 from harness.virtual.phone import Phone
 from harness.virtual.sandbox import disk_used_bytes
 
@@ -111,6 +112,9 @@ class ShellSession:
             cwd=phone.sandbox.root, env=phone.shell_env, start_new_session=True,
         )
         phone.register_session(self.proc.pid)
+        why = cpu.lead_session(self.proc.pid, phone.config.cpu_nice)  # ahead of the host's
+        if why:
+            print(why, file=sys.stderr, flush=True)  # the daemon's log
 
     def host_left(self) -> None:
         if not self.host_gone:

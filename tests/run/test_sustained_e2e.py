@@ -1,8 +1,8 @@
 """matrices/sustained.yaml on a virtual phone that heats fast and runs on battery.
 
 The phone's heat model really throttles (its processes are stopped for part of every period), so
-the hot configuration (two threads) must end slower than it started while the cool one (one
-thread, which the phone's model keeps below throttling) does not,
+the hot configuration (two threads) must decode slower once the phone throttles, while the cool
+one (one thread, which the phone's model keeps below throttling) never throttles,
 and the time to throttle the harness reports must match the moment the phone's model crossed
 into throttling. Energy per token
 is checked against the phone's own record of the power it drew (its truth), on the same windows.
@@ -18,6 +18,7 @@ from test_run_e2e import run_cli  # harness run --json, exit 0 asserted
 
 from harness import store
 from harness.artifacts.builds import Build
+from harness.run.sustained import THROTTLE_SHARE  # slower than 90% of before: slow
 from harness.run.trial import TrialPolicy
 from harness.testing import truth
 
@@ -31,6 +32,7 @@ THROTTLES_AT = truth.THROTTLING_STATUS
 TOLERANCE_REPS = 10
 ENERGY_TOLERANCE = 0.10
 STATE_READ_S = TrialPolicy.state_interval_s  # how often the sampler reads the clocks
+WINDOW_S = 5.0  # the seconds either side of the throttle whose repetitions are compared
 
 pytestmark = pytest.mark.slow
 
@@ -51,14 +53,28 @@ def test_sustained_matrix_throttles_the_hot_config_and_measures_energy(
         assert len(series) == trial["sustained_reps"] >= 5
         assert series["t_ms"].is_monotonic_increasing
         assert trial["valid"]
-    # the hot one crossed the phone's throttling threshold and ended slower than it began
+    # the hot one crossed the phone's throttling threshold, the cool one never did
     assert hot["max_thermal_status"] >= THROTTLES_AT
     assert cool["max_thermal_status"] < THROTTLES_AT
-    assert hot["steady_state_ratio"] < cool["steady_state_ratio"]
     # ... at the moment the phone's model crossed it (uptime on the phone's own clock)
     state = phone.sandbox / "state"
     truth_s = truth.throttled_after_s(state, hot, within_s=float(hot["wall_s"]))
     assert truth_s is not None, "the phone's model never throttled during the hot trial"
+    # ... and it decoded slower from there: the repetitions ending in the seconds after the
+    # crossing against those of the seconds before it. Side by side, not the series' start
+    # against its end: on a shared host whose load changed over the trial's 30 s, the
+    # steady-state ratio has been 2.9 for the throttled trial (its start ran under another job,
+    # its end alone), while a few seconds either side of the step see the same host. The phone
+    # now runs ahead of other jobs (harness.virtual.cpu), but this machine's own speed still
+    # drifts: one thread decoded 112 t/s and, idle, 200 t/s twenty minutes later, and 128-232
+    # t/s within one 30 s series (2026-12-06); the throttle's step measured 0.53 here
+    rates = samples[(samples["trial_id"] == hot["trial_id"]) & samples["tg_tps"].notna()]
+    ends_s = rates["t_ms"] / 1000
+    before = rates["tg_tps"][(ends_s > truth_s - WINDOW_S) & (ends_s <= truth_s)]
+    after = rates["tg_tps"][(ends_s > truth_s + 1.0) & (ends_s <= truth_s + 1.0 + WINDOW_S)]
+    assert len(before) >= 3 and len(after) >= 3, (truth_s, rates[["t_ms", "tg_tps"]])
+    assert after.median() < THROTTLE_SHARE * before.median(), (
+        truth_s, before.tolist(), after.tolist())
     # the phone's own report (its big cores capped, read every 2 s by the on-device sampler)
     # came within a reading of the crossing; the cool one's never came
     assert truth_s <= hot["throttle_reported_s"] <= truth_s + STATE_READ_S + 1.0

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from harness.cli import main
 from harness.testing.adbserver import AdbServer, free_port
+from harness.virtual import cpu
 
 
 def test_sim_lifecycle_through_the_cli(adb_server: AdbServer, tmp_path: Path,
@@ -26,6 +27,12 @@ def test_sim_lifecycle_through_the_cli(adb_server: AdbServer, tmp_path: Path,
         assert fault.exit_code == 0, fault.output
         status = json.loads(runner.invoke(main, ["sim", "status", "--json"]).output)
         assert status[0]["running"] and status[0]["faults"]["thermal_forced"] == 5
+        # its CPUs are its own where the host allows it: a shell of the phone runs at its nice
+        reason = cpu.blocked()
+        nice = cpu.PHONE_NICE if reason is None else None
+        assert status[0]["cpu_note"] == cpu.note(nice, reason or "")
+        stat = adb_server.adb("-s", phone["serial"], "shell", "cat /proc/self/stat").stdout
+        assert int(stat.rsplit(")", 1)[1].split()[16]) == (nice or 0)  # field 19: nice
         thermal = adb_server.adb("-s", phone["serial"], "shell", "dumpsys thermalservice").stdout
         assert "Thermal Status: 5" in thermal
         unplug = runner.invoke(main, ["sim", "fault", phone["serial"], "charging", "none"])
@@ -93,3 +100,26 @@ def test_sim_status_names_the_memory_model_and_an_impossible_cgroup_is_one_line(
         assert "storage: not throttled: the simulated memory model" in status
     finally:
         runner.invoke(main, ["sim", "stop", "--all"])
+
+
+def test_a_phone_may_run_ahead_of_the_host_only_where_the_kernel_allows_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import resource
+
+    monkeypatch.setattr(cpu.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(cpu.Path, "read_text", lambda self: "CapEff:\t0000000000000000\n")
+    monkeypatch.setattr(cpu.resource, "getrlimit", lambda what: (0, 0))
+    reason = cpu.blocked()
+    assert reason is not None and "CAP_SYS_NICE" in reason and "ulimit -e 30" in reason
+    assert cpu.note(None, reason).startswith("shared with the host's other work (")
+    monkeypatch.setattr(cpu.resource, "getrlimit", lambda what: (30, 30))  # 20 - (-10)
+    assert cpu.blocked() is None
+    monkeypatch.setattr(cpu.resource, "getrlimit", lambda what: (29, 29))
+    assert cpu.blocked() is not None
+    monkeypatch.setattr(cpu.resource, "getrlimit",
+                        lambda what: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert cpu.blocked() is None
+    monkeypatch.setattr(cpu.resource, "getrlimit", lambda what: (0, 0))
+    monkeypatch.setattr(cpu.Path, "read_text",
+                        lambda self: f"CapEff:\t{1 << cpu.CAP_SYS_NICE:016x}\n")
+    assert cpu.blocked() is None
