@@ -118,7 +118,10 @@ def test_truncated_tensor_data_is_named(tmp_path: Path) -> None:
     path = write_gguf(tmp_path / "m.gguf")
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 1000])
-    assert _error(path).startswith(f"{path}: truncated or corrupt GGUF (")
+    # the table is whole, the data is not: the tensor that runs past the end is named
+    error = _error(path)
+    assert error.startswith(f"{path}: truncated GGUF (tensor '") and "ends at byte" in error
+    assert f"the file has {len(data) - 1000})" in error
 
 
 def test_truncated_metadata_is_named(tmp_path: Path) -> None:
@@ -174,3 +177,14 @@ def test_sha256_is_correct_and_cached_by_path_size_and_mtime(tmp_path: Path) -> 
 def test_sha256_of_a_missing_file_is_a_model_error(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="cannot read"):
         file_sha256(tmp_path / "absent.bin")
+
+
+def test_an_absurd_array_count_is_named_at_once(tmp_path: Path) -> None:
+    """A vocabulary of 2^60 strings in a 100-byte file: refused from the bytes left, not
+    walked (the header reader skips arrays instead of parsing them)."""
+    key = b"tokenizer.ggml.tokens"
+    path = tmp_path / "m.gguf"
+    path.write_bytes(struct.pack("<4sIQQ", b"GGUF", 3, 0, 1) + struct.pack("<Q", len(key)) + key
+                     + struct.pack("<IIQ", 9, 8, 1 << 60) + b"\0" * 16)
+    error = _error(path)
+    assert error.startswith(f"{path}: truncated or corrupt GGUF (") and "cannot fit" in error

@@ -1,8 +1,8 @@
 """Model facts read from a GGUF file's metadata, for the memory predictor and the store.
 
-Only the header and tensor table are read (the ``gguf`` package memory-maps the file), so this
-is cheap even for multi-GB models. A file that is not a sound GGUF ends in a ``ModelError``
-naming the file and the problem, never in a numpy or struct traceback.
+Only the header and tensor table are read (``gguf_header``: the vocabulary is skipped, not
+parsed), so this is cheap even for multi-GB models. A file that is not a sound GGUF ends in a
+``ModelError`` naming the file and the problem, never in a numpy or struct traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.artifacts.gguf_header import read_header
 from harness.artifacts.hashing import cached_file_sha256, sha256_cache_size
 from harness.errors import ModelError
 
@@ -87,7 +88,8 @@ def file_type_name(file_type: int) -> str:
     return member.name.removeprefix("MOSTLY_").removeprefix("ALL_")
 
 
-def _check_header(path: Path, size: int) -> None:
+def _check_header(path: Path, size: int) -> tuple[int, int]:
+    """The tensor and key/value counts of a sound fixed header, else a ModelError."""
     try:
         with path.open("rb") as handle:
             head = handle.read(_HEADER.size)
@@ -106,6 +108,7 @@ def _check_header(path: Path, size: int) -> None:
         raise ModelError(f"{path}: absurd tensor count {n_tensors} for a file of {size} bytes")
     if n_kv * _MIN_KV > size:
         raise ModelError(f"{path}: absurd metadata count {n_kv} for a file of {size} bytes")
+    return n_tensors, n_kv
 
 
 # The layer pattern llama.cpp assumes when a file with a sliding window gives none (its models/
@@ -198,14 +201,11 @@ def read_model_info(path: Path | str) -> ModelInfo:
 def _read_model_info(path: Path, resolved: str, size: int, mtime_ns: int) -> ModelInfo:
     if not path.is_file():
         raise ModelError(f"{path}: not a file")
-    _check_header(path, size)
-
-    from gguf import GGUFReader
-
+    n_tensors, n_kv = _check_header(path, size)
     try:
-        reader = GGUFReader(path, "r")
-        fields: dict[str, Any] = dict(reader.fields)
-        tensors = list(reader.tensors)
+        header = read_header(path, _HEADER.size, n_tensors, n_kv)
+        fields: dict[str, Any] = dict(header.fields)
+        tensors = header.tensors
     except (ValueError, IndexError, KeyError, TypeError, OverflowError, struct.error,
             UnicodeDecodeError, MemoryError) as error:
         raise ModelError(f"{path}: truncated or corrupt GGUF ({error})") from error
@@ -230,7 +230,7 @@ def _read_model_info(path: Path, resolved: str, size: int, mtime_ns: int) -> Mod
     default_head_dim = n_embd // n_head if n_head else 0
     n_vocab = _optional_int(fields, f"{arch}.vocab_size", 0)
     if not n_vocab and "tokenizer.ggml.tokens" in fields:
-        n_vocab = len(fields["tokenizer.ggml.tokens"].data)
+        n_vocab = fields["tokenizer.ggml.tokens"].count
     if not n_vocab:
         embd = next((t for t in tensors if t.name == "token_embd.weight"), None)
         n_vocab = int(embd.shape[-1]) if embd is not None and len(embd.shape) > 1 else 0

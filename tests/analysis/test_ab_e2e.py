@@ -39,10 +39,23 @@ timeout: {trial_s: 120}
 """
 
 
+# The run both tests read, made once per session by whichever asks first (about 19 s); its
+# folder, under that test's tmp_path, stays until pytest ends. The tests only read it.
+_RESULTS: list[Path] = []
+
+
 @pytest.fixture
-def ab_run(virtual_phones, tmp_path: Path, host_build: Build, slow_build: Build,
-           tiny_ladder: dict[str, Path]) -> Path:
+def ab_run(request: pytest.FixtureRequest, tiny_ladder: dict[str, Path]) -> Path:
     """One phone whose model is `<b>x</b>`, three builds interleaved; the results root."""
+    if not _RESULTS:
+        _RESULTS.append(_run_ab(request.getfixturevalue("virtual_phones"),
+                                request.getfixturevalue("tmp_path"),
+                                request.getfixturevalue("host_build"),
+                                request.getfixturevalue("slow_build")))
+    return _RESULTS[0]
+
+
+def _run_ab(virtual_phones, tmp_path: Path, host_build: Build, slow_build: Build) -> Path:
     profile = yaml.safe_load((REPO / "devices" / "midrange-8gb.yaml").read_text())
     profile["name"] = "hostile-name"
     profile["props"]["ro.product.model"] = "<b>x</b>"

@@ -120,7 +120,11 @@ def test_bigger_than_ram_pages_with_mmap_is_killed_without_and_pages_at_storage_
 
 # F16 pages, evicted before each launch (a cold start every time: what stays resident between
 # trials would otherwise decide how much a token reads); Q8_0 fits, read before each launch. The
-# same cells as MATRIX's, which measures them at 100 MB/s
+# same cells as MATRIX's, which measures them at 100 MB/s and checks their output (the same
+# build, files and knobs: checking them again here cost about 30 s of paging at 50 MB/s). Q8_0
+# runs cold before it runs warm, as in MATRIX: read in straight after the F16 cells, whose pages
+# the engine used over and over, only 77% of it stayed cached (the run records that trial's
+# cache as unknown, with that reason)
 HALVING = """
 name: halving
 axes:
@@ -138,6 +142,8 @@ axes:
   n_ubatch: [64]
 include:
   - {build: host-release, model: bench, quant: Q8_0, n_ctx: 256, kv: f16, threads: 1,
+     affinity: all, flash_attn: auto, load_mode: mmap, cache: cold, n_batch: 64, n_ubatch: 64}
+  - {build: host-release, model: bench, quant: Q8_0, n_ctx: 256, kv: f16, threads: 1,
      affinity: all, flash_attn: auto, load_mode: mmap, cache: warm, n_batch: 64, n_ubatch: 64}
 models:
   bench: {ladder: bench}
@@ -145,6 +151,7 @@ workload: {n_prompt: 16, n_gen: 8}
 repetitions: 2
 cooldown: {max_thermal_status: 2, max_temperature_c: 45, min_battery_pct: 10, max_wait_s: 30}
 timeout: {trial_s: 240}
+output_check: false
 """
 
 
@@ -166,7 +173,7 @@ def _fitting_reads_nothing_while_decoding(fitting: pd.DataFrame) -> None:
 def _halving_slows_paging_and_leaves_a_fitting_cell_alone(
         virtual_phones: Any, tmp_path: Path, host_build: Build,
         at_100: dict[tuple[str, str, str, str], pd.DataFrame]) -> None:
-    """The F16 and warm Q8_0 cells again on a phone whose storage reads at 50 MB/s (started
+    """The F16 and Q8_0 cells again on a phone whose storage reads at 50 MB/s (started
     after the 100 MB/s run: neither slows the other down)."""
     matrix = tmp_path / "halving.yaml"
     matrix.write_text(HALVING)
@@ -175,8 +182,12 @@ def _halving_slows_paging_and_leaves_a_fitting_cell_alone(
     assert (trials["outcome"] == "ok").all(), trials[["outcome", "error"]]
     paging = trials.set_index("quant")["paging"]
     assert paging.loc["F16"].all() and not paging.loc["Q8_0"].any()
-    _fitting_reads_nothing_while_decoding(trials[trials["quant"] == "Q8_0"])
-    tg = {(50.0, str(q)): float(rows["tg_tps"].median()) for q, rows in trials.groupby("quant")}
+    fitting = trials[trials["quant"] == "Q8_0"]
+    _fitting_reads_nothing_while_decoding(fitting)
+    warm = fitting[fitting["cache"] != "cold"]
+    assert (warm["cache"] == "warm").all(), warm[["cache", "cache_error"]]
+    tg = {(50.0, "F16"): float(trials[trials["quant"] == "F16"]["tg_tps"].median()),
+          (50.0, "Q8_0"): float(warm["tg_tps"].median())}
     tg[(100.0, "F16")] = float(at_100[("bench", "F16", "mmap", "cold")]["tg_tps"].median())
     tg[(100.0, "Q8_0")] = float(at_100[("bench", "Q8_0", "mmap", "warm")]["tg_tps"].median())
     assert tg[(50.0, "F16")] <= 0.7 * tg[(100.0, "F16")], tg  # paging: storage-bound

@@ -51,6 +51,7 @@ workload: {n_prompt: 16, n_gen: 16}
 repetitions: 1
 cooldown: {max_thermal_status: 2, max_temperature_c: 45, min_battery_pct: 10, max_wait_s: 30}
 timeout: {trial_s: 240}
+output_check: false   # what is asked here is where the reads came from, not the tokens
 """
 
 
