@@ -13,6 +13,7 @@ caller names the file), never a loop over 2^60 entries or an allocation of that 
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from dataclasses import dataclass
@@ -58,20 +59,22 @@ class _Cursor:
 
 @dataclass(frozen=True)
 class Field:
-    """One key/value: a scalar's value, or an array's element type, count and place."""
+    """One key/value: a scalar's value, or an array's element type and count (a numeric array
+    with its bytes; a string array, e.g. the vocabulary, with its count only)."""
 
     name: str
     value: Any  # the scalar, or None for an array
     element_type: int = -1  # arrays only
     count: int = 0  # arrays only
-    offset: int = 0  # arrays only: where the first element starts
-    source: Any = None  # arrays only: the buffer
+    data: bytes | None = None  # numeric arrays only: their elements' bytes
 
     def contents(self) -> Any:
-        """The value; an array's elements as a list (read now)."""
+        """The value; a numeric array's elements as a list (a string array's are not kept)."""
         if self.element_type < 0:
             return self.value
-        cursor = _Cursor(self.source, self.offset)
+        if self.data is None:
+            raise ValueError(f"key {self.name!r}: a string array's elements are not read")
+        cursor = _Cursor(self.data, 0)
         return [_scalar(cursor, self.element_type) for _ in range(self.count)]
 
 
@@ -99,18 +102,18 @@ def _scalar(cursor: _Cursor, kind: int) -> Any:
     return cursor.unpack(_SCALARS[kind])
 
 
-def _value(cursor: _Cursor, name: str, kind: int, source: Any) -> Field:
+def _value(cursor: _Cursor, name: str, kind: int) -> Field:
     if kind != _ARRAY:
         return Field(name, _scalar(cursor, kind))
     element, count = cursor.unpack("<I"), cursor.unpack("<Q")
-    start = cursor.offset
     if element == _STRING:
         cursor.skip_strings(count)
-    elif element in _SCALARS:
-        cursor.take(count * struct.calcsize(_SCALARS[element]))
-    else:
+        return Field(name, None, element, count)
+    if element not in _SCALARS:
         raise ValueError(f"key {name!r}: an array of GGUF type {element} is not readable here")
-    return Field(name, None, element, count, start, source)
+    size = count * struct.calcsize(_SCALARS[element])
+    start = cursor.take(size)
+    return Field(name, None, element, count, bytes(cursor.data[start:start + size]))
 
 
 def _tensor_bytes(type_id: int, n_elements: int) -> int:
@@ -133,7 +136,7 @@ def read_header(path: Path, header_size: int, n_tensors: int, n_kv: int) -> Head
         fields: dict[str, Field] = {}
         for _ in range(n_kv):
             name = cursor.string()
-            fields[name] = _value(cursor, name, cursor.unpack("<I"), data)
+            fields[name] = _value(cursor, name, cursor.unpack("<I"))
         raw = []
         for _ in range(n_tensors):
             name = cursor.string()
@@ -142,28 +145,13 @@ def read_header(path: Path, header_size: int, n_tensors: int, n_kv: int) -> Head
                 raise ValueError(f"tensor {name!r} has {n_dims} dimensions")
             shape = tuple(cursor.unpack("<Q") for _ in range(n_dims))
             raw.append((name, shape, cursor.unpack("<I"), cursor.unpack("<Q")))
-        # arrays are read from the mapping later only if asked: keep their bytes, not the map
-        fields = {k: _detached(f, data) for k, f in fields.items()}
     align = fields.get("general.alignment")
     alignment = int(align.value) if align is not None and align.value else DEFAULT_ALIGNMENT
     start = -(-cursor.offset // alignment) * alignment
     tensors = []
     for name, shape, type_id, offset in raw:
-        n_elements = 1
-        for dim in shape:
-            n_elements *= dim
+        n_elements = math.prod(shape)
         tensors.append(TensorInfo(name, shape, type_id, start + offset, n_elements,
                                   _tensor_bytes(type_id, n_elements)))
     return Header(fields, tensors)
 
-
-def _detached(field: Field, data: mmap.mmap) -> Field:
-    """A numeric array's bytes copied out of the mapping (strings stay unread: only their count
-    is known once the file is closed)."""
-    if field.element_type < 0:
-        return field
-    if field.element_type == _STRING:
-        return Field(field.name, None, field.element_type, field.count, 0, None)
-    width = struct.calcsize(_SCALARS[field.element_type])
-    copy = bytes(data[field.offset:field.offset + field.count * width])
-    return Field(field.name, None, field.element_type, field.count, 0, copy)

@@ -158,9 +158,8 @@ class Connection:
         stream.task = asyncio.create_task(run())
 
 
-async def serve(phone_dir: Path, port: int) -> None:
+async def serve(phone_dir: Path, port: int, config: PhoneConfig) -> None:
     sandbox = Sandbox(phone_dir)
-    config = PhoneConfig.load(sandbox.state / "config.json")
     phone = Phone(sandbox, config)
     connections: set[Connection] = set()
     tasks: set[asyncio.Task[None]] = set()
@@ -247,9 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("phone_dir", type=Path)
     parser.add_argument("port", type=int)
     args = parser.parse_args(argv)
-    # before the first thread or child: all the phone starts inherits it
-    cpu.claim(PhoneConfig.load(Sandbox(args.phone_dir).state / "config.json").cpu_nice)
-    asyncio.run(serve(args.phone_dir, args.port))
+    config = PhoneConfig.load(Sandbox(args.phone_dir).state / "config.json")
+    cpu.claim(config.cpu_nice)  # before the first thread or child: all the phone starts inherits it
+    asyncio.run(serve(args.phone_dir, args.port, config))
     return 0
 
 
