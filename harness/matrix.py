@@ -14,7 +14,7 @@ import functools
 import itertools
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,11 +97,23 @@ class ModelSource:
     ladder: str | None = None  # one of LADDER_SIZES
     path: str | None = None  # a template with {quant}, relative to the working directory
     card: ModelCard | None = None  # architecture to plan with when the file is absent
+    # The same weights in another engine's format: engine name -> a path template ({quant}) of
+    # the file that engine is given (MNN's config.json, a .pte, a .litertlm); the whole folder
+    # holding it is pushed. The GGUF (ladder or path) or the card still plans the cell.
+    engines: tuple[tuple[str, str], ...] = ()
+    converted_from: str | None = None  # what those files were made from, in the user's words
 
     def path_for(self, quant: str) -> Path | None:
         if self.path is None:
             return None
         return Path(self.path.format(quant=quant)).expanduser()
+
+    def engine_path(self, engine: str, quant: str) -> Path | None:
+        """The file an engine runs for this model, when it has one of its own format."""
+        for name, template in self.engines:
+            if name == engine:
+                return Path(template.format(quant=quant)).expanduser()
+        return None
 
 
 @dataclass(frozen=True)
@@ -318,7 +330,7 @@ def _boolean(check: _Checker, value: Any, where: str) -> bool:
 def _engine(check: _Checker, value: Any, where: str) -> str:
     """A built-in engine's name, or the path of a YAML-declared engine (checked by loading it)."""
     from harness.engines import BUILTIN
-    from harness.engines.generic import load_generic_engine
+    from harness.engines.generic_yaml import load_generic_engine
 
     if isinstance(value, str) and value in BUILTIN:
         return value
@@ -414,7 +426,7 @@ def _parse_axes(check: _Checker, raw: Any) -> dict[str, tuple[Any, ...]]:
 def _check_cache_engines(check: _Checker, engines: tuple[Any, ...]) -> None:
     """A cache knob needs an engine that reads the model file the harness evicts or warms."""
     from harness.engines import BUILTIN
-    from harness.engines.generic import load_generic_engine
+    from harness.engines.generic_yaml import load_generic_engine
 
     for name in engines:
         if name in BUILTIN:
@@ -451,29 +463,54 @@ def _parse_models(check: _Checker, raw: Any) -> dict[str, ModelSource]:
         where = f"models.{name}"
         check.name(name, where, "model name")
         spec = check.mapping(spec, where)
-        check.keys(spec, where, ("ladder", "path", "card"))
+        check.keys(spec, where, ("ladder", "path", "card", "engines", "converted_from"))
         if ("ladder" in spec) == ("path" in spec):
             raise check.fail(where, "give exactly one source: ladder "
                                       f"({', '.join(LADDER_SIZES)}) or path")
+        engines = _parse_engine_files(check, spec.get("engines"), f"{where}.engines")
+        converted = spec.get("converted_from")
+        if converted is not None and (not isinstance(converted, str) or not converted.strip()):
+            raise check.fail(f"{where}.converted_from", f"{_show(converted)} is not a text "
+                             "saying what the engines' files were made from")
         if "ladder" in spec:
             if "card" in spec:
                 raise check.fail(f"{where}.card", "a ladder model needs no card (its files exist)")
             ladder = _choice(check, spec["ladder"], f"{where}.ladder", LADDER_SIZES, "ladder size")
-            models[name] = ModelSource(name=name, ladder=ladder)
+            models[name] = ModelSource(name=name, ladder=ladder, engines=engines,
+                                       converted_from=converted)
             continue
-        template = spec["path"]
-        if not isinstance(template, str) or not template:
-            raise check.fail(f"{where}.path", f"{_show(template)} is not a path template")
-        try:
-            template.format(quant="Q4_K_M")
-        except (KeyError, IndexError, ValueError) as error:
-            raise check.fail(
-                f"{where}.path", f"{_show(template)} is not a valid template ({error!s}; the "
-                "only placeholder is {quant}, write {{ and }} for literal braces)"
-            ) from error
+        template = _path_template(check, spec["path"], f"{where}.path")
         card = _parse_card(check, spec["card"], f"{where}.card") if "card" in spec else None
-        models[name] = ModelSource(name=name, path=template, card=card)
+        models[name] = ModelSource(name=name, path=template, card=card, engines=engines,
+                                   converted_from=converted)
     return models
+
+
+def _path_template(check: _Checker, template: Any, where: str) -> str:
+    if not isinstance(template, str) or not template:
+        raise check.fail(where, f"{_show(template)} is not a path template")
+    try:
+        template.format(quant="Q4_K_M")
+    except (KeyError, IndexError, ValueError) as error:
+        raise check.fail(
+            where, f"{_show(template)} is not a valid template ({error!s}; the "
+            "only placeholder is {quant}, write {{ and }} for literal braces)"
+        ) from error
+    return template
+
+
+def _parse_engine_files(check: _Checker, raw: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``engines: {mnn-llm-bench: models/qwen-mnn-{quant}/config.json, ...}``: per engine, the
+    file of the same weights in that engine's format."""
+    if raw is None:
+        return ()
+    data = check.mapping(raw, where)
+    found = []
+    for engine, template in data.items():
+        if not isinstance(engine, str) or not engine:
+            raise check.fail(where, f"{_show(engine)} is not an engine name")
+        found.append((engine, _path_template(check, template, f"{where}.{engine}")))
+    return tuple(found)
 
 
 def _parse_workload(check: _Checker, raw: Any) -> Workload:
@@ -671,9 +708,23 @@ def parse_matrix(data: Any, source: str) -> Matrix:
         adaptive=_parse_adaptive(check, data.get("adaptive"), axes),
         output_check=_parse_output_check(check, data.get("output_check")),
     )
-    if not expand(matrix):
+    cells = expand(matrix)
+    if not cells:
         raise ConfigError(f"{source}: exclude removes every combination (nothing to run)")
+    _check_engine_files(check, models, cells)
     return matrix
+
+
+def _check_engine_files(check: _Checker, models: Mapping[str, ModelSource],
+                        cells: Sequence[Cell]) -> None:
+    """A model's file for an engine must be for an engine its cells run (a typo runs nothing)."""
+    for model_name, model_source in models.items():
+        engines = list(dict.fromkeys(c.engine for c in cells if c.model == model_name))
+        for engine, _ in model_source.engines:
+            if engine not in engines:
+                raise check.fail(f"models.{model_name}.engines.{engine}",
+                                 f"no cell of model {model_name} runs engine {_show(engine)} "
+                                 f"(its engines: {', '.join(engines)}): name one of them")
 
 
 def load_matrix(path: Path | str) -> Matrix:

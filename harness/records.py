@@ -217,6 +217,16 @@ class TrialRecord:
     # decided on what is left (harness.run.paging_measure)
     swap_in_bytes: int | None = None
     swap_in_bytes_per_token: float | None = None  # while decoding
+    # added in schema 14 (older parts read them as null: one repetition, llama.cpp's TTFT, no
+    # figure of the engine's own): engines beyond llama.cpp (harness.engines)
+    engine_aggregate_n: int | None = None  # the rates are the engine's summary over n runs
+    pp_tps_sd: float | None = None  # the engine's own spread over those n (aggregates only)
+    tg_tps_sd: float | None = None
+    ttft_definition: str | None = None  # what ttft_ms counts (harness.engines.base.TTFT_*)
+    engine_load_ms: float | None = None  # the engine's own load/init time, as it reported it
+    engine_peak_bytes: int | None = None  # the engine's own peak memory figure
+    model_file: str | None = None  # the model file's name as the engine was given it
+    model_converted_from: str | None = None  # models.NAME.converted_from, for its own format
 
 
 class TrialIdentity(Protocol):
@@ -277,6 +287,8 @@ class ModelMeta:
     sha256: str | None = None
     n_params: int | None = None
     file_bytes: int | None = None
+    file: str | None = None  # the file's name as the engine was given it (x.gguf, config.json)
+    converted_from: str | None = None  # what an engine's own format was made from (matrix)
 
 
 def new_trial(ids: TrialIdentity, cell: Cell, outcome: str, *,
@@ -304,6 +316,7 @@ def new_trial(ids: TrialIdentity, cell: Cell, outcome: str, *,
         "build_commit": build.commit, "build_abi": build.abi,
         "model_sha256": model.sha256,
         "model_n_params": model.n_params, "model_file_bytes": model.file_bytes,
+        "model_file": model.file, "model_converted_from": model.converted_from,
         **cell.row(),  # every knob of the configuration, as harness.labels reads them
         "outcome": Outcome(outcome).value,
         "device_abi": device.abi, "cpu_emulation": device.cpu_emulation,

@@ -325,7 +325,7 @@ def test_a_require_block_validates_against_the_schema() -> None:
         jsonschema.validate(matrix_with(require={"screen_on": "yes"}), _schema())
 
 
-@pytest.mark.parametrize("name", ["smoke.yaml", "nightly.yaml"])
+@pytest.mark.parametrize("name", ["smoke.yaml", "nightly.yaml", "engines-phone.yaml"])
 def test_shipped_matrices_validate_against_the_schema(name: str) -> None:
     data = yaml.safe_load((REPO / "matrices" / name).read_text())
     jsonschema.validate(data, _schema())

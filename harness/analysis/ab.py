@@ -37,6 +37,7 @@ from harness.analysis.noise import (
     min_detectable_change,
     noise_floors,
 )
+from harness.analysis.samework import differences
 from harness.cell import DEFAULT_ENGINE
 from harness.metrics import DEFAULT_METRICS
 
@@ -84,6 +85,8 @@ class BuildComparison:
     baseline_engine: str = DEFAULT_ENGINE
     candidate_engine: str = DEFAULT_ENGINE
     recent: int | None = None  # newest usable trials per side and cell; None: all of them
+    # what the two engines' trials did not have in common (harness.analysis.samework)
+    differences: tuple[str, ...] = ()
 
     @property
     def baseline_side(self) -> Side:
@@ -135,6 +138,7 @@ class BuildComparison:
             "include_throttled": self.include_throttled,
             "recent": self.recent,
             "verdicts": self.verdict_counts(),
+            "differences": list(self.differences),
             "cells": [c.to_json() for c in self.cells],
             "gates": [
                 {"spec": g.gate.spec, "cell": None if g.key is None else str(g.key),
@@ -213,7 +217,8 @@ def compare_builds(
         gate_results = _noise_notes(trials, gate_results, (base.engine, cand.engine),
                                     include_throttled)
     return BuildComparison(base.build, cand.build, names, tuple(cells), tuple(gate_results),
-                           include_throttled, base.engine, cand.engine, recent)
+                           include_throttled, base.engine, cand.engine, recent,
+                           differences(trials, base, cand, {k.config_id for k in pairs}))
 
 
 def load_sequential(root: Path) -> pd.DataFrame | None:

@@ -156,4 +156,7 @@ def engine_table(trials: pd.DataFrame, metrics: Sequence[str] = DEFAULT_METRICS,
                               config_label(firsts.loc[(serial, config)].to_dict()),
                               _figures(per_cell, all_sides),
                               tuple(verdicts.get((str(serial), str(config)), ()))))
+    for result in comparisons:  # what the engines did not have in common, said once each
+        notes.extend(f"{result.baseline_side} against {result.candidate_side}: not the same "
+                     f"work: {line}" for line in result.differences)
     return EngineTable(engines, tuple(all_sides), tuple(rows), comparisons, tuple(notes))

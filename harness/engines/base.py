@@ -32,12 +32,83 @@ class Record(Protocol):
 
 @dataclass(frozen=True)
 class Measurement:
-    """The figures of one repetition, in the units the store uses."""
+    """The figures of one repetition, in the units the store uses.
+
+    An engine that prints only a summary (MNN's ``mean ± sd``, a median block) gives one
+    Measurement with ``aggregate_n`` set: its figures are the engine's own mean (or median) over
+    that many repetitions, never one repetition's.
+    """
 
     rep: int  # 0-based repetition index
     prompt_tps: float | None  # prompt processing, tokens per second
     gen_tps: float | None  # generation, tokens per second
-    ttft_s: float | None  # time to first token: time to process the n_prompt prompt tokens
+    ttft_s: float | None  # time to first token (``ttft_definition`` says what it counts)
+    aggregate_n: int | None = None  # None: one repetition; n: the engine's summary over n
+    prompt_tps_sd: float | None = None  # the engine's own spread over those n (aggregates)
+    gen_tps_sd: float | None = None
+    ttft_definition: str | None = None  # None: TTFT_PROMPT; else one of TTFT_DEFINITIONS
+    load_s: float | None = None  # the engine's own load/init time, as it reports it
+    peak_bytes: int | None = None  # the engine's own peak memory figure, as it reports it
+
+
+# What a time to first token counts. llama.cpp's (and the store's default): the time to process
+# the n_prompt prompt tokens. Some tools count more: LiteRT-LM stops its clock after the first
+# decode step (the first generated token is out); an end-to-end one counts from the request.
+TTFT_PROMPT = "prefill"
+TTFT_FIRST_DECODE = "prefill+first_decode"
+TTFT_END_TO_END = "request_to_first_token"
+TTFT_DEFINITIONS = (TTFT_PROMPT, TTFT_FIRST_DECODE, TTFT_END_TO_END)
+
+STREAMS = ("stdout", "stderr", "both")
+PROMPT_WORD = "the"  # one token per repetition in the vocabularies we know: see prompt_text
+
+
+def prompt_text(words: int) -> str:
+    """A prompt of ``words`` tokens for tools that take text, not a token count.
+
+    A common short word repeated with spaces is one token per repetition in SentencePiece,
+    tiktoken and byte-level BPE vocabularies (Llama, Gemma, Qwen), none of which merge across
+    spaces; the tool may add a BOS. It is an approximation: where the tool reports its count,
+    the harness checks it against the cell (``prompt_tokens``: engine_mismatch if it differs).
+    """
+    return " ".join([PROMPT_WORD] * words)
+
+
+@dataclass(frozen=True)
+class EngineOutput:
+    """What one launch left to read: its two streams and, for a tool that writes its results
+    to a file on the phone (``Engine.output_file``), that file's text."""
+
+    stdout: str
+    stderr: str = ""
+    file: str | None = None  # None: the engine names no file, or the file was not there
+
+    def stream(self, which: str) -> str:
+        """``stdout``, ``stderr``, ``both`` (stdout, then stderr) or ``file``."""
+        if which == "stdout":
+            return self.stdout
+        if which == "stderr":
+            return self.stderr
+        if which == "both":
+            return "\n".join(part for part in (self.stdout, self.stderr) if part)
+        if which == "file":
+            return self.file or ""
+        raise EngineError(f"unknown output stream {which!r}; use {', '.join(STREAMS)} or file")
+
+    def tail(self, lines: int = 8) -> str:
+        """The last lines of everything read, for a trial whose output could not be parsed."""
+        parts = []
+        for name, text in (("stdout", self.stdout), ("stderr", self.stderr),
+                           ("file", self.file or "")):
+            kept = text.strip().splitlines()[-lines:]
+            if kept:
+                parts.append(f"[{name}]\n" + "\n".join(kept))
+        return "\n".join(parts)
+
+
+def as_output(output: EngineOutput | str) -> EngineOutput:
+    """Adapters that read stdout alone also take its text (tests, the sustained calibration)."""
+    return output if isinstance(output, EngineOutput) else EngineOutput(output)
 
 
 class Engine(Protocol):
@@ -58,13 +129,26 @@ class Engine(Protocol):
         """The command line, as paths on the device; ``cpu_mask`` resolves affinity "big"."""
         ...
 
-    def parse(self, stdout: str) -> Sequence[Record]:
+    def parse(self, output: EngineOutput) -> Sequence[Record]:
         """Every complete record in the output; a truncated tail is dropped, not an error."""
         ...
 
     def measure(self, records: Sequence[Record]) -> list[Measurement]:
         """Per-repetition figures from the parsed records."""
         ...
+
+
+# Optional members, read with getattr where an adapter may lack them:
+#   binary_name: str   the file under the build's bin/ that the engine runs (default llama-bench)
+#   output_file: str | None   a file, relative to the trial's folder (the launch's working
+#       directory), that the tool writes its results to; read after the launch into
+#       EngineOutput.file
+#   aggregate_only: bool   the tool prints summaries only (no per-repetition series), so it
+#       cannot run a sustained cell
+
+
+def output_file(engine: Engine) -> str | None:
+    return getattr(engine, "output_file", None)
 
 
 # Why a cell cannot run, as the planner and the store spell it (the reason text says more).
@@ -141,3 +225,29 @@ def affinity_mask(cell: Cell, cpu_mask: str | None) -> str | None:
         f"affinity {cell.affinity!r} must be resolved to a CPU mask from the device's cores "
         "before building the command line"
     )
+
+
+# Device families of the matrix's ``device`` knob (llama.cpp's device names: Vulkan0, OpenCL0,
+# CUDA0, MTL0, HTP0 ...; "none" is the CPU), for tools whose backend flag names a family.
+_GPU_PREFIXES = ("vulkan", "opencl", "cuda", "mtl", "metal", "gpu", "rocm", "sycl")
+_NPU_PREFIXES = ("htp", "qnn", "npu", "hexagon", "apu", "neuron", "tpu", "dsp")
+
+
+def device_family(compute_device: str) -> str | None:
+    """``cpu``, ``gpu`` or ``npu`` for a device knob value; None when the name says neither."""
+    name = compute_device.lower()
+    if name in ("none", "cpu"):
+        return "cpu"
+    if name.startswith(_GPU_PREFIXES):
+        return "gpu"
+    if name.startswith(_NPU_PREFIXES):
+        return "npu"
+    return None
+
+
+def sustained_problem(engine_name: str, cell: Cell) -> str | None:
+    """A tool that prints only summaries cannot give a sustained cell its series."""
+    if cell.sustained_s:
+        return (f"{engine_name} prints only its summary over repetitions, not each one, so a "
+                "sustained cell (a per-repetition series) cannot be measured with it")
+    return None

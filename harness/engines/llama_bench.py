@@ -32,9 +32,11 @@ from typing import Any
 from harness import knobs
 from harness.cell import Cell
 from harness.engines.base import (
+    EngineOutput,
     Measurement,
     Record,
     affinity_mask,
+    as_output,
     common_problem,
     flash_attn_setting,
     require_supported,
@@ -238,8 +240,8 @@ class LlamaBench:
         argv += ["-r", str(cell.repetitions), "-o", "jsonl", "-v"]
         return argv
 
-    def parse(self, stdout: str) -> list[Record]:
-        return list(parse_output(stdout))
+    def parse(self, output: EngineOutput | str) -> list[Record]:
+        return list(parse_output(as_output(output).stdout))
 
     def measure(self, records: Sequence[Record]) -> list[Measurement]:
         bench = [r if isinstance(r, BenchRecord) else record_from_dict(r.as_dict(), r.raw)

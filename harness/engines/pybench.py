@@ -28,9 +28,11 @@ from typing import Any
 from harness import knobs
 from harness.cell import LOAD_MODES, Cell
 from harness.engines.base import (
+    EngineOutput,
     Measurement,
     Record,
     affinity_mask,
+    as_output,
     common_problem,
     flash_attn_setting,
     require_supported,
@@ -84,8 +86,8 @@ class PyBench:
             "--swa-full" if cell.swa_full else "--no-swa-full",
         ]
 
-    def parse(self, stdout: str) -> list[Record]:
-        return list(parse_output(stdout))
+    def parse(self, output: EngineOutput | str) -> list[Record]:
+        return list(parse_output(as_output(output).stdout))
 
     def measure(self, records: Sequence[Record]) -> list[Measurement]:
         return measure_records([record_from_dict(r.as_dict(), r.raw) for r in records])

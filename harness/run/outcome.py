@@ -159,6 +159,10 @@ def classify(obs: Observation) -> Verdict:
             name = _signal_name(obs.exit_code - 128)
             return Verdict(Outcome.CRASHED, f"killed by {name}", tail, signals)
         return Verdict(Outcome.CRASHED, f"exit code {obs.exit_code}", tail, signals)
+    if obs.complete_records == 0 and obs.expected_records:
+        return Verdict(Outcome.CRASHED, "parse_error: the engine exited 0 but printed nothing "
+                       "its adapter could read (the output's last lines are the evidence)",
+                       tail, signals)
     if obs.complete_records < obs.expected_records:
         return Verdict(
             Outcome.CRASHED,

@@ -30,7 +30,14 @@ from harness.android.readerrors import parse_read_errors
 from harness.artifacts.devicetools import pagecache_command, parse_residency
 from harness.cell import Cell
 from harness.device.base import Device
-from harness.engines.base import Engine, Measurement, affinity_mask
+from harness.engines.base import (
+    TTFT_PROMPT,
+    Engine,
+    EngineOutput,
+    Measurement,
+    affinity_mask,
+    output_file,
+)
 from harness.engines.devices import Capability, device_problem
 from harness.engines.llamalog import EngineMemoryLog, parse_memory_log
 from harness.errors import DeviceError, EngineError, HarnessError
@@ -98,6 +105,9 @@ CALIBRATION_REPS = 2  # a sustained cell's calibration launch: the last repetiti
 SUSTAINED_OVERRUN = 5  # a sustained launch may take this many times its duration (throttled)
 MAX_UNREADABLE = 12  # reasons kept per trial (a phone can deny dozens of thermal zones)
 GPU_DUMPSYS_S = 1.0  # a device cell's dumpsys meminfo, on phones without kgsl nodes
+ENGINE_FILE = "engine_file"  # the section of the after-read holding the engine's own file
+CALIBRATION_MARK = "@@harness:calibration-file"
+TAIL_LINES = 8  # the last lines of the output kept as a failed trial's evidence
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,7 @@ class TrialContext:
     predicted_kv_bytes: int | None = None
     env: Mapping[str, str] = field(default_factory=dict)  # more of the engine's environment
     pagecache: str | None = None  # the page-cache tool on the device (devicetools), if pushed
+    prompt_file: str | None = None  # a prompt of n_prompt tokens on the device, if asked
     predicted_paging_tg_tps: float | None = None  # the plan's storage-bound decode speed
     capability: Capability | None = None  # the build's devices on this phone (None: not asked)
     predicted_device_bytes: int | None = None  # the predictor's split of the peak
@@ -192,10 +203,44 @@ def _trial_dir(spec: TrialSpec) -> str:
     return f"{DEVICE_ROOT}/trials/{digest}"
 
 
+def _runs_known(engine: Engine, measurements: list[Measurement], reps: int,
+                ) -> list[Measurement]:
+    """A tool that prints only its means (MNN's ``mean ± sd``) does not print over how many
+    runs: the harness asked for ``reps`` of them, so that is the aggregate's n."""
+    if not getattr(engine, "aggregate_only", False):
+        return measurements
+    return [m if m.aggregate_n is not None else dataclasses.replace(m, aggregate_n=reps)
+            for m in measurements]
+
+
+def _argv(ctx: TrialContext, cell: Cell) -> list[str]:
+    """The engine's command line; a prompt file only to an engine that asked for one."""
+    if ctx.prompt_file is None:
+        return ctx.engine.argv(cell, ctx.binary, ctx.model, ctx.cpu_mask)
+    argv: Any = ctx.engine.argv  # the generic engine's argv takes the prompt file's path
+    return list(argv(cell, ctx.binary, ctx.model, ctx.cpu_mask, prompt_file=ctx.prompt_file))
+
+
+def _tail(stderr: str, output: EngineOutput, parsed: bool) -> str:
+    """A failed trial's evidence: stderr's last lines; with nothing parsed, also the last lines
+    of stdout and of the engine's file, labelled (what the adapter could not read)."""
+    tail = "\n".join(stderr.strip().splitlines()[-TAIL_LINES:])
+    if parsed:
+        return tail
+    rest = EngineOutput(output.stdout, "", output.file).tail(TAIL_LINES)
+    return "\n".join(part for part in (tail, rest) if part)
+
+
 def _check_engine_report(records: Sequence[Any], spec: TrialSpec) -> str | None:
-    """The engine's own account of what it ran, against the cell; a difference is a mismatch."""
+    """The engine's own account of what it ran, against the cell; a difference is a mismatch.
+
+    Engines beyond llama.cpp report the tokens they processed (``prompt_tokens``,
+    ``generated_tokens``): a prompt of another length, or a generation that stopped early (an
+    end-of-sequence token), measured other work than the cell's.
+    """
     cell = spec.cell
-    wanted = {"n_threads": cell.threads, "type_k": cell.type_k, "type_v": cell.type_v}
+    wanted = {"n_threads": cell.threads, "type_k": cell.type_k, "type_v": cell.type_v,
+              "prompt_tokens": cell.n_prompt, "generated_tokens": cell.n_gen}
     for record in records:
         data = record.as_dict()
         for key, value in wanted.items():
@@ -318,7 +363,7 @@ class TrialRunner:
         # A sustained trial is one launch of back-to-back repetitions filling its duration.
         reps = self._sustained_reps(spec, ctx, workdir) if spec.cell.sustained_s else 1
         once = dataclasses.replace(spec.cell, repetitions=reps)
-        argv = ctx.engine.argv(once, ctx.binary, ctx.model, ctx.cpu_mask)
+        argv = _argv(ctx, once)
         # repetitions counted at the cool phone's speed take longer once it throttles
         timeout_s = self.policy.timeout_s + SUSTAINED_OVERRUN * spec.cell.sustained_s
         idle = self._idle_power() if self.policy.energy.enabled else Idle()
@@ -332,11 +377,13 @@ class TrialRunner:
                                                  ran.wall)
         found = self._read_after(workdir, wall, ctx, lost)
         ticks, pid, after, sampled = found.ticks, found.pid, found.after, found.sampled
+        output = EngineOutput(stdout, stderr, after.get(ENGINE_FILE)
+                              if output_file(ctx.engine) else None)
         try:
-            records = ctx.engine.parse(stdout)
+            records = ctx.engine.parse(output)
         except EngineError as error:
             records, stderr = [], f"{stderr}\n{error}"
-        measurements = ctx.engine.measure(records)
+        measurements = _runs_known(ctx.engine, ctx.engine.measure(records), reps)
         counter_end = self._counter_reading() if idle.counters and not lost else None
         timing = Timing.read(after, wall, idle, counter_end)
         extra, extra_samples = measured(spec.cell, measurements, timing, ran.launched_at,
@@ -356,7 +403,7 @@ class TrialRunner:
             memory_limit_bytes=limit,
             complete_records=len(measurements),
             expected_records=1,
-            stderr_tail="\n".join(stderr.strip().splitlines()[-8:]),
+            stderr_tail=_tail(stderr, output, bool(measurements)),
             mismatch=_check_engine_report(records, spec),
             pressure_full_us=_pressure_growth(baseline, after.get("pressure", "")),
             lmkd_app_kills=app_kills,
@@ -423,7 +470,8 @@ class TrialRunner:
         if lost:
             return found
         try:
-            done = self.device.shell(_after_command(workdir), timeout=60)
+            done = self.device.shell(_after_command(workdir, output_file(ctx.engine)),
+                                     timeout=60)
             found.after, found.errors = split_sections(done.stdout), done.stderr
             pid_text = found.after.get("pid", "").strip()
             found.pid = int(pid_text) if pid_text.isdigit() else None
@@ -463,14 +511,20 @@ class TrialRunner:
         if cell.cell_id in self._reps:
             return self._reps[cell.cell_id]
         twice = dataclasses.replace(cell, repetitions=CALIBRATION_REPS)
-        argv = ctx.engine.argv(twice, ctx.binary, ctx.model, ctx.cpu_mask)
+        argv = _argv(ctx, twice)
         rep_s = float("nan")
+        folder = shlex.quote(workdir + "-calibrate")
+        name = output_file(ctx.engine)
+        # the tool's own file, after a mark, on stdout; the trial's folder goes either way
+        read_file = f"; echo {CALIBRATION_MARK}; cat {folder}/{shlex.quote(name)}" if name else ""
         try:
             result = self.device.shell(
-                launch_command(f"{workdir}-calibrate", argv, ctx.lib_dir, None, ctx.env) +
-                f"; rm -rf {shlex.quote(workdir + '-calibrate')}",
+                f"({launch_command(workdir + '-calibrate', argv, ctx.lib_dir, None, ctx.env)})"
+                f"{read_file}; rm -rf {folder}",
                 timeout=self.policy.timeout_s + 60)
-            found = ctx.engine.measure(ctx.engine.parse(result.stdout))
+            stdout, _, written = result.stdout.partition(f"{CALIBRATION_MARK}\n")
+            found = ctx.engine.measure(ctx.engine.parse(
+                EngineOutput(stdout, result.stderr, written if name else None)))
             if found:  # the last one: the first may still fill caches
                 rep_s = rep_seconds(found[-1], cell)
         except (DeviceError, EngineError):
@@ -600,6 +654,7 @@ class TrialRunner:
             tg_tps=measurement.gen_tps if ok and measurement else None,
             ttft_ms=(measurement.ttft_s * 1000 if ok and measurement
                      and measurement.ttft_s is not None else None),
+            **_engine_columns(measurement if ok else None, measurement),
             peak_pss_bytes=_bytes(peak([m.pss_kb for m in mems])),
             peak_rss_bytes=_bytes(peak([m.rss_kb for m in mems])),
             peak_swap_bytes=_bytes(peak([m.swap_kb for m in mems])),
@@ -649,6 +704,22 @@ class TrialRunner:
         )
 
 
+def _engine_columns(ok: Measurement | None, any_: Measurement | None) -> dict[str, Any]:
+    """What the engine says of its own figures: an aggregate's n and spread and what its TTFT
+    counts (an ok trial's), its own load time and peak memory (whatever the outcome)."""
+    columns: dict[str, Any] = {
+        "engine_aggregate_n": ok.aggregate_n if ok else None,
+        "pp_tps_sd": ok.prompt_tps_sd if ok else None,
+        "tg_tps_sd": ok.gen_tps_sd if ok else None,
+        "ttft_definition": (ok.ttft_definition or TTFT_PROMPT) if ok and ok.ttft_s is not None
+        else None,
+    }
+    if any_ is not None:
+        columns["engine_load_ms"] = any_.load_s * 1000 if any_.load_s is not None else None
+        columns["engine_peak_bytes"] = any_.peak_bytes
+    return columns
+
+
 def _gpu_columns(cell: Cell, sampled: ondevice.Sampled, ticks: Sequence[Tick]) -> dict[str, Any]:
     """Device memory (the phone's report), the host's rest, and the GPU's heat and clocks.
 
@@ -677,10 +748,13 @@ def _gpu_columns(cell: Cell, sampled: ondevice.Sampled, ticks: Sequence[Tick]) -
             "device_memory_source": found.source, "host_memory_bytes": found.host_bytes}
 
 
-def _after_command(workdir: str) -> str:
+def _after_command(workdir: str, engine_file: str | None = None) -> str:
     """The evidence a trial leaves: the pid, the watcher's files (its end stamp t1 may lag the
-    engine's exit by a round), lmkd's lines, memory pressure; then the trial's folder goes."""
+    engine's exit by a round), the file the engine wrote its results to (if it names one),
+    lmkd's lines, memory pressure; then the trial's folder goes."""
     folder = shlex.quote(workdir)
+    written = (f"echo @@harness:{ENGINE_FILE}; cat {folder}/{shlex.quote(engine_file)} "
+               "2>/dev/null; " if engine_file else "")
     return (f"i=0; while [ -f {folder}/mem ] && [ ! -f {folder}/t1 ] && [ $i -lt 20 ]; do "
             "sleep 0.05; i=$((i+1)); done; "
             f"echo @@harness:pid; cat {folder}/pid; "
@@ -692,7 +766,7 @@ def _after_command(workdir: str) -> str:
             f"echo @@harness:smp; cat {folder}/smp 2>/dev/null; "
             f"echo @@harness:err; cat {folder}/err 2>/dev/null; "
             f"echo @@harness:dm; cat {folder}/dm.txt 2>/dev/null; "
-            f"echo @@harness:cache; cat {folder}/cache 2>/dev/null; "
+            f"echo @@harness:cache; cat {folder}/cache 2>/dev/null; {written}"
             f"echo @@harness:lmkd; {LMKD_LINES}; "
             "echo @@harness:pressure; cat /proc/pressure/memory; "
             f"rm -rf {folder}")

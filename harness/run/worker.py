@@ -19,6 +19,7 @@ from harness import knobs, store
 from harness.artifacts.builds import Build
 from harness.artifacts.devicetools import ensure_pagecache
 from harness.artifacts.gguf_info import ModelInfo, file_sha256
+from harness.artifacts.ladder import default_cache_root as cache_root
 from harness.budget import available_memory
 from harness.cell import DEVICE_PYTHON_BUILD, Cell
 from harness.device.base import Device, DeviceFacts
@@ -26,6 +27,7 @@ from harness.device.lease import DeviceBusyError, DeviceLease
 from harness.engines import Engine, LlamaBench, PyBench, get_engine
 from harness.engines.devices import Capability, capability_from_output, list_devices_command
 from harness.errors import BuildError, ConfigError, DeviceError, DeviceLostError, HarnessError
+from harness.memory import ModelCard
 from harness.plan import PlannedCell, build_repack, plan_cells
 from harness.profiles import storage_speed
 from harness.records import (
@@ -45,6 +47,7 @@ from harness.run.deploy import (
     model_remote_path,
 )
 from harness.run.events import Event, Kind
+from harness.run.modelfiles import model_folder, prompt_artifact
 from harness.run.order import TrialSpec, interleave
 from harness.run.pyruntime import (
     PythonRuntime,
@@ -493,6 +496,28 @@ class DeviceWorker:
         files, binary, lib_dir = _build_artifacts(build, engine_binary(engine))
         return files, {"binary": binary, "lib_dir": lib_dir, "env": {}}
 
+    def _model_files(self, cell: Cell, engine: Engine,
+                     ) -> tuple[list[Artifact], str, ModelMeta]:
+        """What the cell's engine is given of its model: the GGUF file, or the folder of the
+        same weights in the engine's own format (``models.NAME.engines``)."""
+        model = self.prepared.models[(cell.model, cell.quant)]
+        source = self.prepared.matrix.models[cell.model]
+        own = source.engine_path(cell.engine, cell.quant)
+        n_params = model.n_params if isinstance(model, ModelInfo | ModelCard) else None
+        if own is not None:
+            found = model_folder(own, f"models.{cell.model}.engines.{cell.engine}",
+                                 getattr(engine, "model_files", ()))
+            return (list(found.artifacts), found.remote,
+                    ModelMeta(sha256=found.sha256, n_params=n_params, file_bytes=found.size,
+                              file=own.name, converted_from=source.converted_from))
+        if not isinstance(model, ModelInfo):
+            raise ConfigError(f"model {cell.model} {cell.quant} has no file to run")
+        sha = file_sha256(model.path)
+        artifact = Artifact(Path(model.path), sha, model_remote_path(sha, Path(model.path).name))
+        return ([artifact], artifact.remote,
+                ModelMeta(sha256=sha, n_params=model.n_params, file_bytes=model.file_size,
+                          file=Path(model.path).name))
+
     def _build_meta(self, cell: Cell, facts: DeviceFacts) -> BuildMeta:
         if cell.build == DEVICE_PYTHON_BUILD:
             version = self._python.llama_cpp_version if self._python else None
@@ -536,18 +561,22 @@ class DeviceWorker:
             if isinstance(engine, PyBench) and self._python is not None:
                 engine = PyBench(gpu_offload=self._python.gpu_offload)
             engine_files, where = self._engine_files(cell, engine)
-            model = self.prepared.models[(cell.model, cell.quant)]
-            if not isinstance(model, ModelInfo):
-                raise ConfigError(f"model {cell.model} {cell.quant} has no file to run")
-            sha = file_sha256(model.path)
-            model_artifact = Artifact(Path(model.path), sha, model_remote_path(
-                sha, Path(model.path).name))
-            for artifact in [*engine_files, model_artifact]:
+            model_files, model_remote, model_meta = self._model_files(cell, engine)
+            extra = list(model_files)
+            prompt = None
+            if getattr(engine, "wants_prompt_file", False):
+                prompt = prompt_artifact(cell.n_prompt, cache_root() / "prompts")
+                extra.append(prompt)
+            for artifact in [*engine_files, *extra]:
                 artifacts[artifact.remote] = artifact
+            env = dict(where["env"])
+            if hasattr(engine, "environment"):
+                env.update(engine.environment(where["binary"], model_remote))
             prediction = planned[cell.cell_id].prediction
             contexts[cell.cell_id] = TrialContext(
                 engine=engine, binary=where["binary"], lib_dir=where["lib_dir"],
-                env=where["env"], model=model_artifact.remote,
+                env=env, model=model_remote,
+                prompt_file=prompt.remote if prompt is not None else None,
                 cpu_mask=_mask(big) if cell.affinity == "big" else None,
                 big_cpu=max(big),
                 memory_limit_bytes=(facts.available_ram_kb or 0) * 1024 or None,
@@ -555,8 +584,7 @@ class DeviceWorker:
                 predicted_kv_bytes=prediction.kv if prediction else None,
                 device_meta=device_meta,
                 build_meta=self._build_meta(cell, facts),
-                model_meta=ModelMeta(sha256=sha, n_params=model.n_params,
-                                     file_bytes=model.file_size),
+                model_meta=model_meta,
                 pagecache=tool.remote if tool is not None else None,
                 predicted_paging_tg_tps=(planned[cell.cell_id].paging_tg_tps),
                 predicted_device_bytes=prediction.device if prediction else None,

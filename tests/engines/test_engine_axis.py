@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness.cell import DEVICE_PYTHON_BUILD, Cell
 from harness.errors import ConfigError
@@ -91,3 +92,70 @@ def test_the_python_probe_says_what_is_missing() -> None:
                          "'llama_cpp'\n", "S1")
     assert isinstance(broken, str)
     assert broken.startswith("S1: /p/python3 cannot import llama_cpp (ModuleNotFoundError")
+
+
+def test_a_model_names_its_file_per_engine_of_the_axis() -> None:
+    data = _matrix(engine=["llama-bench", "llama-cpp-python"])
+    data["models"]["m"]["engines"] = {  # type: ignore[index]
+        "llama-cpp-python": "/models/m-py-{quant}/config.json"}
+    data["models"]["m"]["converted_from"] = "m's F16 GGUF"  # type: ignore[index]
+    source = parse_matrix(data, "m.yaml").models["m"]
+    assert str(source.engine_path("llama-cpp-python", "Q8_0")) == "/models/m-py-Q8_0/config.json"
+    assert source.engine_path("llama-bench", "Q8_0") is None
+    assert source.converted_from == "m's F16 GGUF"
+
+
+def test_a_model_file_for_an_engine_not_on_the_axis_is_one_line() -> None:
+    data = _matrix()
+    data["models"]["m"]["engines"] = {"mnn-llm-bench": "m/config.json"}  # type: ignore[index]
+    with pytest.raises(ConfigError, match=r"^m.yaml: models.m.engines.mnn-llm-bench: no cell "
+                                          r"of model m runs engine \"mnn-llm-bench\" \(its "
+                                          r"engines: llama-bench\)"):
+        parse_matrix(data, "m.yaml")
+
+
+@pytest.mark.parametrize(
+    ("output", "extra", "key"),
+    [
+        ({"format": "regex", "stream": "stdlog", "gen_tps": "tg=([0-9.]+)"}, {}, "output.stream"),
+        ({"format": "jsonl", "gen_tps": {"expr": "tokens / decode_s", "unit": "s"},
+          "captures": {"tokens": "n"}}, {}, "output.gen_tps.expr"),
+        ({"format": "regex", "gen_tps": "tg=([0-9.]+)"}, {"prompt_file": False}, "prompt_file"),
+    ],
+)
+def test_a_bad_engine_file_stops_plan_with_one_line_naming_file_and_key(
+        tmp_path: Path, output: dict[str, object], extra: dict[str, object], key: str) -> None:
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    spec = tmp_path / "tool.yaml"
+    spec.write_text(yaml.safe_dump({"name": "tool", "argv": ["{binary}", "{prompt_file}"],
+                                    "output": output, **extra}))
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(yaml.safe_dump(_matrix(engine=[str(spec)])))
+    result = CliRunner().invoke(main, ["plan", str(matrix), "--memory", "4GiB"])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"Error: {spec}: key '{key}'"), line
+
+
+def test_the_five_engine_phone_matrix_pairs_each_engine_with_its_build(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.matrix import load_matrix
+
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(repo)  # its generic engine is named by a path from the repository
+    matrix = load_matrix(repo / "matrices" / "engines-phone.yaml")
+    cells = expand(matrix)
+    assert [(c.engine, c.build) for c in cells] == [
+        ("llama-bench", "llama-b6000"), ("mnn-llm-bench", "mnn-3.6"),
+        ("litert-lm-advanced", "litert-lm-0.9"), ("executorch-llama", "executorch-1.5"),
+        ("matrices/engines/onnxruntime-genai.yaml", "ort-genai-0.18")]
+    assert len({c.config_id for c in cells}) == 1  # one configuration, five engines
+    card = matrix.models["qwen"].card
+    assert card is not None
+    planned = plan_cells(cells, {("qwen", "Q4_0"): card}, 8 << 30)
+    assert all(p.feasible for p in planned), [p.reason for p in planned]
+    assert str(matrix.models["qwen"].engine_path("mnn-llm-bench", "Q4_0")) == (
+        "models/qwen2.5-0.5b-mnn/config.json")

@@ -9,17 +9,18 @@ import pytest
 
 from harness.cell import Cell
 from harness.engines import get_engine
-from harness.engines.generic import engine_from_dict, load_generic_engine
+from harness.engines.generic_yaml import engine_from_dict, load_generic_engine
 from harness.errors import ConfigError
 
 CELL = Cell(
-    build="mnn-1", model="tiny", quant="Q4_K_M", n_ctx=512, type_k="f16", type_v="f16",
+    build="toy-1", model="tiny", quant="Q4_K_M", n_ctx=512, type_k="f16", type_v="f16",
     threads=4, affinity="all", flash_attn="auto", mmap=False, n_batch=512, n_ubatch=256,
     n_prompt=64, n_gen=32, repetitions=2,
 )
 
-MNN_YAML = """\
-name: mnn-llm-bench
+# A made-up tool: one line per run with its prompt time and both rates.
+TOY_YAML = """\
+name: toy-bench
 argv: ["{binary}", "{model}", "-t", "{threads}", "-p", "{n_prompt}", "-n", "{n_gen}",
        "--mmap={mmap}", "-r", "{repetitions}"]
 supports:
@@ -27,45 +28,45 @@ supports:
   affinity: [all]
 output:
   format: regex
-  prompt_tps: 'prefill speed = ([0-9.]+) tok/s'
-  gen_tps: 'decode speed = ([0-9.]+) tok/s'
-  ttft: {pattern: 'prefill time = ([0-9.]+) ms', scale: 0.001}
+  prompt_tps: 'pp ([0-9.]+) tok/s'
+  gen_tps: 'tg ([0-9.]+) tok/s'
+  ttft: {pattern: 'prompt took ([0-9.]+) ms', scale: 0.001}
 """
 
-MNN_OUTPUT = """\
-load model ... done
-run 1: prefill time = 50.0 ms, prefill speed = 1280.0 tok/s, decode speed = 40.5 tok/s
-run 2: prefill time = 40.0 ms, prefill speed = 1600.0 tok/s, decode speed = 42.0 tok/s
+TOY_OUTPUT = """\
+loading ... ok
+run 1: prompt took 50.0 ms | pp 1280.0 tok/s | tg 40.5 tok/s
+run 2: prompt took 40.0 ms | pp 1600.0 tok/s | tg 42.0 tok/s
 """
 
 
 @pytest.fixture
-def mnn(tmp_path: Path) -> Path:
-    path = tmp_path / "mnn.yaml"
-    path.write_text(MNN_YAML)
+def toy(tmp_path: Path) -> Path:
+    path = tmp_path / "toy.yaml"
+    path.write_text(TOY_YAML)
     return path
 
 
-def test_argv_template_renders_cell_fields_and_booleans_as_digits(mnn: Path) -> None:
-    engine = get_engine(str(mnn))
-    assert engine.name == "mnn-llm-bench"
-    assert engine.argv(CELL, "/d/llm_bench", "/d/m.mnn") == [
-        "/d/llm_bench", "/d/m.mnn", "-t", "4", "-p", "64", "-n", "32", "--mmap=0", "-r", "2",
+def test_argv_template_renders_cell_fields_and_booleans_as_digits(toy: Path) -> None:
+    engine = get_engine(str(toy))
+    assert engine.name == "toy-bench"
+    assert engine.argv(CELL, "/d/toy-bench", "/d/m.bin") == [
+        "/d/toy-bench", "/d/m.bin", "-t", "4", "-p", "64", "-n", "32", "--mmap=0", "-r", "2",
     ]
 
 
-def test_supports_lists_the_allowed_values(mnn: Path) -> None:
-    engine = load_generic_engine(mnn)
+def test_supports_lists_the_allowed_values(toy: Path) -> None:
+    engine = load_generic_engine(toy)
     reason = engine.supports(dataclasses.replace(CELL, type_k="q8_0"))
-    assert reason == "mnn-llm-bench supports type_k in ['f16'], not 'q8_0'"
+    assert reason == "toy-bench supports type_k in ['f16'], not 'q8_0'"
     assert engine.supports(CELL) is None
 
 
-def test_regex_output_gives_one_measurement_per_match_scaled(mnn: Path) -> None:
-    engine = load_generic_engine(mnn)
-    records = engine.parse(MNN_OUTPUT)
+def test_regex_output_gives_one_measurement_per_match_scaled(toy: Path) -> None:
+    engine = load_generic_engine(toy)
+    records = engine.parse(TOY_OUTPUT)
     assert len(records) == 2
-    assert "decode speed = 40.5" in records[0].raw
+    assert "tg 40.5" in records[0].raw
     got = [(m.rep, m.prompt_tps, m.gen_tps, m.ttft_s) for m in engine.measure(records)]
     assert got == [(0, 1280.0, 40.5, 0.05), (1, 1600.0, 42.0, 0.04)]
 
@@ -119,13 +120,13 @@ def test_unknown_engine_name_is_a_config_error() -> None:
 
 
 def test_load_mode_and_cache_need_the_placeholders_that_honour_them(
-        mnn: Path, tmp_path: Path) -> None:
-    engine = load_generic_engine(mnn)  # passes {model}, but no {load_mode}
+        toy: Path, tmp_path: Path) -> None:
+    engine = load_generic_engine(toy)  # passes {model}, but no {load_mode}
     assert engine.supports(dataclasses.replace(CELL, cache="cold")) is None
     reason = engine.supports(dataclasses.replace(CELL, load_mode="dio"))
     assert reason is not None and "no {load_mode}" in reason
     modes = tmp_path / "modes.yaml"
-    modes.write_text(MNN_YAML.replace('"--mmap={mmap}"', '"--load={load_mode}"')
+    modes.write_text(TOY_YAML.replace('"--mmap={mmap}"', '"--load={load_mode}"')
                      .replace('"{model}", ', '"--config=m.json", '))
     engine = load_generic_engine(modes)
     dio = dataclasses.replace(CELL, load_mode="dio")

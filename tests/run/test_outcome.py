@@ -106,9 +106,12 @@ def test_plain_non_zero_exit_is_a_crash_with_the_code() -> None:
     assert classify(Observation(exit_code=1)).error == "exit code 1"
 
 
-def test_missing_results_after_a_clean_exit_is_a_crash() -> None:
-    result = classify(Observation(exit_code=0, complete_records=0))
+def test_missing_results_after_a_clean_exit_is_a_parse_error_with_the_last_lines() -> None:
+    result = classify(Observation(exit_code=0, complete_records=0,
+                                  stderr_tail="[stdout]\nusage: tool -m MODEL"))
     assert result.outcome == "crashed"
+    assert result.error is not None and result.error.startswith("parse_error: ")
+    assert result.evidence == "[stdout]\nusage: tool -m MODEL"
 
 
 def test_engine_fallback_is_flagged_not_stored_as_ok() -> None:
