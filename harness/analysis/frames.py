@@ -235,44 +235,6 @@ def best_medians(frame: pd.DataFrame, by: Sequence[str], over: str, column: str)
     return per.groupby(level=list(range(len(by))), observed=True).max()
 
 
-def _group(key: CellKey, side: Side, rows: pd.DataFrame, metrics: Sequence[str],
-           include_throttled: bool) -> SampleGroup:
-    ok = rows[rows["outcome"] == "ok"]
-    flagged = not_applied(ok)
-    failed = invalid(ok) & ~flagged
-    hot = throttled(ok) & ~flagged & ~failed
-    kept = usable(rows, include_throttled)
-    values = {
-        m: kept[METRIC_COLUMNS[m]].dropna().to_numpy(dtype=np.float64) for m in metrics
-    }
-    return SampleGroup(
-        key=key,
-        build_id=side.build,
-        label=config_label(rows.iloc[0].to_dict()),
-        values=values,
-        n_trials=len(rows),
-        n_ok=len(ok),
-        n_throttled_excluded=0 if include_throttled else int(hot.sum()),
-        outcomes={str(k): int(v) for k, v in rows["outcome"].value_counts().items() if v},
-        cpu_emulation=_emulation(rows),
-        n_not_applied_excluded=int(flagged.sum()),
-        n_invalid_excluded=int(failed.sum()),
-        engine=side.engine,
-    )
-
-
-def _emulation(rows: pd.DataFrame) -> str | None:
-    """The emulators a group's speeds came from: a virtual phone's CPU (qemu-aarch64), and its
-    GPU (``gpu:lavapipe``) for cells that ran on it."""
-    named: set[str] = set()
-    if "cpu_emulation" in rows:
-        named |= {str(v) for v in rows["cpu_emulation"].dropna()}
-    if "gpu_emulated" in rows and "compute_device" in rows:
-        on_gpu = rows["compute_device"].notna() & (rows["compute_device"] != CPU_DEVICE)
-        named |= {f"gpu:{v}" for v in rows.loc[on_gpu, "gpu_emulated"].dropna()}
-    return ",".join(sorted(named)) or None
-
-
 def side_rows(frame: pd.DataFrame, side: Side) -> pd.DataFrame:
     """The trials of one side: its build, run by its engine."""
     return frame[(frame["build_id"] == side.build) & (engine_column(frame) == side.engine)]
@@ -288,15 +250,77 @@ def recent_window(rows: pd.DataFrame, recent: int,
     return newest[before < recent]
 
 
+#: What a cell's sample group reads of its trials besides the metrics (the label aside): every
+#: selection copies only these, not the store's hundred-odd columns.
+_GROUP_READS = ("device_serial", "config_id", "outcome", "throttled", "valid",
+                "config_not_applied", "started_at", "cpu_emulation", "gpu_emulated",
+                "compute_device")
+
+
 def _side_groups(frame: pd.DataFrame, side: Side, metrics: Sequence[str],
                  include_throttled: bool, recent: int | None) -> dict[CellKey, SampleGroup]:
+    """Each (device, config) cell of one side, as a sample group: the side's trials are
+    selected and their masks computed once, then each cell takes its rows by position."""
+    where = np.flatnonzero(((frame["build_id"] == side.build)
+                            & (engine_column(frame) == side.engine)).to_numpy())
+    wanted = dict.fromkeys([*_GROUP_READS, *(METRIC_COLUMNS[m] for m in metrics)])
+    narrow = frame[[c for c in wanted if c in frame.columns]].iloc[where].assign(_at=where)
+    by = ["device_serial", "config_id"]
+    if recent is not None:  # each cell's newest trials only: select them, then group as one
+        windows = [recent_window(cell, recent, include_throttled)
+                   for _, cell in narrow.groupby(by, sort=True, observed=True)]
+        narrow = pd.concat(windows) if windows else narrow.iloc[:0]
+    ok = (narrow["outcome"] == "ok").to_numpy()
+    flagged = ok & not_applied(narrow).to_numpy()
+    failed = ok & invalid(narrow).to_numpy() & ~flagged
+    hot = ok & throttled(narrow).to_numpy() & ~flagged & ~failed
+    kept = usable_mask(narrow, include_throttled).to_numpy()
+    values = {m: narrow[METRIC_COLUMNS[m]].to_numpy(dtype=np.float64, na_value=np.nan)
+              for m in metrics}
+    outcome = narrow["outcome"]
+    emulation = _emulation_parts(narrow)
+    at = narrow["_at"].to_numpy()
     groups: dict[CellKey, SampleGroup] = {}
-    for (serial, config), cell in side_rows(frame, side).groupby(
-            ["device_serial", "config_id"], sort=True, observed=True):
+    grouped = narrow.groupby(by, sort=True, observed=True)
+    for (serial, config), positions in grouped.indices.items():
         key = CellKey(str(serial), str(config))
-        rows = cell if recent is None else recent_window(cell, recent, include_throttled)
-        groups[key] = _group(key, side, rows, metrics, include_throttled)
+        pos = np.sort(positions)
+        use = pos[kept[pos]]
+        groups[key] = SampleGroup(
+            key=key,
+            build_id=side.build,
+            label=config_label(frame.iloc[int(at[pos[0]])].to_dict()),
+            values={m: v[use][~np.isnan(v[use])] for m, v in values.items()},
+            n_trials=len(pos),
+            n_ok=int(ok[pos].sum()),
+            n_throttled_excluded=0 if include_throttled else int(hot[pos].sum()),
+            outcomes={str(k): int(v) for k, v in outcome.iloc[pos].value_counts().items()
+                      if v},
+            cpu_emulation=",".join(sorted(set().union(*(emulation[i] for i in pos)))) or None,
+            n_not_applied_excluded=int(flagged[pos].sum()),
+            n_invalid_excluded=int(failed[pos].sum()),
+            engine=side.engine,
+        )
     return groups
+
+
+def _emulation_parts(rows: pd.DataFrame) -> list[frozenset[str]]:
+    """Per trial, the emulators its speed came from: a virtual phone's CPU (qemu-aarch64), and
+    its GPU (``gpu:lavapipe``) for cells that ran on it; a group names the union of its own."""
+    parts: list[frozenset[str]] = [frozenset()] * len(rows)
+    if "cpu_emulation" in rows:
+        cpu = rows["cpu_emulation"]
+        named = cpu.notna().to_numpy()
+        texts = cpu.to_numpy(dtype=object)
+        for i in np.flatnonzero(named):
+            parts[i] = frozenset({str(texts[i])})
+    if "gpu_emulated" in rows and "compute_device" in rows:
+        on_gpu = (rows["compute_device"].notna() & (rows["compute_device"] != CPU_DEVICE)
+                  & rows["gpu_emulated"].notna()).to_numpy()
+        gpu = rows["gpu_emulated"].to_numpy(dtype=object)
+        for i in np.flatnonzero(on_gpu):
+            parts[i] = parts[i] | {f"gpu:{gpu[i]}"}
+    return parts
 
 
 def build_groups(frame: pd.DataFrame, build: str, metrics: Sequence[str] = DEFAULT_METRICS,

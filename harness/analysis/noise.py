@@ -190,15 +190,21 @@ def cell_samples(frame: pd.DataFrame, metrics: Sequence[str] = DEFAULT_METRICS, 
     kept = frame[usable_mask(frame, include_throttled)]
     if kept.empty:
         return samples, labels
-    kept = kept.assign(engine=engine_column(kept).astype(str).to_numpy(),
-                       _night=nights(kept).to_numpy())
     by = ["device_serial", "config_id", "engine", "_night", "build_id"]
-    for (device, config, engine, night, build), rows in kept.groupby(by, sort=True,
-                                                                     observed=True):
+    # only the keys and the metrics are grouped (not the store's hundred-odd columns); each
+    # group takes its rows by position, and a cell's label is read from its first trial once
+    narrow = kept[["device_serial", "config_id", "build_id"]].reset_index(drop=True).assign(
+        engine=engine_column(kept).astype(str).to_numpy(), _night=nights(kept).to_numpy())
+    columns = {m: kept[METRIC_COLUMNS[m]].to_numpy(dtype=np.float64, na_value=np.nan)
+               for m in names}
+    grouped = narrow.groupby(by, sort=True, observed=True)
+    for (device, config, engine, night, build), pos in grouped.indices.items():
+        pos = np.sort(pos)
         cell = (str(device), str(config), str(engine))
-        labels.setdefault(cell, config_label(rows.iloc[0].to_dict()))
+        if cell not in labels:
+            labels[cell] = config_label(kept.iloc[int(pos[0])].to_dict())
         for metric in names:
-            x = rows[METRIC_COLUMNS[metric]].dropna().to_numpy(dtype=np.float64)
+            x = columns[metric][pos]
             x = x[np.isfinite(x) & (x > 0)]
             if x.size < MIN_SAMPLE:
                 continue

@@ -290,12 +290,13 @@ def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, res
     rejected = _quality_rejection(row, quality, max_loss, kv)
     if rejected:
         return None, rejected, None
-    checked, why = output_state(counted(rows))
+    chosen = counted(rows)
+    checked, why = output_state(chosen)
     if require_check and checked != "checked":
         return None, _reject(row, "output_unchecked", (
             f"its output was not checked ({'the check failed: ' if checked == 'error' else ''}"
             f"{why or 'no reason stored'}) and --require-output-check is on")), None
-    return dataclasses.replace(_measured(key, row, rows, peak), paging=paging,
+    return dataclasses.replace(_measured(key, row, rows, peak, chosen), paging=paging,
                                output=(checked, why)), None, None
 
 
@@ -352,9 +353,8 @@ def output_state(ok: pd.DataFrame) -> tuple[str, str | None]:
 
 
 def _measured(key: CandidateKey, row: dict[str, Any], rows: pd.DataFrame,
-              peak: int | None) -> _Measured:
-    """An eligible candidate's figures: medians over its counted trials."""
-    chosen = counted(rows)
+              peak: int | None, chosen: pd.DataFrame) -> _Measured:
+    """An eligible candidate's figures: medians over its counted trials (``chosen``)."""
     speeds = {k: _median(chosen[k]) for k in ("tg_tps", "pp_tps", "ttft_ms")}
     device = str(rows.iloc[0]["device_serial"])
     full = (device, *key)

@@ -61,8 +61,8 @@ def ratio_of_medians_ci(
         return RatioInterval(nan, nan, nan)
     ratio = float(np.median(cand)) / base_median
     gen = rng if rng is not None else np.random.default_rng(DEFAULT_SEED)
-    base_boot = np.median(base[gen.integers(0, base.size, size=(resamples, base.size))], axis=1)
-    cand_boot = np.median(cand[gen.integers(0, cand.size, size=(resamples, cand.size))], axis=1)
+    base_boot = resampled_medians(base, gen.integers(0, base.size, size=(resamples, base.size)))
+    cand_boot = resampled_medians(cand, gen.integers(0, cand.size, size=(resamples, cand.size)))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = cand_boot / base_boot
     ratios = ratios[np.isfinite(ratios)]
@@ -71,6 +71,28 @@ def ratio_of_medians_ci(
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(ratios, [tail, 1.0 - tail])
     return RatioInterval(ratio, float(low), float(high))
+
+
+def resampled_medians(values: FloatArray, draws: NDArray[np.int64]) -> FloatArray:
+    """``np.median(values[draws], axis=1)``, exactly, without sorting every resample.
+
+    A resample's median is one of ``values``' order statistics (or the mean of two): count how
+    often each rank was drawn in each row, and the median is where the running count passes
+    the middle. Counting is linear in the draws, where a median per row partitions each row;
+    at the 100-odd repetitions a nightly cell holds it is about a third faster, with the same
+    numbers to the last bit.
+    """
+    rows, n = draws.shape
+    order = np.argsort(values, kind="stable")
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    offsets = (np.arange(rows, dtype=np.int64) * n)[:, None]
+    counts = np.bincount((rank[draws] + offsets).ravel(), minlength=rows * n).reshape(rows, n)
+    running = np.cumsum(counts, axis=1)
+    ordered = values[order]
+    low = ordered[np.argmax(running > (n - 1) // 2, axis=1)]
+    high = ordered[np.argmax(running > n // 2, axis=1)]
+    return (low + high) / 2.0
 
 
 def mann_whitney_p(baseline: ArrayLike, candidate: ArrayLike) -> float:

@@ -30,9 +30,10 @@ class ModelFolder:
     size: int  # bytes of all of them
 
 
-def model_folder(path: Path, where: str, needs: Sequence[str] = ()) -> ModelFolder:
-    """The artefacts of the folder holding ``path``; ``needs`` are files the engine reads
-    beside it (a tokenizer), each checked. ``where`` names the matrix key in errors."""
+def folder_files(path: Path, where: str, needs: Sequence[str] = ()) -> list[Path]:
+    """The files to push with ``path`` (its folder's regular files), checked: ``needs`` are
+    files the engine reads beside it (a tokenizer). ``where`` names the matrix key in errors.
+    Cheap (no hashing): a run checks every cell's before anything is pushed or stored."""
     if not path.is_file():
         raise ConfigError(f"{where}: {path} is not a file (the engine's model file, in the "
                           "folder to push)")
@@ -45,6 +46,13 @@ def model_folder(path: Path, where: str, needs: Sequence[str] = ()) -> ModelFold
         if not (folder / name).is_file():
             raise ConfigError(f"{where}: the engine reads {name} beside {path.name}, and "
                               f"{folder} has none")
+    return files
+
+
+def model_folder(path: Path, where: str, needs: Sequence[str] = ()) -> ModelFolder:
+    """The artefacts of the folder holding ``path`` (``folder_files``), content-addressed."""
+    files = folder_files(path, where, needs)
+    folder = path.parent
     shas = [(p.name, file_sha256(p)) for p in files]
     digest = hashlib.sha256("\n".join(f"{n} {s}" for n, s in shas).encode()).hexdigest()
     remote_dir = f"{DEVICE_ROOT}/models/{digest}"

@@ -27,6 +27,7 @@ from harness.matrix import Matrix, expand, load_matrix
 from harness.plan import resolve_models
 from harness.records import AdaptiveRecord
 from harness.run import store_io
+from harness.run.modelfiles import folder_files
 
 
 @dataclass(frozen=True)
@@ -109,11 +110,15 @@ def prepare_matrix(matrix_path: Path, options: RunOptions) -> Prepared:
     matrix = load_matrix(matrix_path)
     cells = expand(matrix)
     models = resolve_models(matrix, cells)
+    for cell in cells:  # every engine of the matrix loads (a generic one names its file)
+        engine = get_engine(cell.engine)
+        own = matrix.models[cell.model].engine_path(cell.engine, cell.quant)
+        if own is not None:  # an engine's own model files: there, with what it reads beside
+            folder_files(own, f"{matrix_path}: models.{cell.model}.engines.{cell.engine}",
+                         getattr(engine, "model_files", ()))
     root = builds_root(options.builds)
     names = sorted({c.build for c in cells if c.build != DEVICE_PYTHON_BUILD})
     builds = {name: open_build(root, name) for name in names}
-    for cell in cells:  # every engine of the matrix loads (a generic one names its file)
-        get_engine(cell.engine)
     return Prepared(matrix, cells, models, builds)
 
 

@@ -112,3 +112,14 @@ def test_welch_decides_constant_sides_explicitly() -> None:
     assert math.isnan(stats.welch_t_p([1.0], [2.0, 3.0]))
     a, b = [1.0, 2.0, 3.0, 4.0], [2.5, 3.5, 4.5, 6.0]
     assert stats.welch_t_p(a, b) == pytest.approx(sps.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 6, 7, 24, 125, 126])
+def test_resampled_medians_are_numpys_medians_to_the_bit(n: int) -> None:
+    from harness.analysis.stats import resampled_medians
+
+    rng = np.random.default_rng(n)
+    for values in (rng.normal(10.0, 1.0, n), np.round(rng.normal(10.0, 1.0, n))):  # ties too
+        draws = rng.integers(0, n, size=(300, n))
+        assert np.array_equal(resampled_medians(values, draws),
+                              np.median(values[draws], axis=1))

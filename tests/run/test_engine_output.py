@@ -99,3 +99,27 @@ def test_the_prompt_file_has_n_words_and_is_made_once(tmp_path: Path) -> None:
     assert first.local.read_text().split() == ["the"] * 64
     assert prompt_artifact(64, tmp_path) == first
     assert first.remote.endswith(f"/prompts/{first.sha256}/prompt.txt")
+
+
+def test_a_run_with_an_engine_file_missing_stops_before_anything_is_stored(
+        tmp_path: Path) -> None:
+    import pytest
+
+    from harness.errors import ConfigError
+    from harness.run.session import RunOptions, prepare_matrix
+
+    (tmp_path / "et").mkdir()
+    (tmp_path / "et" / "m.pte").write_text("x")  # no tokenizer.model beside it
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(
+        "name: t\naxes: {engine: [executorch-llama], build: [b], model: [m], quant: [Q4_0],"
+        " n_ctx: [512]}\nmodels:\n  m:\n    path: /nonexistent/m-{quant}.gguf\n"
+        "    card: {n_layer: 2, n_head: 2, n_head_kv: 2, head_dim: 64, n_embd: 128, n_ff: 256,"
+        " n_vocab: 1000, n_params: 1000000}\n"
+        f"    engines: {{executorch-llama: {tmp_path}/et/m.pte}}\n"
+        "workload: {n_prompt: 8, n_gen: 8}\n")
+    with pytest.raises(ConfigError, match=r"models.m.engines.executorch-llama: the engine "
+                                          r"reads tokenizer.model beside m.pte"):
+        prepare_matrix(matrix, RunOptions(results=tmp_path / "results",
+                                          builds=tmp_path / "builds"))
+    assert not (tmp_path / "results").exists()
