@@ -59,10 +59,10 @@ class EnergyFigures:
 def energy_of(key: tuple[str, str, str, str], rows: pd.DataFrame,
               label: str | None = None) -> EnergyFigures | None:
     """The energy of one candidate's ``counted`` rows; None when none was measured."""
-    state = column(rows, "energy_valid")
-    measured = rows[state.notna().to_numpy()]
-    if measured.empty:
+    state = column(rows, "energy_valid").notna().to_numpy()
+    if not state.any():  # energy not measured: nothing to select
         return None
+    measured = rows[state]
     good = measured[measured["energy_valid"].astype(bool).to_numpy()]
     bad = measured[~measured["energy_valid"].astype(bool).to_numpy()]
     reasons = Counter(str(r) if isinstance(r, str) and r else "no reason recorded"

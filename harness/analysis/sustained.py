@@ -117,9 +117,10 @@ class SustainedFigures:
 
 def figures(key: Sequence[str], rows: pd.DataFrame) -> SustainedFigures | None:
     """The figures of one candidate's sustained trials (``rows``: already ``counted``)."""
-    rows = rows[sustained_mask(rows)]
-    if rows.empty:
+    mask = sustained_mask(rows).to_numpy()
+    if not mask.any():  # a burst candidate: nothing to select
         return None
+    rows = rows[mask]
     first = rows.iloc[0].to_dict()
     seconds = float(pd.to_numeric(rows["sustained_s"]).max())
     throttle = pd.to_numeric(column(rows, "time_to_throttle_s"), errors="coerce").dropna()

@@ -19,7 +19,7 @@ from harness.errors import HarnessError
 # Sub-modules of harness.cli whose COMMANDS are registered, in --help order.
 COMMAND_MODULES = [
     "plan", "run", "analysis", "report", "energy", "models", "sim", "devices", "build", "demo",
-    "farm", "bisect", "store",
+    "farm", "bisect", "store", "site",
 ]
 
 

@@ -10,7 +10,6 @@ code is ever run. Pure functions, no I/O.
 from __future__ import annotations
 
 import ast
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -53,13 +52,13 @@ class Expression:
     names: frozenset[str]
 
     def evaluate(self, values: Mapping[str, float]) -> float | None:
-        """The value, or None when a name has no value, a divisor is 0 or the result is not
-        finite."""
+        """The value, or None when a name has no value or a divisor is 0 (an interval the tool
+        could not time). A capture that was infinite or NaN carries through, for the validity
+        gates to catch."""
         try:
-            result = _evaluate(self.tree, values)
+            return _evaluate(self.tree, values)
         except (KeyError, ZeroDivisionError, OverflowError):
             return None
-        return result if math.isfinite(result) else None
 
 
 def parse_expression(text: str) -> Expression:
@@ -133,14 +132,15 @@ def lookup(data: Any, path: str) -> Any:
 
 
 def number(value: Any) -> float | None:
-    """A finite float from a JSON value or a matched text, else None."""
+    """A float from a JSON value or a matched text, else None. An infinite or NaN value is
+    kept as the tool printed it: an impossible figure is for the validity gates to catch
+    (harness.run.validity), not to be read as a missing one."""
     if value is None or isinstance(value, bool):
         return None
     try:
-        result = float(value)
+        return float(value)
     except (TypeError, ValueError):
         return None
-    return result if math.isfinite(result) else None
 
 
 @dataclass(frozen=True)

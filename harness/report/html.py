@@ -71,12 +71,18 @@ def heat_style(value: float | None, heatmap: Heatmap) -> str:
     return f"background:#{r:02x}{g:02x}{b:02x};color:{text}"
 
 
-def environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("harness.report", "templates"),
+def template_environment(package: str) -> Environment:
+    """jinja2 over ``package``'s templates/: autoescape on for every template, undefined names
+    an error. The report and the dashboard (harness.site) render with it."""
+    return Environment(
+        loader=PackageLoader(package, "templates"),
         autoescape=select_autoescape(enabled_extensions=("html", "j2"), default=True),
         undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
     )
+
+
+def environment() -> Environment:
+    env = template_environment("harness.report")
     env.filters.update(num=_num, gib=_gib, pct=pct, when=_when, thermal=_thermal)
     env.globals["heat_style"] = heat_style
     return env

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import shlex
 import threading
 import time
@@ -101,7 +102,9 @@ __all__ = [  # the launch line and its readers live in harness.run.watch; kept i
     "watcher_memory",
 ]
 
-CALIBRATION_REPS = 2  # a sustained cell's calibration launch: the last repetition counts
+CALIBRATION_REPS = 3  # a sustained cell's calibration launch: its fastest repetition but
+# the first (which may still fill caches) counts, so a host busier while calibrating than
+# while measuring makes the launch longer than its duration, never shorter
 SUSTAINED_OVERRUN = 5  # a sustained launch may take this many times its duration (throttled)
 MAX_UNREADABLE = 12  # reasons kept per trial (a phone can deny dozens of thermal zones)
 GPU_DUMPSYS_S = 1.0  # a device cell's dumpsys meminfo, on phones without kgsl nodes
@@ -525,8 +528,10 @@ class TrialRunner:
             stdout, _, written = result.stdout.partition(f"{CALIBRATION_MARK}\n")
             found = ctx.engine.measure(ctx.engine.parse(
                 EngineOutput(stdout, result.stderr, written if name else None)))
-            if found:  # the last one: the first may still fill caches
-                rep_s = rep_seconds(found[-1], cell)
+            timed = [t for m in (found[1:] or found)  # the fastest after the first
+                     if math.isfinite(t := rep_seconds(m, cell))]
+            if timed:
+                rep_s = min(timed)
         except (DeviceError, EngineError):
             pass  # the measured launch will fail the same way and say why
         reps = sustained.repetitions_for(cell.sustained_s, rep_s)
