@@ -59,7 +59,7 @@ TTFT_FIRST_DECODE = "prefill+first_decode"
 TTFT_END_TO_END = "request_to_first_token"
 TTFT_DEFINITIONS = (TTFT_PROMPT, TTFT_FIRST_DECODE, TTFT_END_TO_END)
 
-STREAMS = ("stdout", "stderr", "both")
+STREAMS = ("stdout", "stderr", "both", "file")  # EngineOutput.stream
 PROMPT_WORD = "the"  # one token per repetition in the vocabularies we know: see prompt_text
 
 
@@ -93,7 +93,7 @@ class EngineOutput:
             return "\n".join(part for part in (self.stdout, self.stderr) if part)
         if which == "file":
             return self.file or ""
-        raise EngineError(f"unknown output stream {which!r}; use {', '.join(STREAMS)} or file")
+        raise EngineError(f"unknown output stream {which!r}; use {', '.join(STREAMS)}")
 
     def tail(self, lines: int = 8) -> str:
         """The last lines of everything read, for a trial whose output could not be parsed."""
@@ -231,6 +231,7 @@ def affinity_mask(cell: Cell, cpu_mask: str | None) -> str | None:
 # CUDA0, MTL0, HTP0 ...; "none" is the CPU), for tools whose backend flag names a family.
 _GPU_PREFIXES = ("vulkan", "opencl", "cuda", "mtl", "metal", "gpu", "rocm", "sycl")
 _NPU_PREFIXES = ("htp", "qnn", "npu", "hexagon", "apu", "neuron", "tpu", "dsp")
+DEVICE_FAMILIES = ("cpu", "gpu", "npu")  # what device_family answers
 
 
 def device_family(compute_device: str) -> str | None:

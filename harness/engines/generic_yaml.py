@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from harness.cell import FLASH_ATTN, LOAD_MODES, Cell
-from harness.engines.base import TTFT_DEFINITIONS, device_family
+from harness.engines.base import DEVICE_FAMILIES, STREAMS, TTFT_DEFINITIONS, device_family
 from harness.engines.derived import (
     METRICS,
     Metric,
@@ -24,12 +24,10 @@ from harness.engines.generic import CELL_FIELDS, GenericEngine, render
 from harness.errors import ConfigError
 
 FORMATS = ("jsonl", "regex")
-STREAMS = ("stdout", "stderr", "both", "file")
 _FIELD_TYPES = {f.name: str(f.type) for f in fields(Cell)}
 PLACEHOLDERS = ("binary", "binary_dir", "model", "model_dir", "cpu_mask", "device",
                 "prompt_file", "output_file", *CELL_FIELDS)
 ENV_PLACEHOLDERS = ("binary_dir", "model_dir")
-DEVICE_FAMILIES = ("cpu", "gpu", "npu")
 OUTPUT_KEYS = ("format", "stream", "file", "prefix", "captures", "aggregate", "per_repetition",
                "ttft_definition", *METRICS)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

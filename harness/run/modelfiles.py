@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.artifacts.hashing import file_sha256
+from harness.artifacts.hashing import cached_file_sha256
 from harness.engines.base import prompt_text
 from harness.errors import ConfigError
 from harness.run.deploy import DEVICE_ROOT, Artifact
@@ -53,7 +53,7 @@ def model_folder(path: Path, where: str, needs: Sequence[str] = ()) -> ModelFold
     """The artefacts of the folder holding ``path`` (``folder_files``), content-addressed."""
     files = folder_files(path, where, needs)
     folder = path.parent
-    shas = [(p.name, file_sha256(p)) for p in files]
+    shas = [(p.name, cached_file_sha256(p)) for p in files]
     digest = hashlib.sha256("\n".join(f"{n} {s}" for n, s in shas).encode()).hexdigest()
     remote_dir = f"{DEVICE_ROOT}/models/{digest}"
     artifacts = tuple(Artifact(folder / name, sha, f"{remote_dir}/{name}")

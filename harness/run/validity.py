@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.android.power import DOZING_STATES
+from harness.engines.derived import number
 from harness.matrix import Requirements
 from harness.records import Outcome, TrialRecord
 from harness.run import outputcheck
@@ -65,16 +66,6 @@ class Bandwidth:
         return f"{self.gbps:.1f} GB/s ({self.source})"
 
 
-def _number(value: Any) -> float | None:
-    """A rate as a float, None when absent (a bool or text is not a rate)."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def _impossible_rate(value: float) -> bool:
     return math.isnan(value) or math.isinf(value) or value <= 0
 
@@ -92,7 +83,7 @@ def bad_rates(trial: TrialRecord) -> str | None:
     if trial.n_gen > 0:
         checked.append(("tg_tps", trial.tg_tps))
     bad = [f"{name}={_show(v)}" for name, raw in checked
-           if (v := _number(raw)) is not None and _impossible_rate(v)]
+           if (v := number(raw)) is not None and _impossible_rate(v)]
     return f"impossible rate: {', '.join(bad)}" if bad else None
 
 
@@ -100,7 +91,7 @@ def faster_than_memory(trial: TrialRecord, bandwidth: Bandwidth | None) -> str |
     """Gate 2: each generated token reads every weight once, so tg_tps x the weights' bytes
     cannot exceed the memory's bandwidth (by more than ``BANDWIDTH_MARGIN``; more for weights
     small enough to stay in the caches)."""
-    tg = _number(trial.tg_tps)
+    tg = number(trial.tg_tps)
     weights = trial.model_file_bytes
     if bandwidth is None or bandwidth.gbps <= 0 or not weights or weights <= 0:
         return None
@@ -244,7 +235,7 @@ def check(trial: TrialRecord, require: Requirements | None = None,
 
 def needs_bandwidth(trial: TrialRecord) -> bool:
     """Whether the bandwidth gate has something to check (so a probe is worth running)."""
-    tg = _number(trial.tg_tps)
+    tg = number(trial.tg_tps)
     return (trial.outcome == Outcome.OK and trial.n_gen > 0 and bool(trial.model_file_bytes)
             and tg is not None and not _impossible_rate(tg))
 
