@@ -55,6 +55,7 @@ PHONE_FIGURES: dict[str, PhoneFigure] = {
 }
 HOST_FIGURES: dict[str, HostFigure] = {
     "report": scripts.report,
+    "site": scripts.site,
     "detector": lambda work, quick: scripts.detector(quick),
 }
 NAMES = (*PHONE_FIGURES, *HOST_FIGURES)
@@ -135,7 +136,7 @@ def _group_loads(meta: dict[str, Any]) -> dict[str, str]:
     """Figure number -> load average text, from the module that measured it."""
     module_of = {"1": "sampler", "2": "push", "3": "farm", "4": "sampler", "5": "report",
                  "6": "detector", "7": "memory", "8": "real",
-                 "12": "gpusampler"}
+                 "12": "gpusampler", "13": "site"}
     loads = {}
     for number, module in module_of.items():
         info = meta["figures"].get(module)

@@ -105,3 +105,32 @@ def detector(quick: bool) -> tuple[list[Figure], dict[str, Any]]:
     return figures, {"detector": {k: result[k] for k in ("mode", "params", "elapsed_s")
                                   if k in result},
                      "load_average": os.getloadavg()}
+
+
+def site(work: Path, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
+    """Item 4 of issue 39: scripts/bench_site.py's synthetic year (``--quick``: 30 nights)."""
+    out = RESULTS / "site.json"
+    argv = [sys.executable, "scripts/bench_site.py", "--out", str(out)]
+    if quick:
+        argv.append("--quick")
+    _, done = run_child(argv)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench_site.py failed: {done.stderr[-2000:]}")
+    r = json.loads(out.read_text())
+    scale = f"{r['trials']:,} trials, {r['spec']['nights']} nights"
+    full, inc, sizes, load = r["full"], r["incremental"], r["sizes"], r["index_load"]
+    report = r.get("report")
+    beside = f"; the report on the same store {report['seconds']:.1f} s" if report else ""
+    figures = [
+        Figure("13 site: full build", full["seconds"], "s", scale, "<= 300 s",
+               r["met"]["full"], f"peak RSS {full['peak_rss_bytes'] / GIB:.2f} GiB{beside}"),
+        Figure("13 site: one more night", inc["seconds"], "s", scale, "<= 60 s",
+               r["met"]["incremental"],
+               f"{inc['output']['written']} files written, {inc['output']['unchanged']} kept"),
+        Figure("13 site: largest page", sizes["largest_page_bytes"] / 2**20, "MiB", scale,
+               "<= 2 MiB", r["met"]["page"], sizes["largest_page"]),
+        Figure("13 site: index load (Chromium)", load["seconds"] if load else None, "s",
+               scale, "<= 2 s", r["met"]["index_load"],
+               "beyond an empty page's load" if load else "chromium not installed"),
+    ]
+    return figures, {"bench_site": r, "stdout": done.stdout[-3000:]}

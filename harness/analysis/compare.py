@@ -118,25 +118,29 @@ def measure(
     *,
     throttled_baseline: int = 0,
     throttled_candidate: int = 0,
+    p_value: float | None = None,
+    interval: stats.RatioInterval | None = None,
 ) -> PairStatistics:
-    """Compute every number of one cell.
+    """Compute every number of one cell (``p_value``: its Mann-Whitney p, when the caller
+    computed it with others, ``stats.mann_whitney_p_many``).
 
     A fresh generator seeded from the policy per cell keeps results independent of cell order.
     """
     base = stats.as_array(baseline)
     cand = stats.as_array(candidate)
-    interval = stats.ratio_of_medians_ci(
-        base,
-        cand,
-        confidence=policy.confidence,
-        resamples=policy.resamples,
-        rng=np.random.default_rng(policy.seed),
-    )
+    if interval is None:
+        interval = stats.ratio_of_medians_ci(
+            base,
+            cand,
+            confidence=policy.confidence,
+            resamples=policy.resamples,
+            rng=np.random.default_rng(policy.seed),
+        )
     return PairStatistics(
         ratio=interval.ratio,
         ci_low=interval.low,
         ci_high=interval.high,
-        p_value=stats.mann_whitney_p(base, cand),
+        p_value=stats.mann_whitney_p(base, cand) if p_value is None else p_value,
         cliffs_delta=stats.cliffs_delta(base, cand),
         cv_baseline=stats.coefficient_of_variation(base),
         cv_candidate=stats.coefficient_of_variation(cand),
@@ -342,7 +346,12 @@ def compare_many(
     )
     counts = throttled or {}
     measured: dict[K, PairStatistics] = {}
-    for key, (base, cand) in groups.items():
+    pairs = list(groups.values())
+    p_values = stats.mann_whitney_p_many(pairs)
+    intervals = stats.ratio_of_medians_ci_many(pairs, confidence=policy.confidence,
+                                               resamples=policy.resamples, seed=policy.seed)
+    for (key, (base, cand)), p_value, interval in zip(groups.items(), p_values, intervals,
+                                                      strict=True):
         throttled_base, throttled_cand = _pair(counts.get(key))
         measured[key] = measure(
             base,
@@ -350,6 +359,8 @@ def compare_many(
             policy,
             throttled_baseline=throttled_base,
             throttled_candidate=throttled_cand,
+            p_value=float(p_value),
+            interval=interval,
         )
     keys = list(measured)
     adjusted = stats.benjamini_hochberg([measured[k].p_value for k in keys])

@@ -277,25 +277,30 @@ def _side_groups(frame: pd.DataFrame, side: Side, metrics: Sequence[str],
     kept = usable_mask(narrow, include_throttled).to_numpy()
     values = {m: narrow[METRIC_COLUMNS[m]].to_numpy(dtype=np.float64, na_value=np.nan)
               for m in metrics}
-    outcome = narrow["outcome"]
+    # outcomes as codes counted per group (not a value_counts per cell)
+    codes, names = pd.factorize(narrow["outcome"].astype(object).to_numpy(), sort=True)
     emulation = _emulation_parts(narrow)
     at = narrow["_at"].to_numpy()
+    labels: dict[str, str] = {}  # a configuration's label, made once (config_id hashes it)
     groups: dict[CellKey, SampleGroup] = {}
     grouped = narrow.groupby(by, sort=True, observed=True)
     for (serial, config), positions in grouped.indices.items():
         key = CellKey(str(serial), str(config))
         pos = np.sort(positions)
         use = pos[kept[pos]]
+        if key.config_id not in labels:
+            labels[key.config_id] = config_label(frame.iloc[int(at[pos[0]])].to_dict())
+        counted = np.bincount(codes[pos][codes[pos] >= 0], minlength=len(names))
         groups[key] = SampleGroup(
             key=key,
             build_id=side.build,
-            label=config_label(frame.iloc[int(at[pos[0]])].to_dict()),
+            label=labels[key.config_id],
             values={m: v[use][~np.isnan(v[use])] for m, v in values.items()},
             n_trials=len(pos),
             n_ok=int(ok[pos].sum()),
             n_throttled_excluded=0 if include_throttled else int(hot[pos].sum()),
-            outcomes={str(k): int(v) for k, v in outcome.iloc[pos].value_counts().items()
-                      if v},
+            outcomes={str(names[i]): int(counted[i]) for i in np.argsort(-counted, kind="stable")
+                      if counted[i]},
             cpu_emulation=",".join(sorted(set().union(*(emulation[i] for i in pos)))) or None,
             n_not_applied_excluded=int(flagged[pos].sum()),
             n_invalid_excluded=int(failed[pos].sum()),

@@ -12,7 +12,7 @@ nightly history is); engines never share one, as they are different programs.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,11 +114,25 @@ def _series_points(rows: pd.DataFrame, column: str) -> dict[tuple[str, str, str]
         ["median", "size"])
     builds = _night_builds(rows).reindex(stats.index)
     out: dict[tuple[str, str, str], list[NightPoint]] = {}
-    for (serial, config, engine, night), median, n, build in zip(
-            stats.index, stats["median"], stats["size"], builds, strict=True):
-        key = (str(serial), str(config), str(engine))
-        out.setdefault(key, []).append(NightPoint(str(night), float(median), int(n), str(build)))
+    flat = stats.reset_index()  # plain columns: no MultiIndex tuple per point (a farm's year
+    # is 700,000 of them)
+    texts = [flat[k].astype(str).tolist() for k in (*_KEYS, "night")]
+    medians = flat["median"].astype(float).tolist()
+    sizes = flat["size"].astype(int).tolist()
+    for serial, config, engine, night, median, n, build in zip(
+            *texts, medians, sizes, builds.astype(str).tolist(), strict=True):
+        key = (serial, config, engine)
+        points = out.get(key)
+        if points is None:
+            points = out[key] = []
+        points.append(NightPoint(night, median, n, build))
     return out
+
+
+def changes_of(points: Sequence[NightPoint], p_value: float = 0.001,
+               min_magnitude: float = 0.03, min_size: int = 3) -> list[Change]:
+    """The change points of one series' nights (``nightly_history``'s detection)."""
+    return _changes(points, p_value, min_magnitude, min_size)
 
 
 def _changes(points: Sequence[NightPoint], p_value: float, min_magnitude: float,
@@ -148,9 +162,13 @@ def nightly_history(
     p_value: float = 0.001,
     min_magnitude: float = 0.03,
     min_size: int = 3,
+    find_changes: Callable[[Sequence[NightPoint]], Sequence[Change]] | None = None,
 ) -> list[Series]:
     """Nightly medians and change points of every device x config x engine (optionally
     filtered), sorted by device, config and engine.
+
+    ``find_changes`` replaces the detection with the same parameters for a series' points (the
+    site passes one that remembers each series' answer by its points).
 
     ``builds`` keeps only those builds, ``exclude_builds`` drops some (a reference build run
     every night next to the nightly one would otherwise be mixed into the same medians);
@@ -166,7 +184,8 @@ def nightly_history(
     firsts = rows.drop_duplicates(_KEYS).set_index(_KEYS)
     out = []
     for key, points in sorted(_series_points(rows, column).items()):
-        changes = _changes(points, p_value, min_magnitude, min_size)
+        changes = list(find_changes(points)) if find_changes is not None \
+            else _changes(points, p_value, min_magnitude, min_size)
         label = config_label(firsts.loc[key].to_dict())
         out.append(Series(key[0], key[1], label, name, tuple(points), tuple(changes), key[2]))
     return out

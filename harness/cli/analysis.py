@@ -41,7 +41,7 @@ from harness.analysis.nightly import (
 )
 from harness.analysis.recommend import Recommendation
 from harness.budget import DEFAULT_RESERVE_BYTES
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError
 from harness.metrics import DEFAULT_METRICS, METRIC_COLUMNS, OBJECTIVES
 from harness.plan import parse_size
 from harness.units import pct
@@ -626,11 +626,16 @@ def report_step() -> Reporter | None:
                    "not change the exit code.")
 @click.option("--on-alert-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, metavar="SECONDS", help="Time --on-alert CMD may take.")
+@click.option("--site", "site_dir", type=click.Path(path_type=Path), default=None,
+              metavar="DIR", help="Bring the farm dashboard in DIR up to date after the night "
+              "(`harness site build --results RESULTS -o DIR --reports REPORTS`); checked "
+              "before the run. A failure is one line on stderr and does not change the exit "
+              "code.")
 @JSON
 def nightly_command(matrix: Path, baseline: str, devices_spec: str, profile: str, results: Path,
                     gate_specs: tuple[str, ...], metric_text: str, reports: Path,
                     alerts_file: Path | None, on_alert: str | None, on_alert_timeout: float,
-                    as_json: bool) -> None:
+                    site_dir: Path | None, as_json: bool) -> None:
     """Run MATRIX, compare with the baseline and the previous night, report, write the alert
     document, exit by the gates.
 
@@ -639,6 +644,7 @@ def nightly_command(matrix: Path, baseline: str, devices_spec: str, profile: str
       harness nightly matrices/nightly.yaml --baseline release --gate tg_tps:-3%
       harness nightly matrices/smoke.yaml --baseline host-release --devices sim:2
       harness nightly matrices/nightly.yaml --baseline release --on-alert 'scripts/notify {}'
+      harness nightly matrices/nightly.yaml --baseline release --site /srv/www/farm
     """
     if not matrix.is_file():
         raise ConfigError(f"{matrix}: no such matrix file")
@@ -646,6 +652,10 @@ def nightly_command(matrix: Path, baseline: str, devices_spec: str, profile: str
         raise ConfigError(f"--alerts {alerts_file}: name a .json file (the Markdown is written "
                           "beside it, with .md)")
     gates = canonical_gates(gate_specs)
+    if site_dir is not None:
+        from harness.site.build import read_manifest
+
+        read_manifest(site_dir)  # a folder that is not our site: refused before the night runs
     result = run_nightly(matrix, baseline=baseline, results=results,
                          run=make_runner(devices_spec, profile), gates=gates,
                          metrics=parse_metrics(metric_text), report=report_step(),
@@ -656,9 +666,11 @@ def nightly_command(matrix: Path, baseline: str, devices_spec: str, profile: str
         failure = run_on_alert(on_alert, doc_path, on_alert_timeout)
         if failure is not None:
             click.echo(f"warning: {failure}", err=True)
+    site = _nightly_site(results, site_dir, reports) if site_dir is not None else None
     if as_json:
         click.echo(json.dumps({**result.to_json(), "alerts": {
-            "path": str(doc_path), **alerts.counts(), "listed": alerts.listed}}, indent=2))
+            "path": str(doc_path), **alerts.counts(), "listed": alerts.listed},
+            "site": site}, indent=2))
     else:
         console = _console()
         for comparison in result.comparisons:
@@ -673,10 +685,29 @@ def nightly_command(matrix: Path, baseline: str, devices_spec: str, profile: str
         if result.report is not None:
             click.echo(f"report: {result.report}")
         click.echo(f"alerts: {doc_path} ({alerts.listed} listed)")
+        if site is not None and "error" not in site:
+            click.echo(f"site: {site['output']} ({site['written']} files written, "
+                       f"{site['unchanged']} unchanged, {site['seconds']:.1f} s)")
         click.echo(f"night {result.night} (run {result.run_id}): "
                    f"{'gates passed' if result.passed else 'a gate failed'}")
     if not result.passed:
         sys.exit(1)
+
+
+def _nightly_site(results: Path, site_dir: Path, reports: Path) -> dict[str, Any]:
+    """The dashboard brought up to date after a night; a failure is a warning, not the exit
+    code (the night's results and alert document are already written)."""
+    from harness.site.build import build_site
+
+    try:
+        built = build_site(results, site_dir, reports=reports if reports.is_dir() else None)
+    except HarnessError as error:
+        click.echo(f"warning: --site {site_dir}: the dashboard was not updated: {error}",
+                   err=True)
+        return {"output": str(site_dir), "error": str(error)}
+    out = built.to_json()
+    out.pop("pages_written", None)
+    return out
 
 
 @click.command("noise")

@@ -15,21 +15,28 @@ so); anything else is refused with one line before a single file is written.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from datetime import date, timedelta
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.frames import load_trials
+import pandas as pd
+
+from harness.analysis.monitor import with_stored_energy
 from harness.analysis.nightly import alerts_path
 from harness.errors import ConfigError, StoreError
 from harness.site import feed, paths
-from harness.site.model import SCHEMA_VERSION, SiteModel, digest, recommend_json
+from harness.site.model import COLUMNS, SCHEMA_VERSION, SiteModel, digest, recommend_json
 from harness.site.render import RENDER_VERSION, render_page
+from harness.store import part_files, read_arrow
 
 MANIFEST = "site.json"
 GENERATOR = "harness site"
@@ -90,9 +97,13 @@ class DiskMemo:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.used: set[str] = set()
+        self.pending: dict[str, Future[Any]] = {}
 
     def get(self, key: str, compute: Callable[[], Any]) -> Any:
         self.used.add(key)
+        if key in self.pending:  # computed elsewhere (a process of the build's pool)
+            future = self.pending.pop(key)
+            compute = future.result
         path = self.folder / f"{key}.json"
         if path.is_file():
             try:
@@ -101,6 +112,17 @@ class DiskMemo:
                 pass
         value = compute()
         write_atomic(path, json.dumps(value, sort_keys=True, allow_nan=False))
+        return value
+
+    def peek(self, key: str) -> Any | None:
+        path = self.folder / f"{key}.json"
+        if not path.is_file():
+            return None
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            return None
+        self.used.add(key)
         return value
 
     def prune(self) -> None:
@@ -147,6 +169,65 @@ def attachments(reports: Path | None, nights: list[str]
     return extras, files
 
 
+def site_trials(results: Path) -> pd.DataFrame:
+    """The columns of every trial the pages read (``model.COLUMNS``), not the store's hundred."""
+    # one chunk per column, not one per part: a year's 365 parts made every row selection
+    # (a comparison's, a recommendation's) walk 365 chunks per column
+    frame = read_arrow(results, "trials", columns=COLUMNS).combine_chunks().to_pandas()
+    if frame.empty:
+        raise StoreError(f"--results {results}: the store holds no trials")
+    return frame
+
+
+def _near(results: Path, first: str, last: str) -> list[Path]:
+    """The trials parts whose date partition is within a day of ``first``..``last`` (a night is
+    the date its trials started; a run's partition is its own start's date)."""
+    low = (date.fromisoformat(first) - timedelta(days=1)).isoformat()
+    high = (date.fromisoformat(last) + timedelta(days=1)).isoformat()
+    out = []
+    for path in part_files(results, "trials"):
+        day = path.parent.name.removeprefix("date=")
+        if not path.parent.name.startswith("date=") or low <= day <= high:
+            out.append(path)
+    return out
+
+
+def recommend_from_store(results: Path, serial: str, build: str,
+                         nights: list[str]) -> dict[str, Any]:
+    """``recommend_json`` of the device's trials of ``build`` read whole (every column, the
+    energy table applied) from the parts of ``nights``, the nights the build ran."""
+    filters: list[tuple[str, str, object]] = [("device_serial", "=", serial),
+                                              ("build_id", "=", build)]
+    table = read_arrow(results, "trials", files=_near(results, nights[0], nights[-1]),
+                       filters=filters)
+    frame = with_stored_energy(results, table.to_pandas())
+    return recommend_json(frame, serial, build)
+
+
+def device_recommender(results: Path, model_nights: Callable[[str], list[str]]
+                       ) -> Callable[[str, str], dict[str, Any]]:
+    """``recommend(serial, build)``: ``recommend_from_store`` for the model's nights."""
+    def recommend(serial: str, build: str) -> dict[str, Any]:
+        return recommend_from_store(results, serial, build, model_nights(build))
+
+    return recommend
+
+
+#: From this many trials a build computes the recommendations its memo lacks in a process of
+#: its own, beside the rest (the change points, the pages) on the other core; below, the
+#: process's start would cost more than it saves.
+POOL_FROM_TRIALS = 50_000
+
+
+def start_recommendations(results: Path, model: SiteModel, memo: DiskMemo,
+                          pool: Executor) -> None:
+    """Submit every recommendation the memo lacks to ``pool``; the memo hands out each result
+    when a device page asks for it."""
+    for serial, build, key in model.recommendations_missing():
+        memo.pending[key] = pool.submit(recommend_from_store, results, serial, build,
+                                        model.nights_of(build))
+
+
 Output = tuple[str, Any, Callable[[], str | bytes]]  # (site path, digest input, content)
 
 
@@ -189,13 +270,36 @@ def build_site(results: Path, out: Path, *, reports: Path | None = None,
         raise StoreError(f"--results {results}: not a results store (no trials/ folder); pass "
                          "the folder `harness run` writes to")
     old = read_manifest(out)
-    frame = load_trials(results)
+    frame = site_trials(results)
     loaded = time.perf_counter()
     memo = DiskMemo(out / CACHE)
-    model = SiteModel(frame, memo, recommend_json if recommend else None)
+    model: SiteModel | None = None
+
+    def build_nights(build: str) -> list[str]:
+        assert model is not None
+        return model.nights_of(build)
+
+    model = SiteModel(frame, memo, device_recommender(results, build_nights)
+                      if recommend else None)
     extras, files = attachments(reports, model.nights)
     model.extras = extras
-    modelled = time.perf_counter()
+    missing = model.recommendations_missing()
+    pooled = len(frame) >= POOL_FROM_TRIALS and bool(missing)
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) if pooled \
+            else contextlib.nullcontext() as pool:
+        if pool is not None:
+            start_recommendations(results, model, memo, pool)
+        modelled = time.perf_counter()
+        result = _write(model, memo, out, old, title, base_url, files)
+    end = time.perf_counter()
+    return BuildResult(out, result[0], result[1], end - start, len(model.nights),
+                       {"load": loaded - start, "model": modelled - loaded,
+                        "pages": end - modelled})
+
+
+def _write(model: SiteModel, memo: DiskMemo, out: Path, old: dict[str, str], title: str,
+           base_url: str | None, files: dict[str, Path]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Write every output whose digest changed, then the manifest; prune the memo."""
     pages: dict[str, str] = {}
     written, unchanged = [], []
     out.mkdir(parents=True, exist_ok=True)
@@ -216,8 +320,5 @@ def build_site(results: Path, out: Path, *, reports: Path | None = None,
     if not target.is_file() or target.read_text(encoding="utf-8") != text:
         write_atomic(target, text)
     memo.prune()
-    end = time.perf_counter()
-    return BuildResult(out, tuple(written), tuple(unchanged), end - start, len(model.nights),
-                       {"load": loaded - start, "model": modelled - loaded,
-                        "pages": end - modelled})
+    return tuple(written), tuple(unchanged)
 

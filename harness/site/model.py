@@ -21,7 +21,15 @@ Rules the pages show:
   ok, valid, applied, not throttled); throttled trials' medians and nights with invalid trials
   are drawn as separate marks, never joined into the line;
 * a **build's baseline** is the build first seen before it (by night, then name); a night is
-  compared with the previous night (each night's main build, engine by engine).
+  compared with the previous night (each night's main build, engine by engine);
+* a device's **recommendation** is ``harness recommend --device SERIAL --build BUILD`` for the
+  main build of its latest night (what it would run today), the command shown with it.
+
+Scale: every figure comes from ``tables``' aggregates (one group-by each over the whole frame),
+change points are remembered per series by its points, comparisons and recommendations by the
+digest of their rows. A night's comparison is computed for the newest ``COMPARED_NIGHTS``
+nights; an older night shows the one computed on its own morning when the memo holds it (a
+site built every night holds them all), and says so when it does not.
 """
 
 from __future__ import annotations
@@ -38,13 +46,18 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.ab import BuildComparison, compare_builds
-from harness.analysis.frames import engine_column, invalid, nights, throttled, usable_mask
-from harness.analysis.trend import Series, nightly_history
-from harness.records import FAILED
-from harness.site import paths
+from harness.analysis.frames import _GROUP_READS
+from harness.analysis.trend import Change, NightPoint, Series, changes_of, nightly_history
+from harness.labels import CONFIG_COLUMNS
+from harness.site import paths, tables
+from harness.site.tables import METRICS
 
-SCHEMA_VERSION = 1
-METRICS = ("tg_tps", "pp_tps")
+SCHEMA_VERSION = 2
+#: What ``nightly_history`` reads of the trials besides a metric and the configuration.
+HISTORY_READS = ("device_serial", "config_id", "engine", "build_id", "started_at", "outcome",
+                 "throttled", "valid", "config_not_applied")
+COMPARED_NIGHTS = 30
+TABLE_NIGHTS = 120  # a configuration page's table: its newest nights (the chart has them all)
 STRIP_NIGHTS = 30
 MISSING_FLAG_NIGHTS = 2
 MISSING_LOOKBACK = 7
@@ -52,11 +65,14 @@ TREND_NIGHTS = 14
 TREND_SLOPE_C = 0.1
 TREND_RISE_C = 1.0
 FLAGGED_SHOWN = 50
-_NARROW = ("run_id", "trial_id", "cell_id", "config_id", "device_serial", "device_model",
-           "device_manufacturer", "device_soc", "device_sdk", "device_ram_bytes", "build_id",
-           "engine", "night", "outcome", "error", "throttled", "valid", "tg_tps", "pp_tps",
-           "battery_temp_c", "max_temp_c", "started_at", "_usable", "_throttled", "_invalid",
-           "_ok", "_failed")
+#: The trial columns the site reads (pages, comparisons, change points); a recommendation
+#: reads its own rows whole (``recommend_json``).
+COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((
+    "run_id", "trial_id", "cell_id", "config_id", "device_serial", "device_model",
+    "device_manufacturer", "device_soc", "device_sdk", "device_ram_bytes", "build_id",
+    "engine", "outcome", "error", "throttled", "valid", "tg_tps", "pp_tps", "battery_temp_c",
+    "max_temp_c", "started_at", "engine_aggregate_n", "invalid_reason", *_GROUP_READS,
+    *CONFIG_COLUMNS)))
 _ROW_COLUMNS = ("trial_id", "device_serial", "config_id", "build_id", "engine", "outcome",
                 "throttled", "valid", "tg_tps", "pp_tps", "battery_temp_c", "max_temp_c")
 
@@ -65,6 +81,9 @@ class Memo(Protocol):
     """A store of computed JSON values by key (the build keeps one on disk)."""
 
     def get(self, key: str, compute: Callable[[], Any]) -> Any: ...
+
+    def peek(self, key: str) -> Any | None:
+        """The value stored under ``key``, or None (nothing is computed)."""
 
 
 class DictMemo:
@@ -78,21 +97,15 @@ class DictMemo:
             self.values[key] = compute()
         return self.values[key]
 
+    def peek(self, key: str) -> Any | None:
+        return self.values.get(key)
+
 
 def digest(value: Any) -> str:
     """SHA-256 of ``value`` as canonical JSON."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str,
                       allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def rows_digest(rows: pd.DataFrame) -> str:
-    """SHA-256 of the rows' identifying and measured columns (their order does not matter)."""
-    cols = [c for c in _ROW_COLUMNS if c in rows.columns]
-    if rows.empty:
-        return hashlib.sha256(b"empty").hexdigest()
-    hashed = pd.util.hash_pandas_object(rows[cols], index=False).to_numpy()
-    return hashlib.sha256(np.sort(hashed).tobytes()).hexdigest()
 
 
 def _num(value: Any) -> float | None:
@@ -126,11 +139,6 @@ class DeviceFacts:
     def display(self) -> str:
         return f"{self.name} ({self.serial})" if self.name and self.name != self.serial \
             else self.serial
-
-
-def _first(values: pd.Series) -> str:
-    kept = values.dropna()
-    return str(kept.iloc[0]) if not kept.empty else ""
 
 
 def battery_trend(temps: Sequence[float | None]) -> tuple[float | None, float | None]:
@@ -176,57 +184,93 @@ def bisect_line(good: str, bad: str, cell_id: str, serial: str) -> str:
 
 
 class SiteModel:
-    """Every page's data from one trials frame; see the module docstring."""
+    """Every page's data from one trials frame; see the module docstring.
+
+    ``recommend(serial, build)`` answers a device's recommendation (``recommend_json`` over that
+    device's rows of the build, read whole); it is called only when the memo lacks the answer.
+    """
 
     def __init__(self, frame: pd.DataFrame, memo: Memo | None = None,
-                 recommend: Callable[[pd.DataFrame, str], dict[str, Any]] | None = None,
+                 recommend: Callable[[str, str], dict[str, Any]] | None = None,
                  extras: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.memo: Memo = memo or DictMemo()
         self.extras = extras or {}  # per night: its copied report and alert document
         self._recommend = recommend
-        night = nights(frame).to_numpy()
-        full = frame.assign(night=night, engine=engine_column(frame).astype(str).to_numpy())
-        full["_usable"] = usable_mask(full).to_numpy()
-        full["_throttled"] = throttled(full).to_numpy()
-        full["_invalid"] = invalid(full).to_numpy()
-        full["_ok"] = (full["outcome"] == "ok").to_numpy()
-        full["_failed"] = full["outcome"].isin(list(FAILED)).to_numpy()
-        self.full = full  # every column: what comparisons read
-        self.frame = full[[c for c in _NARROW if c in full.columns]]  # what pages read
+        self.frame = tables.prepare(frame)
+        self.full = self.frame  # what comparisons read (the same columns, ``COLUMNS``)
         self.nights: list[str] = sorted(str(n) for n in pd.unique(self.frame["night"].dropna()))
         self.latest = self.nights[-1]
-        self.history: dict[str, list[Series]] = {m: nightly_history(frame, m) for m in METRICS}
-        self.devices = self._devices()
-        self._by_device = {str(k): g for k, g in
-                           self.frame.groupby("device_serial", sort=True, observed=True)}
-        self._by_night = {str(k): g for k, g in
-                          self.frame.groupby("night", sort=True, observed=True)}
+        self._config_nights = tables.config_nights(self.frame)
+        self._config_rows = tables.split(self._config_nights, tables.SERIES)
+        self._device_nights = tables.device_nights(self.frame)
+        self._device_rows = tables.split(self._device_nights, ["device_serial"])
+        self._night_facts = tables.night_facts(self.frame)
+        self._failures = tables.failures(self.frame)
+        self._failure_rows = tables.split(self._failures, ["night"])
+        self._build_facts = tables.build_facts(self.frame)
         self._night_rows = {str(k): v for k, v in
                             self.frame.groupby("night", observed=True).indices.items()}
+        self._build_rows = {str(k): v for k, v in
+                            self.frame.groupby("build_id", observed=True).indices.items()}
+        self._device_trials = {str(k): v for k, v in
+                               self.frame.groupby("device_serial", observed=True).indices.items()}
+        self.devices = self._devices()
         self.builds = self._build_order()
+        self._digest_rows = self.frame[[c for c in _ROW_COLUMNS if c in self.frame]]
+        self._row_hashes: np.ndarray | None = None
+        self._build_ids = self.frame["build_id"].astype(str).to_numpy(dtype=object)
+        self._build_comparisons: dict[str, list[dict[str, Any]]] = {}
+        self._night_cache: dict[str, dict[str, Any]] = {}
+        self._device_night_cache: dict[str, list[dict[str, Any]]] = {}
 
     # --- shared facts -----------------------------------------------------------------------
 
+    def _remembered_changes(self, points: Sequence[NightPoint]) -> list[Change]:
+        """A series' change points, remembered by its points (most series of a new morning
+        gained a night, but a phone that did not run keeps its answer)."""
+        key = "changes-" + digest([[p.night, p.median, p.n, p.build] for p in points])
+
+        def compute() -> list[dict[str, Any]]:
+            return [{**c.__dict__, "p_value": c.p_value if math.isfinite(c.p_value) else None}
+                    for c in changes_of(points)]
+
+        stored: list[dict[str, Any]] = self.memo.get(key, compute)
+        return [Change(**{**c, "p_value": math.nan if c["p_value"] is None else c["p_value"]})
+                for c in stored]
+
     def _devices(self) -> dict[str, DeviceFacts]:
-        out = {}
         index = {n: i for i, n in enumerate(self.nights)}
-        for serial, rows in self.frame.groupby("device_serial", sort=True, observed=True):
-            seen = sorted(str(n) for n in pd.unique(rows["night"].dropna()))
-            ram = rows["device_ram_bytes"].dropna() if "device_ram_bytes" in rows else None
-            out[str(serial)] = DeviceFacts(
-                serial=str(serial), name=_first(rows["device_model"]),
-                manufacturer=_first(rows.get("device_manufacturer", pd.Series(dtype=object))),
-                soc=_first(rows.get("device_soc", pd.Series(dtype=object))),
-                sdk=_first(rows.get("device_sdk", pd.Series(dtype=object))),
-                ram_bytes=int(ram.max()) if ram is not None and not ram.empty else None,
-                first_night=seen[0], last_night=seen[-1],
-                missing_nights=len(self.nights) - 1 - index[seen[-1]])
+        grouped = self.frame.groupby("device_serial", observed=True, sort=True)
+        texts = {c: grouped[c].first() for c in ("device_model", "device_manufacturer",
+                                                  "device_soc", "device_sdk") if c in self.frame}
+        ram = grouped["device_ram_bytes"].max() if "device_ram_bytes" in self.frame else None
+        seen = self._device_nights.groupby("device_serial", observed=True)["night"].agg(
+            ["min", "max"])
+
+        def text(column: str, serial: str) -> str:
+            value = texts[column].get(serial) if column in texts else None
+            return "" if value is None or pd.isna(value) else str(value)
+
+        out = {}
+        for serial in sorted(self._device_trials):
+            most = ram.get(serial) if ram is not None else None
+            last = str(seen.at[serial, "max"])
+            out[serial] = DeviceFacts(
+                serial=serial, name=text("device_model", serial),
+                manufacturer=text("device_manufacturer", serial),
+                soc=text("device_soc", serial), sdk=text("device_sdk", serial),
+                ram_bytes=None if most is None or pd.isna(most) else int(most),
+                first_night=str(seen.at[serial, "min"]), last_night=last,
+                missing_nights=len(self.nights) - 1 - index[last])
         return out
 
     def _build_order(self) -> list[str]:
-        firsts = self.frame.groupby("build_id", observed=True)["night"].min()
-        return [str(b) for b, _ in sorted(firsts.items(), key=lambda kv: (str(kv[1]),
-                                                                           str(kv[0])))]
+        firsts = {b: f["nights"][0] for b, f in self._build_facts.iterrows()}
+        return [b for b, _ in sorted(firsts.items(), key=lambda kv: (kv[1], kv[0]))]
+
+    def nights_of(self, build: str) -> list[str]:
+        """The nights ``build`` ran, oldest first."""
+        return list(self._build_facts.at[build, "nights"])
 
     def baseline_of(self, build: str) -> str | None:
         i = self.builds.index(build)
@@ -236,6 +280,18 @@ class SiteModel:
         facts = self.devices.get(serial)
         return {"serial": serial, "name": facts.display if facts else serial,
                 "path": paths.device_page(serial)}
+
+    @property
+    def history(self) -> dict[str, list[Series]]:
+        """Per metric, ``harness history``'s series (computed on first use: the build starts
+        the recommendations first, so they run beside it)."""
+        if not hasattr(self, "_history"):
+            reads = [c for c in dict.fromkeys((*HISTORY_READS, *CONFIG_COLUMNS))
+                     if c in self.frame]
+            self._history = {m: nightly_history(self.frame[[*reads, m]], m,
+                                                find_changes=self._remembered_changes)
+                             for m in METRICS}
+        return self._history
 
     def _series_keys(self) -> dict[tuple[str, str, str], dict[str, Series]]:
         keys: dict[tuple[str, str, str], dict[str, Series]] = {}
@@ -257,13 +313,29 @@ class SiteModel:
 
     # --- comparisons (memoised by the digest of their rows) ----------------------------------
 
-    def _compare(self, base: pd.DataFrame, cand: pd.DataFrame, base_label: str,
-                 cand_label: str, title: str) -> list[dict[str, Any]]:
-        """Per engine both sides ran: compare's verdicts of ``cand`` against ``base``."""
-        key = "compare-" + digest([rows_digest(base), rows_digest(cand), base_label, cand_label,
-                                   title, list(METRICS), SCHEMA_VERSION])
+    def _rows_digest(self, at: np.ndarray) -> str:
+        """SHA-256 of the trials at positions ``at`` (their identifying and measured columns,
+        ``_ROW_COLUMNS``; their order does not matter), from each row's hash computed once for
+        the whole frame."""
+        if self._row_hashes is None:
+            self._row_hashes = pd.util.hash_pandas_object(self._digest_rows,
+                                                          index=False).to_numpy()
+        if len(at) == 0:
+            return hashlib.sha256(b"empty").hexdigest()
+        return hashlib.sha256(np.sort(self._row_hashes[at]).tobytes()).hexdigest()
+
+    def _compare(self, base_at: np.ndarray, cand_at: np.ndarray, base_label: str,
+                 cand_label: str, title: str, compute_missing: bool = True
+                 ) -> list[dict[str, Any]] | None:
+        """Per engine both sides ran: compare's verdicts of the trials at positions ``cand_at``
+        against those at ``base_at`` (None when ``compute_missing`` is off and the memo lacks
+        them). Rows are taken whole only when the memo lacks the answer."""
+        digests = [self._rows_digest(at) for at in (base_at, cand_at)]
+        key = "compare-" + digest([*digests, base_label, cand_label, title, list(METRICS),
+                                   SCHEMA_VERSION])
 
         def compute() -> list[dict[str, Any]]:
+            base, cand = self.full.iloc[base_at], self.full.iloc[cand_at]
             out = []
             for engine in sorted(set(base["engine"]) & set(cand["engine"])):
                 frame = pd.concat([base[base["engine"] == engine].assign(build_id=base_label),
@@ -273,8 +345,9 @@ class SiteModel:
                 out.append(flagged_json(result, title))
             return out
 
-        value: list[dict[str, Any]] = self.memo.get(key, compute)
-        return [self._decorated(c) for c in value]
+        value: list[dict[str, Any]] | None = self.memo.get(key, compute) if compute_missing \
+            else self.memo.peek(key)
+        return None if value is None else [self._decorated(c) for c in value]
 
     def _decorated(self, comparison: dict[str, Any]) -> dict[str, Any]:
         """A memoised comparison with the site's names and links for its cells."""
@@ -287,59 +360,83 @@ class SiteModel:
         return {**comparison, "flagged": flagged}
 
     def build_comparison(self, build: str) -> list[dict[str, Any]]:
-        baseline = self.baseline_of(build)
-        if baseline is None:
-            return []
-        f = self.full
-        return self._compare(f[f["build_id"] == baseline], f[f["build_id"] == build],
-                             baseline, build, f"{build} vs baseline {baseline}")
+        if build not in self._build_comparisons:
+            baseline = self.baseline_of(build)
+            self._build_comparisons[build] = [] if baseline is None else self._compare(
+                self._build_rows[baseline], self._build_rows[build], baseline, build,
+                f"{build} vs baseline {baseline}") or []
+        return self._build_comparisons[build]
 
-    def _main_build(self, rows: pd.DataFrame) -> str:
-        counts = rows["build_id"].astype(str).value_counts()
-        return str(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0][0])
-
-    def night_comparison(self, night: str) -> list[dict[str, Any]]:
+    def night_comparison(self, night: str) -> list[dict[str, Any]] | None:
+        """The night against the previous one ([] for the first night; None when the night is
+        older than the ``COMPARED_NIGHTS`` newest and its comparison was never computed)."""
         i = self.nights.index(night)
         if i == 0:
             return []
         prev = self.nights[i - 1]
-        now_rows = self.full.iloc[self._night_rows[night]]
-        prev_rows = self.full.iloc[self._night_rows[prev]]
-        now_build, prev_build = self._main_build(now_rows), self._main_build(prev_rows)
-        return self._compare(prev_rows[prev_rows["build_id"] == prev_build],
-                             now_rows[now_rows["build_id"] == now_build],
+        now_build = str(self._night_facts.at[night, "main_build"])
+        prev_build = str(self._night_facts.at[prev, "main_build"])
+        now_at, prev_at = self._night_rows[night], self._night_rows[prev]
+        builds = self._build_ids
+        return self._compare(prev_at[builds[prev_at] == prev_build],
+                             now_at[builds[now_at] == now_build],
                              f"{prev_build}@{prev}", f"{now_build}@{night}",
-                             f"{night} vs previous night {prev}")
+                             f"{night} vs previous night {prev}",
+                             compute_missing=i >= len(self.nights) - COMPARED_NIGHTS)
+
+    def today_build(self, serial: str) -> str:
+        """The main build of the device's latest night (what it would run today)."""
+        rows = self.frame.iloc[self._device_trials[serial]]
+        last = rows[rows["night"] == self.devices[serial].last_night]
+        return str(tables.main_builds(last, ["device_serial"]).iloc[0])
+
+    def _recommend_key(self, serial: str) -> tuple[str, str]:
+        build = self.today_build(serial)
+        at = self._device_trials[serial]
+        return build, "recommend-" + digest([self._rows_digest(at[self._build_ids[at] == build]),
+                                             build, SCHEMA_VERSION])
+
+    def recommendations_missing(self) -> list[tuple[str, str, str]]:
+        """(serial, build, memo key) of every device page's recommendation the memo lacks."""
+        if self._recommend is None:
+            return []
+        out = []
+        for serial in self.devices:
+            build, key = self._recommend_key(serial)
+            if self.memo.peek(key) is None:
+                out.append((serial, build, key))
+        return out
 
     def recommendation(self, serial: str) -> dict[str, Any]:
         if self._recommend is None:
-            return {"picks": [], "note": "recommendations not computed"}
-        rows = self._by_device[serial]
-        key = "recommend-" + digest([rows_digest(rows), SCHEMA_VERSION])
-        value: dict[str, Any] = self.memo.get(key, lambda: self._recommend(self.full, serial)
-                                              if self._recommend else {})
-        return value
+            return {"picks": [], "note": "recommendations not computed", "command": None}
+        build, key = self._recommend_key(serial)
+        recommend = self._recommend
+        value: dict[str, Any] = self.memo.get(key, lambda: recommend(serial, build))
+        command = (f"harness recommend --device {shlex.quote(serial)} "
+                   f"--build {shlex.quote(build)}")
+        return {**value, "command": command}
 
     # --- flags ------------------------------------------------------------------------------
 
     def device_nights(self, serial: str) -> list[dict[str, Any]]:
-        rows = self._by_device[serial]
-        per = rows.groupby("night", sort=True, observed=True).agg(
-            trials=("_ok", "size"), failed=("_failed", "sum"), throttled=("_throttled", "sum"),
-            invalid=("_invalid", "sum"), battery=("battery_temp_c", "median"),
-            temp=("max_temp_c", "median"))
-        out = []
+        if serial in self._device_night_cache:
+            return self._device_night_cache[serial]
+        per = self._device_nights.iloc[self._device_rows[(serial,)]]
+        present = {str(n): (int(t), int(f), int(h), int(v), b, m) for n, t, f, h, v, b, m in zip(
+            per["night"], per["trials"], per["failed"], per["throttled"], per["invalid"],
+            per["battery"], per["temp"], strict=True)}
+        out: list[dict[str, Any]] = []
         for night in self.nights:
-            if night not in per.index:
+            if night not in present:
                 out.append({"night": night, "present": False})
                 continue
-            r = per.loc[night]
-            out.append({"night": night, "present": True, "trials": int(r["trials"]),
-                        "failed": int(r["failed"]), "throttled": int(r["throttled"]),
-                        "invalid": int(r["invalid"]),
-                        "throttled_share": _round(r["throttled"] / max(r["trials"], 1), 4),
-                        "battery_temp_c": _round(r["battery"], 2),
-                        "max_temp_c": _round(r["temp"], 2)})
+            trials, failed, hot, bad, battery, temp = present[night]
+            out.append({"night": night, "present": True, "trials": trials, "failed": failed,
+                        "throttled": hot, "invalid": bad,
+                        "throttled_share": _round(hot / max(trials, 1), 4),
+                        "battery_temp_c": _round(battery, 2), "max_temp_c": _round(temp, 2)})
+        self._device_night_cache[serial] = out
         return out
 
     def device_flags(self, serial: str,
@@ -412,13 +509,9 @@ class SiteModel:
     def config(self, key: tuple[str, str, str]) -> dict[str, Any]:
         serial, config_id, engine = key
         by_metric = self.series[key]
-        rows = self._by_device[serial]
-        rows = rows[(rows["config_id"] == config_id) & (rows["engine"] == engine)]
-        axis = sorted(str(n) for n in pd.unique(rows["night"].dropna()))
+        per = self._config_nights.iloc[self._config_rows[key]]
+        axis = [str(n) for n in per["night"]]
         pos = {n: i for i, n in enumerate(axis)}
-        per = rows.groupby("night", sort=True, observed=True).agg(
-            trials=("_ok", "size"), failed=("_failed", "sum"), throttled=("_throttled", "sum"),
-            invalid=("_invalid", "sum"), usable=("_usable", "sum"))
         metrics = []
         cells = self._cell_ids()
         for metric, s in by_metric.items():
@@ -427,11 +520,13 @@ class SiteModel:
             for p in s.points:
                 values[pos[p.night]] = _round(p.median)
                 builds[pos[p.night]] = p.build
-            column = metric  # METRICS are their own columns
-            hot = rows[rows["_ok"] & rows["_throttled"] & ~rows["_invalid"]]
-            hot_medians = hot.groupby("night", observed=True)[column].median().dropna()
-            bad = rows[rows["_ok"] & rows["_invalid"]]
-            bad_medians = bad.groupby("night", observed=True)[column].median().dropna()
+            marks = {}
+            for kind in ("hot", "bad"):
+                column = f"{kind}_{metric}"
+                medians = per[column].to_numpy(dtype=np.float64, na_value=np.nan) \
+                    if column in per else np.full(len(axis), np.nan)
+                marks[kind] = [[int(i), _round(medians[i])] for i in
+                               np.flatnonzero(~np.isnan(medians))]
             changes = [{
                 "index": pos[c.night_after], "night_before": c.night_before,
                 "night_after": c.night_after, "build_before": c.build_before,
@@ -443,71 +538,69 @@ class SiteModel:
                                                 config_id), serial),
                 "build_path": paths.build_page(c.build_after),
             } for c in s.changes]
-            metrics.append({
-                "metric": metric, "values": values, "builds": builds,
-                "throttled": [[pos[str(n)], _round(v)] for n, v in hot_medians.items()],
-                "invalid": [[pos[str(n)], _round(v)] for n, v in bad_medians.items()],
-                "changes": changes})
-        counts = rows.groupby(["night", "build_id"], observed=True).size().reset_index(name="n")
-        counts = counts.sort_values(["night", "n", "build_id"], ascending=[True, False, True])
-        main = dict(zip(counts.drop_duplicates("night")["night"].astype(str),
-                        counts.drop_duplicates("night")["build_id"].astype(str), strict=True))
+            metrics.append({"metric": metric, "values": values, "builds": builds,
+                            "throttled": marks["hot"], "invalid": marks["bad"],
+                            "changes": changes})
         tg = next((m["values"] for m in metrics if m["metric"] == "tg_tps"), [None] * len(axis))
         table = [{"night": n, "trials": int(t), "usable": int(u), "failed": int(f),
-                  "throttled": int(h), "invalid": int(v), "build": main.get(n, ""),
-                  "tg_tps": tg[pos[n]]}
-                 for n, t, u, f, h, v in zip(per.index.astype(str), per["trials"], per["usable"],
-                                             per["failed"], per["throttled"], per["invalid"],
-                                             strict=True)]
+                  "throttled": int(h), "invalid": int(v), "build": str(b), "tg_tps": tg[i]}
+                 for i, (n, t, u, f, h, v, b) in enumerate(zip(
+                     axis, per["trials"], per["usable"], per["failed"], per["throttled"],
+                     per["invalid"], per["build"], strict=True))]
         label = next(iter(by_metric.values())).label
         return {"kind": "config", "device": self.device_link(serial), "config_id": config_id,
                 "engine": engine, "label": label, "nights": axis, "metrics": metrics,
-                "table": table}
+                "table": table[-TABLE_NIGHTS:], "older_nights": max(0, len(table) - TABLE_NIGHTS)}
 
     def night(self, night: str) -> dict[str, Any]:
-        rows = self._by_night[night]
+        if night in self._night_cache:
+            return self._night_cache[night]
+        facts = self._night_facts.loc[night]
         i = self.nights.index(night)
-        present = sorted(str(s) for s in pd.unique(rows["device_serial"]))
+        present = list(facts["devices"])
         window = self.nights[max(0, i - MISSING_LOOKBACK):i]
-        seen = set()
+        seen: set[str] = set()
         for n in window:
-            seen |= {str(s) for s in pd.unique(self._by_night[n]["device_serial"])}
+            seen |= set(self._night_facts.at[n, "devices"])
         missing = [self.device_link(s) for s in sorted(seen - set(present))]
-        failed = rows[rows["_failed"]]
         failures = []
-        for (serial, config_id, engine, outcome), group in failed.groupby(
-                ["device_serial", "config_id", "engine", "outcome"], sort=True, observed=True):
+        rows = self._failures.iloc[self._failure_rows.get((night,), np.array([], dtype=int))]
+        for serial, config_id, engine, outcome, trials, builds, error in zip(
+                rows["device_serial"], rows["config_id"], rows["engine"], rows["outcome"],
+                rows["trials"], rows["builds"], rows["error"], strict=True):
             failures.append({
                 "device": self.device_link(str(serial)), "config_id": str(config_id),
-                "engine": str(engine), "outcome": str(outcome), "trials": len(group),
-                "builds": sorted(str(b) for b in pd.unique(group["build_id"])),
-                "error": _first(group["error"]) if "error" in group else "",
+                "engine": str(engine), "outcome": str(outcome), "trials": int(trials),
+                "builds": list(builds), "error": "" if pd.isna(error) else str(error),
                 "path": self.config_link(str(serial), str(config_id), str(engine))})
-        outcomes = {str(k): int(v) for k, v in rows["outcome"].value_counts().sort_index().items()}
-        return {
-            "kind": "night", "night": night, "runs": sorted(str(r) for r in
-                                                            pd.unique(rows["run_id"])),
-            "trials": len(rows), "outcomes": outcomes,
-            "throttled": int(rows["_throttled"].sum()), "invalid": int(rows["_invalid"].sum()),
-            "builds": [{"build": str(b), "path": paths.build_page(str(b))}
-                       for b in sorted(pd.unique(rows["build_id"].astype(str)))],
+        comparison = self.night_comparison(night)
+        data = {
+            "kind": "night", "night": night, "runs": list(facts["runs"]),
+            "trials": int(facts["trials"]), "outcomes": dict(facts["outcomes"]),
+            "throttled": int(facts["throttled"]), "invalid": int(facts["invalid"]),
+            "builds": [{"build": b, "path": paths.build_page(b)} for b in facts["builds"]],
             "devices": [self.device_link(s) for s in present], "missing": missing,
-            "failures": failures, "comparison": self.night_comparison(night),
+            "failures": failures, "comparison": comparison or [],
+            "comparison_note": None if comparison is not None else (
+                f"Not compared: only the newest {COMPARED_NIGHTS} nights are compared when "
+                "their comparison was not kept from an earlier build (a site built every "
+                "night keeps each night's)."),
             "previous": paths.night_page(self.nights[i - 1]) if i else None,
             "report": None, "alerts": None, **self.extras.get(night, {}),
         }
+        self._night_cache[night] = data
+        return data
 
     def build(self, build: str) -> dict[str, Any]:
-        rows = self.frame[self.frame["build_id"] == build]
-        ran = sorted(str(n) for n in pd.unique(rows["night"]))
+        facts = self._build_facts.loc[build]
+        ran = list(facts["nights"])
         baseline = self.baseline_of(build)
         return {
-            "kind": "build", "build": build,
-            "engines": sorted(str(e) for e in pd.unique(rows["engine"])),
-            "trials": len(rows), "first_night": ran[0], "last_night": ran[-1],
+            "kind": "build", "build": build, "engines": list(facts["engines"]),
+            "trials": int(facts["trials"]), "first_night": ran[0], "last_night": ran[-1],
             "nights": [{"night": n, "path": paths.night_page(n)} for n in ran[-STRIP_NIGHTS:]],
             "nights_total": len(ran),
-            "devices": [self.device_link(str(s)) for s in sorted(pd.unique(rows["device_serial"]))],
+            "devices": [self.device_link(s) for s in facts["devices"]],
             "baseline": baseline,
             "baseline_path": paths.build_page(baseline) if baseline else None,
             "comparison": self.build_comparison(build),
@@ -576,14 +669,16 @@ class SiteModel:
         }
 
 
-def recommend_json(frame: pd.DataFrame, serial: str) -> dict[str, Any]:
-    """``harness recommend --device SERIAL`` with its defaults, as the device page shows it."""
+def recommend_json(frame: pd.DataFrame, serial: str, build: str) -> dict[str, Any]:
+    """``harness recommend --device SERIAL --build BUILD`` with its other defaults, as the
+    device page shows it (``frame``: the store's trials, or at least the device's of BUILD)."""
     from harness.analysis.recommend import recommend_device
     from harness.budget import DEFAULT_RESERVE_BYTES
     from harness.errors import HarnessError
 
     try:
-        rec, memory = recommend_device(frame, serial, reserve_bytes=DEFAULT_RESERVE_BYTES)
+        rec, memory = recommend_device(frame, serial, reserve_bytes=DEFAULT_RESERVE_BYTES,
+                                       builds=(build,))
     except HarnessError as error:
         return {"picks": [], "note": str(error)}
     picks = [{"rank": p.rank, "label": p.label, "config_id": p.config_id, "build": p.build_id,

@@ -565,6 +565,16 @@ class Network:
         cable = self.cables.get(serial)
         return cable.host if cable else None
 
+    def _unused_port(self) -> int:
+        """A free port no other host's adb server has: each host's port is its own (the kernel
+        hands the port a probe just released out again, so two hosts drew the same one)."""
+        taken = {server.port for server in self.adb.values()}
+        for _ in range(100):
+            port = free_port()
+            if port not in taken:
+                return port
+        raise NetError(f"no free port outside {sorted(taken)} in 100 draws")
+
     def adb_server(self, host: str, binary: str | None = None) -> HostAdbServer:
         """The host's private adb server (``adb -P PORT nodaemon server`` in its namespace,
         HOME of its own, no mDNS or emulator scan), started on first use or after it died."""
@@ -574,7 +584,7 @@ class Network:
         binary = binary or adb_binary()
         home = self.root / f"adb-{host}"
         home.mkdir(parents=True, exist_ok=True)
-        port = server.port if server else free_port()
+        port = server.port if server else self._unused_port()
         env = {**os.environ, "HOME": str(home), "ADB_MDNS": "0", "ADB_EMU": "0",
                "ADB_MDNS_AUTO_CONNECT": "0"}
         env.pop("ANDROID_ADB_SERVER_ADDRESS", None)  # a server given a host name aborts

@@ -493,8 +493,15 @@ def _write(root: Path, name: str, table: pa.Table, run_id: str, day: date) -> Pa
     return final
 
 
-def write_synthetic_store(root: Path, spec: SynthSpec | None = None) -> SynthSummary:
-    """Write ``spec``'s store under ``root`` (which may already hold other runs); deterministic."""
+def write_synthetic_store(root: Path, spec: SynthSpec | None = None, *,
+                          only_nights: range | None = None) -> SynthSummary:
+    """Write ``spec``'s store under ``root`` (which may already hold other runs); deterministic.
+
+    ``only_nights`` writes those nights only (the others are drawn and dropped, so every night
+    is the same draw as in the whole store): a store written with ``range(0, N - 1)`` and then
+    ``range(N - 1, N)`` is the store of N nights, one night late (the site's incremental bench).
+    The summary counts what was written.
+    """
     spec = spec or SynthSpec()
     if spec.regressed_build is not None and spec.regressed_build not in spec.builds:
         raise ValueError(f"regressed_build {spec.regressed_build!r} is not one of {spec.builds}")
@@ -511,6 +518,8 @@ def write_synthetic_store(root: Path, spec: SynthSpec | None = None) -> SynthSum
         trials, samples = _night_table(spec, grid, night, builds, rng, force_failures=night == 0)
         if spec.absent_last_night and night == spec.nights - 1:
             trials, samples = _without_devices(spec, trials, samples)
+        if only_nights is not None and night not in only_nights:
+            continue
         day = spec.start + timedelta(days=night)
         run_id = trials.column("run_id")[0].as_py()
         runs.append(run_id)

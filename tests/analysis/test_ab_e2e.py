@@ -40,16 +40,18 @@ timeout: {trial_s: 120}
 
 
 # The run both tests read, made once per session by whichever asks first (about 19 s); its
-# folder, under that test's tmp_path, stays until pytest ends. The tests only read it.
+# folder is the session's (a passing test's tmp_path is removed when it ends), so it stays
+# until pytest ends. The tests only read it.
 _RESULTS: list[Path] = []
 
 
 @pytest.fixture
-def ab_run(request: pytest.FixtureRequest, tiny_ladder: dict[str, Path]) -> Path:
+def ab_run(request: pytest.FixtureRequest, tiny_ladder: dict[str, Path],
+           tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One phone whose model is `<b>x</b>`, three builds interleaved; the results root."""
     if not _RESULTS:
         _RESULTS.append(_run_ab(request.getfixturevalue("virtual_phones"),
-                                request.getfixturevalue("tmp_path"),
+                                tmp_path_factory.mktemp("ab-run"),
                                 request.getfixturevalue("host_build"),
                                 request.getfixturevalue("slow_build")))
     return _RESULTS[0]

@@ -277,6 +277,32 @@ def test_a_failing_on_alert_is_one_stderr_line_and_keeps_the_exit_code(
     assert alerts_file.with_suffix(".md").is_file()
 
 
+def test_nightly_brings_the_dashboard_up_to_date_and_refuses_a_foreign_folder_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--site: each night's run ends with the dashboard rebuilt from the store, the night's
+    alert document linked from its night page; a --site folder holding other files is one line
+    and exit 2 before anything runs, and its files are kept."""
+    _fake_nights(monkeypatch)
+    site = tmp_path / "site"
+    first = _nightly(tmp_path, "--site", str(site))
+    assert first.exit_code == 0, first.output
+    assert f"site: {site} (" in first.stdout
+    second = _nightly(tmp_path, "--site", str(site), "--json")
+    assert second.exit_code == 1, second.output  # the gate's exit code, as without --site
+    built = json.loads(second.stdout)["site"]
+    assert built["nights"] == 2 and built["written"] > 0
+    night = (site / "nights" / "2026-03-03.html").read_text(encoding="utf-8")
+    assert "alerts/nightly-2026-03-03-alerts.json" in night
+    assert (site / "alerts" / "nightly-2026-03-03-alerts.json").is_file()
+    foreign = tmp_path / "www"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine", encoding="utf-8")
+    refused = _nightly(tmp_path, "--site", str(foreign))
+    assert refused.exit_code == 2
+    assert f"-o {foreign}: the folder holds files but no site.json" in refused.output
+    assert [p.name for p in foreign.iterdir()] == ["keep.txt"]
+
+
 def test_alerts_must_name_a_json_file(tmp_path: Path) -> None:
     result = _nightly(tmp_path, "--alerts", str(tmp_path / "a.md"))
     assert result.exit_code == 2

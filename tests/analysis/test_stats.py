@@ -123,3 +123,41 @@ def test_resampled_medians_are_numpys_medians_to_the_bit(n: int) -> None:
         draws = rng.integers(0, n, size=(300, n))
         assert np.array_equal(resampled_medians(values, draws),
                               np.median(values[draws], axis=1))
+
+
+def test_batched_mann_whitney_p_values_are_the_one_by_one_values_to_the_bit() -> None:
+    """Pairs of many sizes (the exact method up to 8, the asymptotic beyond), with and without
+    ties, all-tied and empty sides, in one batch: each p is what a call of its own gives."""
+    rng = np.random.default_rng(5)
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    for n_base, n_cand in ((3, 3), (3, 5), (8, 8), (9, 9), (12, 40), (1, 4)):
+        for _ in range(20):
+            pairs.append((rng.normal(10.0, 1.0, n_base), rng.normal(10.3, 1.0, n_cand)))
+            pairs.append((np.round(rng.normal(10.0, 1.0, n_base)),  # ties in some rows
+                          np.round(rng.normal(10.0, 1.0, n_cand))))
+    pairs += [(np.full(3, 5.0), np.full(3, 5.0)), (np.array([]), np.ones(3)),
+              (np.array([1.0, np.nan, 2.0]), np.array([3.0, 4.0, np.nan]))]
+    batched = stats.mann_whitney_p_many(pairs)
+    alone = np.array([stats.mann_whitney_p(b, c) for b, c in pairs])
+    assert np.array_equal(batched, alone, equal_nan=True)
+    assert np.isfinite(batched).sum() == len(pairs) - 1  # only the empty side has no p
+
+
+def test_bulk_ratio_intervals_are_the_one_by_one_intervals_to_the_bit() -> None:
+    """Cells of three to forty values, tied and untied, with a zero baseline, an empty side
+    and a zero in some resamples' baselines: each interval is what its own call gives with a
+    fresh generator, as ``compare.measure`` makes one."""
+    rng = np.random.default_rng(9)
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    for n_base, n_cand in ((3, 3), (3, 3), (2, 5), (8, 8), (9, 12), (21, 21), (40, 7)):
+        for _ in range(15):
+            pairs.append((rng.normal(10.0, 1.0, n_base), rng.normal(10.3, 1.0, n_cand)))
+            pairs.append((np.round(rng.normal(10.0, 1.0, n_base)),
+                          np.round(rng.normal(10.0, 1.0, n_cand))))
+    pairs += [(np.zeros(3), np.ones(3)), (np.array([]), np.ones(3)),
+              (np.array([0.0, 0.0, 5.0, 6.0, 7.0]), np.ones(4))]
+    bulk = stats.ratio_of_medians_ci_many(pairs, seed=3)
+    for (base, cand), got in zip(pairs, bulk, strict=True):
+        want = stats.ratio_of_medians_ci(base, cand, rng=np.random.default_rng(3))
+        assert np.array_equal([got.ratio, got.low, got.high], [want.ratio, want.low, want.high],
+                              equal_nan=True), (base, cand)

@@ -7,7 +7,6 @@ the second phone's battery temperature climbs 0.4 °C a night (rewritten into it
 
 from __future__ import annotations
 
-import html.parser
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -78,27 +77,3 @@ class Site:
 def farm_site(farm_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Site:
     out = tmp_path_factory.mktemp("site") / "site"
     return Site(out, build_site(farm_store, out))
-
-
-class Links(html.parser.HTMLParser):
-    """Every href and src of one page, and the text of its elements."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.refs: list[str] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        for name, value in attrs:
-            if name in ("href", "src") and value is not None:
-                self.refs.append(value)
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-
-
-def parse(text: str) -> Links:
-    links = Links()
-    links.feed(text)
-    links.close()
-    return links

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from sitefixtures import later
 
-from harness.site import paths
+from harness.site import build, model, paths
 from harness.site.build import MANIFEST, build_site
 from harness.testing.synthstore import SynthSpec, write_synthetic_store
 
@@ -80,3 +81,45 @@ def test_reports_and_alert_documents_are_linked_from_their_night(tmp_path: Path)
     assert (site / "reports/nightly-2026-01-10.html").read_text() == "<html>full report</html>"
     again = build_site(store, site, reports=reports, recommend=False)
     assert again.written == ()
+
+
+def test_old_nights_keep_the_comparison_of_their_own_morning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the newest COMPARED_NIGHTS nights are compared at a build: a first build over a
+    longer history says so on the older nights, while a site built every morning keeps each
+    night's comparison from the morning it was the newest."""
+    monkeypatch.setattr(model, "COMPARED_NIGHTS", 2)
+    store, daily, late = tmp_path / "results", tmp_path / "daily", tmp_path / "late"
+    first_nights = SynthSpec(devices=2, nights=2, reps=3, quants=("Q4_0",), kv_types=("f16",))
+    write_synthetic_store(store, first_nights)
+    build_site(store, daily, recommend=False)  # mornings 1 and 2 (as one: two nights, both new)
+    for i in range(3):
+        write_synthetic_store(store, later(first_nights, nights=1, seed=20 + i)
+                              if i == 0 else later(later(first_nights, nights=i), nights=1,
+                                                   seed=20 + i))
+        build_site(store, daily, recommend=False)
+    build_site(store, late, recommend=False)  # the same five nights, built once
+    second = paths.night_page("2026-01-06")  # the second night: three nights older than now
+    assert "Not compared: only the newest 2 nights" in (late / second).read_text()
+    kept = (daily / second).read_text()
+    assert "Not compared" not in kept and "2026-01-06 vs previous night 2026-01-05" in kept
+    newest = paths.night_page("2026-01-09")
+    assert (late / newest).read_text() == (daily / newest).read_text()
+
+
+def test_recommendations_from_the_build_process_pool_are_the_ones_made_inline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large store's build computes its recommendations in a process beside the rest: the
+    device pages are the same bytes as when each is computed inline, and name the command."""
+    store = tmp_path / "results"
+    write_synthetic_store(store, SPEC)
+    inline = build_site(store, tmp_path / "inline")
+    monkeypatch.setattr(build, "POOL_FROM_TRIALS", 0)
+    pooled = build_site(store, tmp_path / "pooled")
+    assert sorted(pooled.written) == sorted(inline.written)
+    devices = sorted((tmp_path / "inline" / "devices").glob("*.html"))
+    assert devices
+    for page in devices:
+        text = page.read_text(encoding="utf-8")
+        assert text == (tmp_path / "pooled" / "devices" / page.name).read_text(encoding="utf-8")
+        assert "harness recommend --device SYN000" in text and " --build b410" in text

@@ -7,9 +7,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sitefixtures import GONE_SERIAL, HOSTILE, HOT_SERIAL, Site, parse
+from sitefixtures import GONE_SERIAL, HOSTILE, HOT_SERIAL, Site
 
 from harness.site import paths
+from harness.testing.sitewalk import parse
 
 MAX_PAGE_BYTES = 2 << 20
 
