@@ -219,6 +219,8 @@ class SiteModel:
         self._digest_rows = self.frame[[c for c in _ROW_COLUMNS if c in self.frame]]
         self._row_hashes: np.ndarray | None = None
         self._build_ids = self.frame["build_id"].astype(str).to_numpy(dtype=object)
+        self._night_ids = self.frame["night"].to_numpy(dtype=object)
+        self._recommend_keys: dict[str, tuple[str, str]] = {}
         self._build_comparisons: dict[str, list[dict[str, Any]]] = {}
         self._night_cache: dict[str, dict[str, Any]] = {}
         self._device_night_cache: dict[str, list[dict[str, Any]]] = {}
@@ -385,16 +387,21 @@ class SiteModel:
                              compute_missing=i >= len(self.nights) - COMPARED_NIGHTS)
 
     def today_build(self, serial: str) -> str:
-        """The main build of the device's latest night (what it would run today)."""
-        rows = self.frame.iloc[self._device_trials[serial]]
-        last = rows[rows["night"] == self.devices[serial].last_night]
-        return str(tables.main_builds(last, ["device_serial"]).iloc[0])
+        """The main build of the device's latest night (what it would run today): the most
+        trials, ties to the alphabetically first (``tables.main_builds``' rule), counted over
+        the positions' build ids, not a copy of the phone's rows."""
+        at = self._device_trials[serial]
+        last = at[self._night_ids[at] == self.devices[serial].last_night]
+        builds, counts = np.unique(self._build_ids[last], return_counts=True)
+        return str(builds[int(np.argmax(counts))])  # sorted: the first maximum is alphabetical
 
     def _recommend_key(self, serial: str) -> tuple[str, str]:
-        build = self.today_build(serial)
-        at = self._device_trials[serial]
-        return build, "recommend-" + digest([self._rows_digest(at[self._build_ids[at] == build]),
-                                             build, SCHEMA_VERSION])
+        if serial not in self._recommend_keys:  # asked twice: missing ones, then the page
+            build = self.today_build(serial)
+            at = self._device_trials[serial]
+            self._recommend_keys[serial] = build, "recommend-" + digest(
+                [self._rows_digest(at[self._build_ids[at] == build]), build, SCHEMA_VERSION])
+        return self._recommend_keys[serial]
 
     def recommendations_missing(self) -> list[tuple[str, str, str]]:
         """(serial, build, memo key) of every device page's recommendation the memo lacks."""
