@@ -34,6 +34,10 @@ class DemoPaths:
         return self.root / "reports" / f"{self.name}.html"
 
     @property
+    def site(self) -> Path:
+        return self.root / "reports" / f"{self.name}-site"
+
+    @property
     def home(self) -> Path:
         return self.root / ".cache" / "demo-home"
 
@@ -89,3 +93,24 @@ def prepare_vulkan_build(paths: DemoPaths, say: Callable[[str], None]) -> None:
     say("engine: building host-vulkan, llama.cpp with its Vulkan backend (cached by content; "
         "about 8 minutes the first time)")
     ensure_host_build("host-vulkan", paths.builds)
+
+
+def build_demo_site(paths: DemoPaths) -> Path:
+    """The farm dashboard of the demo's store in ``paths.site`` (``harness site build``), with
+    the demo's report linked as the report of its latest night, as a farm's nightly report is;
+    the site's index."""
+    import shutil
+
+    from harness.analysis.frames import nights
+    from harness.site.build import build_site
+    from harness.store import read_arrow
+
+    started = read_arrow(paths.results, "trials", columns=["started_at"]).to_pandas()
+    latest = str(nights(started).max())
+    staged = paths.root / ".cache" / f"{paths.name}-site-reports"
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir(parents=True)
+    if paths.report.is_file():
+        shutil.copyfile(paths.report, staged / f"nightly-{latest}.html")
+    build_site(paths.results, paths.site, reports=staged, title=f"harness {paths.name}")
+    return paths.site / "index.html"

@@ -628,9 +628,9 @@ def report_step() -> Reporter | None:
               show_default=True, metavar="SECONDS", help="Time --on-alert CMD may take.")
 @click.option("--site", "site_dir", type=click.Path(path_type=Path), default=None,
               metavar="DIR", help="Bring the farm dashboard in DIR up to date after the night "
-              "(`harness site build --results RESULTS -o DIR --reports REPORTS`); checked "
-              "before the run. A failure is one line on stderr and does not change the exit "
-              "code.")
+              "(`harness site build --results RESULTS -o DIR --reports REPORTS --baseline "
+              "BUILD`: the baseline is the site's reference build); checked before the run. A "
+              "failure is one line on stderr and does not change the exit code.")
 @JSON
 def nightly_command(matrix: Path, baseline: str, devices_spec: str, profile: str, results: Path,
                     gate_specs: tuple[str, ...], metric_text: str, reports: Path,
@@ -666,7 +666,7 @@ def nightly_command(matrix: Path, baseline: str, devices_spec: str, profile: str
         failure = run_on_alert(on_alert, doc_path, on_alert_timeout)
         if failure is not None:
             click.echo(f"warning: {failure}", err=True)
-    site = _nightly_site(results, site_dir, reports) if site_dir is not None else None
+    site = _nightly_site(results, site_dir, reports, baseline) if site_dir is not None else None
     if as_json:
         click.echo(json.dumps({**result.to_json(), "alerts": {
             "path": str(doc_path), **alerts.counts(), "listed": alerts.listed},
@@ -694,13 +694,17 @@ def nightly_command(matrix: Path, baseline: str, devices_spec: str, profile: str
         sys.exit(1)
 
 
-def _nightly_site(results: Path, site_dir: Path, reports: Path) -> dict[str, Any]:
-    """The dashboard brought up to date after a night; a failure is a warning, not the exit
-    code (the night's results and alert document are already written)."""
-    from harness.site.build import build_site
+def _nightly_site(results: Path, site_dir: Path, reports: Path, baseline: str
+                  ) -> dict[str, Any]:
+    """The dashboard brought up to date after a night, with the night's baseline as the
+    site's reference build; a failure is a warning, not the exit code (the night's results and
+    alert document are already written)."""
+    from harness.site.build import build_site, manifest_references
 
     try:
-        built = build_site(results, site_dir, reports=reports if reports.is_dir() else None)
+        references = tuple(dict.fromkeys((baseline, *manifest_references(site_dir))))
+        built = build_site(results, site_dir, reports=reports if reports.is_dir() else None,
+                           references=references)
     except HarnessError as error:
         click.echo(f"warning: --site {site_dir}: the dashboard was not updated: {error}",
                    err=True)

@@ -8,6 +8,7 @@ import click
 
 from harness.demo import (
     DemoPaths,
+    build_demo_site,
     demo_environment,
     prepare_artifacts,
     prepare_slow_build,
@@ -49,8 +50,9 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
     matrices/bigger-than-ram.yaml on a phone with 128 MB free and slow storage (models bigger
     than its RAM: paging with mmap, killed without it, cold and warm loads), then
     matrices/gpu.yaml on a phone with a (software) Vulkan GPU (the CPU against partial and full
-    offload, with the GPU's memory as the phone reports it), and writes reports/demo.html with
-    host-release and host-slow compared.
+    offload, with the GPU's memory as the phone reports it), writes reports/demo.html with
+    host-release and host-slow compared, and the farm dashboard of the store in
+    reports/demo-site/ (harness site build, the report linked as its night's).
 
     \b
     Example:
@@ -104,6 +106,8 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
             if BUILDS in matrices else {}
         ctx.invoke(report, results=paths.results, output=paths.report, **compared)
         say(f"report: {paths.report}")
+    say(f"dashboard: {build_demo_site(paths)} (harness site build; the report above is "
+        "its night's report)")
 
 
 COMMANDS: list[click.Command] = [demo]

@@ -31,11 +31,17 @@ def site() -> None:
 @click.option("--base-url", default=None, metavar="URL",
               help="Where the site is published, for absolute links in the Atom feed "
                    "[default: links relative to the feed].")
+@click.option("--baseline", "references", multiple=True, metavar="BUILD",
+              help="A reference build the farm runs every night beside the build under test "
+                   "(`harness nightly --baseline`): kept out of the configurations' lines and "
+                   "the nights' main builds, and the baseline every other build is compared "
+                   "with, night by night. Repeat for several; remembered by the site "
+                   "[default: the site's own].")
 @click.option("--no-recommend", is_flag=True,
               help="Leave out the ranked configurations of device pages (faster).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")
 def build(results: Path, output: Path, reports: Path | None, title: str, base_url: str | None,
-          no_recommend: bool, as_json: bool) -> None:
+          references: tuple[str, ...], no_recommend: bool, as_json: bool) -> None:
     """Build the static farm dashboard, or bring it up to date after a new night.
 
     Pages: index (the latest night: flagged phones, regressions and improvements with 95% CIs,
@@ -49,11 +55,12 @@ def build(results: Path, output: Path, reports: Path | None, title: str, base_ur
     Example:
       harness site build --results results -o site/
       harness site build --results results --reports reports -o /var/www/farm --json
+      harness site build --results results -o site/ --baseline release
     """
     from harness.site.build import build_site
 
     result = build_site(results, output, reports=reports, title=title, base_url=base_url,
-                        recommend=not no_recommend)
+                        recommend=not no_recommend, references=references or None)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
         return

@@ -71,6 +71,16 @@ def write_atomic(path: Path, content: str | bytes) -> None:
 def read_manifest(out: Path) -> dict[str, str]:
     """The page digests of the site in ``out`` ({} for a new or empty folder); a ConfigError
     when ``out`` holds something that is not a site of ours."""
+    return {str(k): str(v) for k, v in _manifest(out).get("pages", {}).items()}
+
+
+def manifest_references(out: Path) -> tuple[str, ...]:
+    """The reference builds the site in ``out`` was last built with (() for a new folder)."""
+    found = _manifest(out).get("references", [])
+    return tuple(str(r) for r in found) if isinstance(found, list) else ()
+
+
+def _manifest(out: Path) -> dict[str, Any]:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"-o {out}: is a file, not a folder: name a new or empty folder, or a "
                           "site built by `harness site build`")
@@ -88,7 +98,7 @@ def read_manifest(out: Path) -> dict[str, str]:
     if not isinstance(data, dict) or data.get("generator") != GENERATOR \
             or not isinstance(data.get("pages"), dict):
         raise ConfigError(refuse)
-    return {str(k): str(v) for k, v in data["pages"].items()}
+    return data
 
 
 class DiskMemo:
@@ -262,14 +272,19 @@ def _outputs(model: SiteModel, title: str, base_url: str | None,
 
 def build_site(results: Path, out: Path, *, reports: Path | None = None,
                title: str = "Farm dashboard", base_url: str | None = None,
-               recommend: bool = True) -> BuildResult:
+               recommend: bool = True, references: tuple[str, ...] | None = None
+               ) -> BuildResult:
     """Build (or bring up to date) the site of ``results`` in ``out``; see the module
-    docstring."""
+    docstring. ``references``: builds run every night beside the build under test (kept out
+    of the lines, the baseline of every other build); None keeps the site's own (its
+    manifest's), () clears them."""
     start = time.perf_counter()
     if not (results / "trials").is_dir():
         raise StoreError(f"--results {results}: not a results store (no trials/ folder); pass "
                          "the folder `harness run` writes to")
     old = read_manifest(out)
+    if references is None:
+        references = manifest_references(out)
     frame = site_trials(results)
     loaded = time.perf_counter()
     memo = DiskMemo(out / CACHE)
@@ -280,7 +295,7 @@ def build_site(results: Path, out: Path, *, reports: Path | None = None,
         return model.nights_of(build)
 
     model = SiteModel(frame, memo, device_recommender(results, build_nights)
-                      if recommend else None)
+                      if recommend else None, references=references)
     extras, files = attachments(reports, model.nights)
     model.extras = extras
     missing = model.recommendations_missing()
@@ -314,6 +329,7 @@ def _write(model: SiteModel, memo: DiskMemo, out: Path, old: dict[str, str], tit
     kept = {p: d for p, d in old.items() if p not in pages and (out / p).is_file()}
     manifest = {"generator": GENERATOR, "schema_version": SCHEMA_VERSION,
                 "render_version": RENDER_VERSION, "latest_night": model.latest,
+                "references": list(model.references),
                 "pages": dict(sorted({**kept, **pages}.items()))}
     text = json.dumps(manifest, indent=1) + "\n"
     target = out / MANIFEST

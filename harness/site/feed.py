@@ -55,7 +55,8 @@ def entries(model: SiteModel) -> list[dict[str, str]]:
                 c["night_after"]),
             "title": f"Change point: {c['device']['name']} · {c['label']}: {c['describe']}",
             "updated": _when(c["night_after"]), "path": c["path"],
-            "text": f"{c['describe']}\nbisect: {c['bisect']}"})
+            "text": f"{c['describe']}\n" + (f"bisect: {c['bisect']}" if c["bisect"]
+                                                else c["bisect_note"])})
     for build in model.builds:
         rows = model.frame["build_id"] == build
         last = str(model.frame.loc[rows, "night"].max())

@@ -20,8 +20,14 @@ Rules the pages show:
 * a configuration's line joins its nightly medians of usable trials (``trend.nightly_history``:
   ok, valid, applied, not throttled); throttled trials' medians and nights with invalid trials
   are drawn as separate marks, never joined into the line;
-* a **build's baseline** is the build first seen before it (by night, then name); a night is
-  compared with the previous night (each night's main build, engine by engine);
+* a **reference build** (``references``: run every night beside the build under test,
+  ``harness nightly --baseline``'s) is kept out of the lines and of a night's main build unless
+  nothing else ran; it is every other build's baseline, compared on the nights that build ran;
+* without references, a **build's baseline** is the build first seen before it (by night, then
+  name); a night is compared with the previous night (each night's main build, engine by
+  engine);
+* a change point offers ``harness bisect`` between its builds' llama.cpp commits, or says why
+  there is nothing to bisect (one commit on both sides, another engine): ``bisect_advice``;
 * a device's **recommendation** is ``harness recommend --device SERIAL --build BUILD`` for the
   main build of its latest night (what it would run today), the command shown with it.
 
@@ -70,6 +76,7 @@ FLAGGED_SHOWN = 50
 COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((
     "run_id", "trial_id", "cell_id", "config_id", "device_serial", "device_model",
     "device_manufacturer", "device_soc", "device_sdk", "device_ram_bytes", "build_id",
+    "build_commit",
     "engine", "outcome", "error", "throttled", "valid", "tg_tps", "pp_tps", "battery_temp_c",
     "max_temp_c", "started_at", "engine_aggregate_n", "invalid_reason", *_GROUP_READS,
     *CONFIG_COLUMNS)))
@@ -183,6 +190,34 @@ def bisect_line(good: str, bad: str, cell_id: str, serial: str) -> str:
             f"--cell {q(cell_id)} --results RESULTS --devices {q(serial)}")
 
 
+#: The engine whose builds ``harness bisect`` compiles and measures (llama.cpp's llama-bench).
+BISECTED_ENGINE = "llama-bench"
+
+
+def bisect_advice(before: str, after: str, commits: tuple[str | None, str | None],
+                  engine: str, cell_id: str, serial: str) -> dict[str, str | None]:
+    """What a change point between builds ``before`` and ``after`` lets a person bisect: a
+    ``harness bisect`` line between the two builds' llama.cpp commits (their build ids when the
+    trials recorded no single commit: ids such as b4100 are llama.cpp tags), or, when there is
+    nothing to bisect, why not (``bisect`` None, ``bisect_note`` the reason)."""
+    if engine != BISECTED_ENGINE:
+        return {"bisect": None, "bisect_note": f"harness bisect compiles llama.cpp's "
+                f"{BISECTED_ENGINE}; this series ran {engine}: nothing to bisect here"}
+    good, bad = commits
+    if good is not None and good == bad:
+        return {"bisect": None, "bisect_note": (
+            f"{before} and {after} were built from the same llama.cpp commit ({good[:12]}): "
+            "the change is not in its source (build flags, toolchain or the phone), so there "
+            "is nothing to bisect")}
+    if good is None or bad is None:
+        if before == after:
+            return {"bisect": None, "bisect_note": (
+                f"both nights ran build {before} and its trials recorded no single llama.cpp "
+                "commit per night: nothing names the revisions to bisect")}
+        good, bad = before, after
+    return {"bisect": bisect_line(good, bad, cell_id, serial), "bisect_note": None}
+
+
 class SiteModel:
     """Every page's data from one trials frame; see the module docstring.
 
@@ -192,11 +227,13 @@ class SiteModel:
 
     def __init__(self, frame: pd.DataFrame, memo: Memo | None = None,
                  recommend: Callable[[str, str], dict[str, Any]] | None = None,
-                 extras: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                 extras: Mapping[str, Mapping[str, Any]] | None = None,
+                 references: Sequence[str] = ()) -> None:
         self.memo: Memo = memo or DictMemo()
         self.extras = extras or {}  # per night: its copied report and alert document
         self._recommend = recommend
-        self.frame = tables.prepare(frame)
+        self.references = tuple(dict.fromkeys(references))
+        self.frame = tables.prepare(frame, self.references)
         self.full = self.frame  # what comparisons read (the same columns, ``COLUMNS``)
         self.nights: list[str] = sorted(str(n) for n in pd.unique(self.frame["night"].dropna()))
         self.latest = self.nights[-1]
@@ -219,6 +256,10 @@ class SiteModel:
         self._digest_rows = self.frame[[c for c in _ROW_COLUMNS if c in self.frame]]
         self._row_hashes: np.ndarray | None = None
         self._build_ids = self.frame["build_id"].astype(str).to_numpy(dtype=object)
+        self._refs = self.frame["_ref"].to_numpy(dtype=bool)
+        self._commits_at: dict[tuple[str, str], str | None] = {}
+        self._commit_ids = self.frame["build_commit"].to_numpy(dtype=object) \
+            if "build_commit" in self.frame else None
         self._night_ids = self.frame["night"].to_numpy(dtype=object)
         self._recommend_keys: dict[str, tuple[str, str]] = {}
         self._build_comparisons: dict[str, list[dict[str, Any]]] = {}
@@ -275,8 +316,36 @@ class SiteModel:
         return list(self._build_facts.at[build, "nights"])
 
     def baseline_of(self, build: str) -> str | None:
+        """The first reference build that ran (none for a reference itself); without
+        references, the build first seen before ``build``."""
+        ran = [r for r in self.references if r in self._build_rows]
+        if ran:
+            return ran[0] if build not in self.references else None
         i = self.builds.index(build)
         return self.builds[i - 1] if i > 0 else None
+
+    def commit_at(self, build: str, night: str) -> str | None:
+        """The llama.cpp commit ``build``'s trials of ``night`` recorded, when they recorded
+        exactly one (a build id a farm reuses every night, such as ``nightly``, is a new commit
+        each night)."""
+        key = (build, night)
+        if key not in self._commits_at:
+            found: set[str] = set()
+            if build in self._build_rows and self._commit_ids is not None:
+                at = self._build_rows[build]
+                values = self._commit_ids[at[self._night_ids[at] == night]]
+                found = {str(v) for v in values if isinstance(v, str) and v}
+            self._commits_at[key] = found.pop() if len(found) == 1 else None
+        return self._commits_at[key]
+
+    def bisect(self, serial: str, config_id: str, engine: str,
+               change: Change) -> dict[str, str | None]:
+        """``bisect_advice`` for one change point of a series."""
+        cell = self._cell_ids().get((serial, config_id, engine, change.build_after), config_id)
+        commits = (self.commit_at(change.build_before, change.night_before),
+                   self.commit_at(change.build_after, change.night_after))
+        return bisect_advice(change.build_before, change.build_after, commits, engine, cell,
+                             serial)
 
     def device_link(self, serial: str) -> dict[str, str]:
         facts = self.devices.get(serial)
@@ -291,6 +360,7 @@ class SiteModel:
             reads = [c for c in dict.fromkeys((*HISTORY_READS, *CONFIG_COLUMNS))
                      if c in self.frame]
             self._history = {m: nightly_history(self.frame[[*reads, m]], m,
+                                                exclude_builds=self.references,
                                                 find_changes=self._remembered_changes)
                              for m in METRICS}
         return self._history
@@ -365,9 +435,19 @@ class SiteModel:
         if build not in self._build_comparisons:
             baseline = self.baseline_of(build)
             self._build_comparisons[build] = [] if baseline is None else self._compare(
-                self._build_rows[baseline], self._build_rows[build], baseline, build,
+                self._baseline_rows(baseline, build), self._build_rows[build], baseline, build,
                 f"{build} vs baseline {baseline}") or []
         return self._build_comparisons[build]
+
+    def _baseline_rows(self, baseline: str, build: str) -> np.ndarray:
+        """A reference build's trials of the nights ``build`` ran (all of them when it ran
+        none of those nights): what ``harness nightly`` compares a night's build with, and the
+        same rows every morning once ``build`` stops running. Another baseline: all its trials."""
+        at = self._build_rows[baseline]
+        if baseline not in self.references:
+            return at
+        same = at[np.isin(self._night_ids[at], self.nights_of(build))]
+        return same if len(same) else at
 
     def night_comparison(self, night: str) -> list[dict[str, Any]] | None:
         """The night against the previous one ([] for the first night; None when the night is
@@ -392,7 +472,9 @@ class SiteModel:
         the positions' build ids, not a copy of the phone's rows."""
         at = self._device_trials[serial]
         last = at[self._night_ids[at] == self.devices[serial].last_night]
-        builds, counts = np.unique(self._build_ids[last], return_counts=True)
+        tested = last[~self._refs[last]]  # a reference build only when nothing else ran
+        builds, counts = np.unique(self._build_ids[tested if len(tested) else last],
+                                   return_counts=True)
         return str(builds[int(np.argmax(counts))])  # sorted: the first maximum is alphabetical
 
     def _recommend_key(self, serial: str) -> tuple[str, str]:
@@ -520,7 +602,6 @@ class SiteModel:
         axis = [str(n) for n in per["night"]]
         pos = {n: i for i, n in enumerate(axis)}
         metrics = []
-        cells = self._cell_ids()
         for metric, s in by_metric.items():
             values: list[float | None] = [None] * len(axis)
             builds: list[str | None] = [None] * len(axis)
@@ -540,9 +621,7 @@ class SiteModel:
                 "build_after": c.build_after, "magnitude": _round(c.magnitude),
                 "before_mean": _round(c.before_mean), "after_mean": _round(c.after_mean),
                 "p_value": _round(c.p_value, 12), "describe": c.describe(metric),
-                "bisect": bisect_line(c.build_before, c.build_after,
-                                      cells.get((serial, config_id, engine, c.build_after),
-                                                config_id), serial),
+                **self.bisect(serial, config_id, engine, c),
                 "build_path": paths.build_page(c.build_after),
             } for c in s.changes]
             metrics.append({"metric": metric, "values": values, "builds": builds,
@@ -616,7 +695,6 @@ class SiteModel:
     def change_points(self, since: str) -> list[dict[str, Any]]:
         """Every change point whose first night is ``since`` or later, largest first."""
         out = []
-        cells = self._cell_ids()
         for metric, series in self.history.items():
             for s in series:
                 for c in s.changes:
@@ -629,10 +707,7 @@ class SiteModel:
                         "build_before": c.build_before, "build_after": c.build_after,
                         "magnitude": _round(c.magnitude), "describe": c.describe(metric),
                         "path": paths.config_page(s.device, s.config_id, s.engine),
-                        "bisect": bisect_line(c.build_before, c.build_after,
-                                              cells.get((s.device, s.config_id, s.engine,
-                                                         c.build_after), s.config_id),
-                                              s.device)})
+                        **self.bisect(s.device, s.config_id, s.engine, c)})
         return sorted(out, key=lambda c: (-abs(c["magnitude"] or 0), c["device"]["serial"],
                                           c["label"], c["metric"]))
 

@@ -7,8 +7,10 @@ one group-by, not 2,000.
 
 The frame these read is ``prepare``'s: the trials with ``night`` and ``engine`` filled and the
 masks ``_ok``, ``_usable``, ``_throttled``, ``_invalid``, ``_failed`` (``harness.analysis.frames``'
-rules). Main builds follow ``harness.analysis.trend``: the build with the most trials, ties to
-the alphabetically first.
+rules) and ``_ref``, the trials of reference builds (a build the farm runs every night beside
+the build under test, ``harness nightly --baseline``'s). Main builds follow
+``harness.analysis.trend``: the build with the most trials, ties to the alphabetically first,
+reference builds only where nothing else ran.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ SERIES = ["device_serial", "config_id", "engine"]
 METRICS = ("tg_tps", "pp_tps")
 
 
-def prepare(frame: pd.DataFrame) -> pd.DataFrame:
+def prepare(frame: pd.DataFrame, references: Sequence[str] = ()) -> pd.DataFrame:
     """``frame`` with its night, engine and the masks the pages count by, added in place (a
     year of trials is not copied for them)."""
     out = frame
+    out["_ref"] = frame["build_id"].isin(list(references)).to_numpy()
     out["night"] = nights(frame).to_numpy()
     out["engine"] = engine_column(frame).astype(str).to_numpy()
     out["_usable"] = usable_mask(out).to_numpy()
@@ -40,10 +43,12 @@ def prepare(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def main_builds(frame: pd.DataFrame, keys: Sequence[str]) -> pd.Series:
-    """Per group of ``keys``: the build with the most trials (ties: alphabetically first)."""
-    counts = frame.groupby([*keys, "build_id"], observed=True, sort=False).size()
-    table = counts.reset_index(name="n").sort_values(
-        [*keys, "n", "build_id"], ascending=[True] * len(keys) + [False, True])
+    """Per group of ``keys``: the build with the most trials (ties: alphabetically first), a
+    reference build only when the group ran nothing else."""
+    table = frame.groupby([*keys, "build_id"], observed=True, sort=False).agg(
+        n=("_ok", "size"), ref=("_ref", "first")).reset_index()
+    table = table.sort_values([*keys, "ref", "n", "build_id"],
+                              ascending=[True] * len(keys) + [True, False, True])
     first = table.drop_duplicates(list(keys))
     return first.set_index(list(keys))["build_id"].astype(str)
 
@@ -60,7 +65,11 @@ def split(table: pd.DataFrame, keys: Sequence[str]) -> dict[tuple[str, ...], np.
 
 def config_nights(frame: pd.DataFrame) -> pd.DataFrame:
     """Per series (device, config, engine) and night: trial counts by state, the medians of
-    throttled (``hot_*``) and invalid (``bad_*``) trials, and the night's main build."""
+    throttled (``hot_*``) and invalid (``bad_*``) trials, and the night's main build, all of the
+    builds under test: reference builds are kept out of a configuration's line and table, as
+    ``harness nightly``'s history keeps its baseline out."""
+    if frame["_ref"].any():
+        frame = frame[~frame["_ref"]]
     keys = [*SERIES, "night"]
     per = frame.groupby(keys, observed=True, sort=True).agg(
         trials=("_ok", "size"), failed=("_failed", "sum"), throttled=("_throttled", "sum"),

@@ -2,9 +2,10 @@
 
 Used by the browser test (tests/site) and by the site benchmark on the synthetic year
 (scripts/bench_site.py): ``walk`` opens the index from the folder (``file://``), follows its
-links to a night, a phone, one of the phone's configurations and a build, and returns each
-page's DOM after its scripts ran with the console lines Chromium logged; ``broken_links`` lists
-every relative link of every page that points at no file.
+links to a night, a phone, one of the phone's configurations, a build and the night's report
+(when the site has it), and returns each page's DOM after its scripts ran with the console
+lines Chromium logged; ``broken_links`` lists every relative link of every page that points at
+no file.
 """
 
 from __future__ import annotations
@@ -62,15 +63,22 @@ def target(page: Path, ref: str) -> Path:
     return (page.parent / unquote(ref.split("#", 1)[0])).resolve()
 
 
-def link(text: str, page: Path, pattern: str) -> Path:
-    """The first relative link of ``text`` (the DOM of ``page``) matching ``pattern``; an
-    AssertionError when there is none or its file is missing."""
+def first_link(text: str, page: Path, pattern: str) -> Path | None:
+    """The first relative link of ``text`` (the DOM of ``page``) matching ``pattern`` (None
+    when there is none); an AssertionError when its file is missing."""
     for ref in parse(text).refs:
         if re.search(pattern, ref) and "://" not in ref:
             found = target(page, ref)
             assert found.is_file(), f"{page.name} links to {ref}, which is not there"
             return found
-    raise AssertionError(f"{page.name} has no link matching {pattern!r}")
+    return None
+
+
+def link(text: str, page: Path, pattern: str) -> Path:
+    """``first_link``, which must be there (an AssertionError otherwise)."""
+    found = first_link(text, page, pattern)
+    assert found is not None, f"{page.name} has no link matching {pattern!r}"
+    return found
 
 
 @dataclass(frozen=True)
@@ -83,8 +91,9 @@ class Visit:
 
 def walk(site: Path, work: Path) -> list[Visit]:
     """Index, then a phone and its first configuration, the latest night and one of its builds,
-    each opened in Chromium from the link the page before shows."""
-    index = site / "index.html"
+    and the night's full report when the night page links one (``--reports``), each opened in
+    Chromium from the link the page before shows."""
+    index = site.resolve() / "index.html"  # a file:// address needs an absolute path
     seen = [Visit("index", index, *dom(index, work / "p0"))]
     night = link(seen[0].dom, index, r"(^|/)nights/")
     device = link(seen[0].dom, index, r"(^|/)devices/")
@@ -92,8 +101,12 @@ def walk(site: Path, work: Path) -> list[Visit]:
     config = link(seen[-1].dom, device, r"(^|/)configs/")
     seen.append(Visit("config", config, *dom(config, work / "p2")))
     seen.append(Visit("night", night, *dom(night, work / "p3")))
-    build = link(seen[-1].dom, night, r"(^|/)builds/")
+    night_dom = seen[-1].dom
+    build = link(night_dom, night, r"(^|/)builds/")
     seen.append(Visit("build", build, *dom(build, work / "p4")))
+    report = first_link(night_dom, night, r"(^|/)reports/nightly-[^/]*\.html$")
+    if report is not None:
+        seen.append(Visit("report", report, *dom(report, work / "p5")))
     return seen
 
 

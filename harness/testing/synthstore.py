@@ -25,6 +25,7 @@ with impossible speeds and ``invalid_reason``. These draw from their own generat
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections import Counter
@@ -183,6 +184,8 @@ def _night_table(spec: SynthSpec, grid: _Grid, night: int, builds: list[int],
     ram = np.asarray([p[3] * GIB for p in phones], dtype=np.int64)
     speed = np.asarray([p[4] for p in phones])
     build_ids = np.asarray(spec.builds)
+    # each build its own (made-up) llama.cpp commit, as tagged releases have
+    commits = np.asarray([hashlib.sha1(b.encode()).hexdigest() for b in spec.builds])
     run_id = f"night-{spec.start + timedelta(days=night):%Y%m%d}"
     day0 = datetime.combine(spec.start + timedelta(days=night), datetime.min.time(), UTC)
     spacing = min(20.0, 20 * 3600 / n)
@@ -251,7 +254,7 @@ def _night_table(spec: SynthSpec, grid: _Grid, night: int, builds: list[int],
         "device_soc": np.asarray([p[2] for p in phones], dtype=object)[dev],
         "device_sdk": np.full(n, 34), "device_ram_bytes": ram[dev],
         "build_id": build_ids[bld], "build_engine": np.full(n, "llama.cpp"),
-        "build_version": build_ids[bld], "build_commit": np.full(n, "0123abc"),
+        "build_version": build_ids[bld], "build_commit": commits[bld],
         "build_abi": np.full(n, "arm64-v8a"), "model_name": np.full(n, spec.model),
         "model_sha256": np.full(n, "ab" * 32), "quant": grid.quant[cfg],
         "model_n_params": np.full(n, spec.n_params),

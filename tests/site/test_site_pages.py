@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -89,8 +90,9 @@ def test_planted_regression_on_index_config_page_and_feed(farm_site: Site) -> No
     builds = index.split('id="builds"')[1].split("</section>")[0]
     assert "b4101 vs baseline b4100" in builds and 'class="regression"' in builds
     assert "95% CI" in builds
-    config_pages = [p for p in (farm_site.root / "configs").glob("*.html")
-                    if "--good b4100 --bad b4101" in p.read_text(encoding="utf-8")]
+    good, bad = (hashlib.sha1(b.encode()).hexdigest() for b in ("b4100", "b4101"))
+    config_pages = [p for p in (farm_site.root / "configs").glob("*.html")  # their commits
+                    if f"--good {good} --bad {bad}" in p.read_text(encoding="utf-8")]
     assert config_pages, "no configuration page shows the change point's bisect line"
     page = config_pages[0].read_text(encoding="utf-8")
     assert "harness bisect --source" in page and 'stroke-dasharray' in page
