@@ -539,12 +539,13 @@ class SiteModel:
             flags.append({"kind": "missing-one", "text": f"missing tonight (last seen "
                           f"{facts.last_night})"})
         night_rows = night_rows if night_rows is not None else self.device_nights(serial)
-        slope, rise = battery_trend([r.get("battery_temp_c") for r in night_rows
-                                     if r["present"]])
+        temps = [r.get("battery_temp_c") for r in night_rows if r["present"]]
+        slope, rise = battery_trend(temps)
         if trend_flagged(slope, rise):
+            window = min(TREND_NIGHTS, sum(t is not None for t in temps))
             flags.append({"kind": "battery", "text": f"battery temperature trends up: "
                           f"{slope:+.2f} °C/night, +{rise:.1f} °C over its last "
-                          f"{TREND_NIGHTS} nights"})
+                          f"{window} nights"})
         return flags
 
     # --- pages ------------------------------------------------------------------------------

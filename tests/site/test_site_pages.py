@@ -110,6 +110,7 @@ def test_missing_phone_and_hot_battery_are_flagged(farm_site: Site) -> None:
     assert "missing 2 nights" in alerts and "(SYN0002)" in alerts
     assert "battery temperature trends up" in alerts and f"({HOT_SERIAL})" in alerts
     assert alerts.count("battery temperature trends up") == 1
+    assert "°C over its last 10 nights" in alerts  # the ten nights the store has, not 14
     gone = farm_site.read(paths.device_page(GONE_SERIAL))
     assert "missing 2 nights" in gone.split('id="flags"')[1].split("</ul>")[0]
     hot = farm_site.read(paths.device_page(HOT_SERIAL))
