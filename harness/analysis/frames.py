@@ -252,7 +252,7 @@ def recent_window(rows: pd.DataFrame, recent: int,
 
 #: What a cell's sample group reads of its trials besides the metrics (the label aside): every
 #: selection copies only these, not the store's hundred-odd columns.
-_GROUP_READS = ("device_serial", "config_id", "outcome", "throttled", "valid",
+GROUP_READS = ("device_serial", "config_id", "outcome", "throttled", "valid",
                 "config_not_applied", "started_at", "cpu_emulation", "gpu_emulated",
                 "compute_device")
 
@@ -263,7 +263,7 @@ def _side_groups(frame: pd.DataFrame, side: Side, metrics: Sequence[str],
     selected and their masks computed once, then each cell takes its rows by position."""
     where = np.flatnonzero(((frame["build_id"] == side.build)
                             & (engine_column(frame) == side.engine)).to_numpy())
-    wanted = dict.fromkeys([*_GROUP_READS, *(METRIC_COLUMNS[m] for m in metrics)])
+    wanted = dict.fromkeys([*GROUP_READS, *(METRIC_COLUMNS[m] for m in metrics)])
     narrow = frame[[c for c in wanted if c in frame.columns]].iloc[where].assign(_at=where)
     by = ["device_serial", "config_id"]
     if recent is not None:  # each cell's newest trials only: select them, then group as one

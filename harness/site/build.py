@@ -108,9 +108,12 @@ class DiskMemo:
         self.folder = folder
         self.used: set[str] = set()
         self.pending: dict[str, Future[Any]] = {}
+        self._peeked: dict[str, Any] = {}  # values ``peek`` read, so ``get`` reads them once
 
     def get(self, key: str, compute: Callable[[], Any]) -> Any:
         self.used.add(key)
+        if key in self._peeked:
+            return self._peeked.pop(key)
         if key in self.pending:  # computed elsewhere (a process of the build's pool)
             future = self.pending.pop(key)
             compute = future.result
@@ -133,6 +136,7 @@ class DiskMemo:
         except ValueError:
             return None
         self.used.add(key)
+        self._peeked[key] = value
         return value
 
     def prune(self) -> None:

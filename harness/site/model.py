@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.ab import BuildComparison, compare_builds
-from harness.analysis.frames import _GROUP_READS
+from harness.analysis.frames import GROUP_READS
 from harness.analysis.trend import Change, NightPoint, Series, changes_of, nightly_history
 from harness.labels import CONFIG_COLUMNS
 from harness.site import paths, tables
@@ -78,7 +78,7 @@ COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((
     "device_manufacturer", "device_soc", "device_sdk", "device_ram_bytes", "build_id",
     "build_commit",
     "engine", "outcome", "error", "throttled", "valid", "tg_tps", "pp_tps", "battery_temp_c",
-    "max_temp_c", "started_at", "engine_aggregate_n", "invalid_reason", *_GROUP_READS,
+    "max_temp_c", "started_at", "engine_aggregate_n", "invalid_reason", *GROUP_READS,
     *CONFIG_COLUMNS)))
 _ROW_COLUMNS = ("trial_id", "device_serial", "config_id", "build_id", "engine", "outcome",
                 "throttled", "valid", "tg_tps", "pp_tps", "battery_temp_c", "max_temp_c")
@@ -234,7 +234,6 @@ class SiteModel:
         self._recommend = recommend
         self.references = tuple(dict.fromkeys(references))
         self.frame = tables.prepare(frame, self.references)
-        self.full = self.frame  # what comparisons read (the same columns, ``COLUMNS``)
         self.nights: list[str] = sorted(str(n) for n in pd.unique(self.frame["night"].dropna()))
         self.latest = self.nights[-1]
         self._config_nights = tables.config_nights(self.frame)
@@ -407,7 +406,7 @@ class SiteModel:
                                    SCHEMA_VERSION])
 
         def compute() -> list[dict[str, Any]]:
-            base, cand = self.full.iloc[base_at], self.full.iloc[cand_at]
+            base, cand = self.frame.iloc[base_at], self.frame.iloc[cand_at]
             out = []
             for engine in sorted(set(base["engine"]) & set(cand["engine"])):
                 frame = pd.concat([base[base["engine"] == engine].assign(build_id=base_label),
