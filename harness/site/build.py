@@ -16,6 +16,7 @@ so); anything else is refused with one line before a single file is written.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -218,15 +219,6 @@ def recommend_from_store(results: Path, serial: str, build: str,
     return recommend_json(frame, serial, build)
 
 
-def device_recommender(results: Path, model_nights: Callable[[str], list[str]]
-                       ) -> Callable[[str, str], dict[str, Any]]:
-    """``recommend(serial, build)``: ``recommend_from_store`` for the model's nights."""
-    def recommend(serial: str, build: str) -> dict[str, Any]:
-        return recommend_from_store(results, serial, build, model_nights(build))
-
-    return recommend
-
-
 #: From this many trials a build computes the recommendations its memo lacks in a process of
 #: its own, beside the rest (the change points, the pages) on the other core; below, the
 #: process's start would cost more than it saves.
@@ -292,13 +284,7 @@ def build_site(results: Path, out: Path, *, reports: Path | None = None,
     frame = site_trials(results)
     loaded = time.perf_counter()
     memo = DiskMemo(out / CACHE)
-    model: SiteModel | None = None
-
-    def build_nights(build: str) -> list[str]:
-        assert model is not None
-        return model.nights_of(build)
-
-    model = SiteModel(frame, memo, device_recommender(results, build_nights)
+    model = SiteModel(frame, memo, functools.partial(recommend_from_store, results)
                       if recommend else None, references=references)
     extras, files = attachments(reports, model.nights)
     model.extras = extras

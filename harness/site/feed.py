@@ -58,8 +58,7 @@ def entries(model: SiteModel) -> list[dict[str, str]]:
             "text": f"{c['describe']}\n" + (f"bisect: {c['bisect']}" if c["bisect"]
                                                 else c["bisect_note"])})
     for build in model.builds:
-        rows = model.frame["build_id"] == build
-        last = str(model.frame.loc[rows, "night"].max())
+        last = model.nights_of(build)[-1]
         if last < since or model.baseline_of(build) is None:
             continue
         comparisons = model.build_comparison(build)

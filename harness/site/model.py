@@ -221,12 +221,13 @@ def bisect_advice(before: str, after: str, commits: tuple[str | None, str | None
 class SiteModel:
     """Every page's data from one trials frame; see the module docstring.
 
-    ``recommend(serial, build)`` answers a device's recommendation (``recommend_json`` over that
-    device's rows of the build, read whole); it is called only when the memo lacks the answer.
+    ``recommend(serial, build, nights)`` answers a device's recommendation (``recommend_json``
+    over that device's rows of the build, read whole from the nights the build ran); it is
+    called only when the memo lacks the answer.
     """
 
     def __init__(self, frame: pd.DataFrame, memo: Memo | None = None,
-                 recommend: Callable[[str, str], dict[str, Any]] | None = None,
+                 recommend: Callable[[str, str, list[str]], dict[str, Any]] | None = None,
                  extras: Mapping[str, Mapping[str, Any]] | None = None,
                  references: Sequence[str] = ()) -> None:
         self.memo: Memo = memo or DictMemo()
@@ -257,8 +258,7 @@ class SiteModel:
         self._build_ids = self.frame["build_id"].astype(str).to_numpy(dtype=object)
         self._refs = self.frame["_ref"].to_numpy(dtype=bool)
         self._commits_at: dict[tuple[str, str], str | None] = {}
-        self._commit_ids = self.frame["build_commit"].to_numpy(dtype=object) \
-            if "build_commit" in self.frame else None
+        self._commit_ids: np.ndarray | None = None
         self._night_ids = self.frame["night"].to_numpy(dtype=object)
         self._recommend_keys: dict[str, tuple[str, str]] = {}
         self._build_comparisons: dict[str, list[dict[str, Any]]] = {}
@@ -330,7 +330,9 @@ class SiteModel:
         key = (build, night)
         if key not in self._commits_at:
             found: set[str] = set()
-            if build in self._build_rows and self._commit_ids is not None:
+            if build in self._build_rows and "build_commit" in self.frame:
+                if self._commit_ids is None:  # on first use: most builds have no change point
+                    self._commit_ids = self.frame["build_commit"].to_numpy(dtype=object)
                 at = self._build_rows[build]
                 values = self._commit_ids[at[self._night_ids[at] == night]]
                 found = {str(v) for v in values if isinstance(v, str) and v}
@@ -500,7 +502,8 @@ class SiteModel:
             return {"picks": [], "note": "recommendations not computed", "command": None}
         build, key = self._recommend_key(serial)
         recommend = self._recommend
-        value: dict[str, Any] = self.memo.get(key, lambda: recommend(serial, build))
+        value: dict[str, Any] = self.memo.get(
+            key, lambda: recommend(serial, build, self.nights_of(build)))
         command = (f"harness recommend --device {shlex.quote(serial)} "
                    f"--build {shlex.quote(build)}")
         return {**value, "command": command}
