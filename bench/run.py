@@ -197,4 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from harness.interrupt import Interrupted, interruptible
+
+    try:
+        with interruptible():  # SIGTERM (a time limit) stops the phones it started, as Ctrl-C
+            sys.exit(main())
+    except Interrupted as stop:
+        print(f"[bench] stopped by {stop}; its phones and servers are stopped", file=sys.stderr)
+        sys.exit(128 + stop.signum)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.device.adb import adb_version
+from harness.interrupt import interruptible
 from harness.testing.adbserver import AdbServer, adb_clients, private_adb_server
 
 # leakcheck: the run fails if it leaves an adb server or a virtual-phone daemon alive
@@ -19,6 +21,14 @@ REPO = Path(__file__).resolve().parent.parent
 # phone's exec rules) stay where this user keeps them, so they are made once per machine.
 os.environ.setdefault("HARNESS_CACHE", str(Path.home() / ".cache" / "harness"))
 SHARED_FIXTURES = REPO.parent / "shared" / "fixtures" / "android"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM (a CI time limit, a killed job) stops the session as Ctrl-C does: pytest tears
+    every fixture down, so the phones, adb servers and builds the tests started are stopped."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(interruptible())
+    config.add_cleanup(stack.close)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

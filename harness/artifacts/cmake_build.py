@@ -37,10 +37,17 @@ Choices, and why:
   records the backends and the launch environment (Hexagon: ``ADSP_LIBRARY_PATH`` = the build's
   lib/). Host Vulkan builds put ``vulkan_compat/`` first on the include path: Debian 12's Vulkan
   headers (1.3.239) lack VK_EXT_layer_settings, which ggml-vulkan.cpp names.
-- The cmake work tree lives in the cache, one per (source tree, ABI): changing a flag recompiles
-  only what depends on it (the slow variant rebuilds ggml-cpu, not all of llama.cpp). Its
-  CMakeCache.txt is dropped before each configure so one variant's ``-D`` never leaks into the
-  next. A lock file keeps two builds out of the same tree.
+- The cmake work tree lives in the cache, one per (source tree, ABI, flags). Its CMakeCache.txt
+  is dropped before each configure so one variant's ``-D`` never leaks into the next. A lock
+  file keeps two builds out of the same tree.
+- Every compile goes through ccache where it is installed (``compiler_cache``), in one layout:
+  ``<tree>/build`` is cmake's folder and ``<tree>/src`` the source (a link to it, or a bisect's
+  worktree itself), and ccache hashes paths under ``<tree>`` relative to it. So a file compiled
+  with the same flags in any tree (host-release and the CLI's build of it, the planted-bug
+  tree beside the vendored one, a bisect's first commit, host-slow's objects that its CPU flags
+  do not touch) is compiled once per machine; only what differs is compiled again. The
+  objects stay the compiler's own: ccache answers only for the same preprocessed source,
+  compiler and flags, and the paths built into an object (``__FILE__``) are the relative ones.
 """
 
 from __future__ import annotations
@@ -51,7 +58,9 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -352,13 +361,47 @@ def parse_progress(line: str) -> float | None:
 
 def work_dir(cache: Path, source: Path, abi: str,
              defines: Mapping[str, str] | None = None) -> Path:
-    """The cmake tree for one (source, ABI, set of ``defines``): a source change rebuilds only
-    what it touches, and builds that alternate between flag sets (host-release and host-slow, an
-    A/B of two flags) each keep their own objects instead of recompiling everything in turn."""
+    """The cmake folder for one (source, ABI, set of ``defines``), ``<tree>/build`` (see
+    ``compile_llama_cpp`` for ``<tree>/src``): a source change rebuilds only what it touches,
+    and builds that alternate between flag sets (host-release and host-slow, an A/B of two
+    flags) each keep their own objects instead of recompiling everything in turn."""
     digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]
     flags = "" if defines is None else "-" + hashlib.sha256(
         json.dumps(dict(defines), sort_keys=True).encode()).hexdigest()[:8]
-    return cache / "cmake" / f"{source.resolve().name}-{digest}-{abi}{flags}"
+    return cache / "trees" / f"{source.resolve().name}-{digest}-{abi}{flags}" / "build"
+
+
+def compiler_cache(tree: Path) -> dict[str, str]:
+    """cmake defines that compile through ccache, when it is installed (``HARNESS_CCACHE=0``
+    turns it off, ggml's own use of it too). ccache returns an object only for the same
+    preprocessed source, compiler and flags, so every build is still made from its own code;
+    paths under ``tree`` (its ``src`` and ``build``) are hashed relative (``base_dir``), so a
+    tree elsewhere with the same files hits. The objects go to ``$CCACHE_DIR``, else
+    ``$HARNESS_CACHE/ccache`` (whatever HOME the build runs with, as the tests' adb does)."""
+    if os.environ.get("HARNESS_CCACHE") == "0":
+        return {"GGML_CCACHE": "OFF"}
+    if shutil.which("ccache") is None:
+        return {}
+    # ccache's settings as its environment (its KEY=VALUE arguments need ccache 4.8)
+    store = os.environ.get("CCACHE_DIR") or str(cache_root() / "ccache")
+    launcher = f"env;CCACHE_DIR={store};CCACHE_BASEDIR={tree};CCACHE_NOHASHDIR=1;ccache"
+    return {"CMAKE_C_COMPILER_LAUNCHER": launcher, "CMAKE_CXX_COMPILER_LAUNCHER": launcher}
+
+
+def linked_source(source: Path, work: Path) -> Path:
+    """``<tree>/src`` for the cmake folder ``work`` (``<tree>/build``): the source itself when
+    it is there (a bisect's worktree), else a link to it, made or moved here."""
+    link = work.parent / "src"
+    if link.resolve() == source.resolve():
+        return link
+    if link.exists() and not link.is_symlink():
+        raise BuildError(f"{link} is in the way of the link to {source}: remove it and retry")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(f".src.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(source.resolve(), target_is_directory=True)
+    os.replace(tmp, link)
+    return link
 
 
 def default_generator() -> str | None:
@@ -377,16 +420,20 @@ def compile_llama_cpp(
     progress: Progress | None = None,
     nice: bool = False,
 ) -> Path:
-    """Configure + build; return the folder holding the products (``<work>/bin``)."""
+    """Configure + build in ``work`` (``<tree>/build``, the source at ``<tree>/src``, through
+    ccache: see the module's docstring); return the folder holding the products
+    (``<work>/bin``)."""
     if not (source / "CMakeLists.txt").is_file():
         raise BuildError(f"{source}: no CMakeLists.txt; --source must be a llama.cpp checkout")
     if shutil.which("cmake") is None:
         raise BuildError("cmake is not installed; install it (apt-get install cmake) and retry")
     work.mkdir(parents=True, exist_ok=True)
+    defines = {**defines, **compiler_cache(work.parent)}
     if GENERATOR_TARGET in targets:
         defines = {**defines, GENERATOR_INCLUDE: str(GENERATOR_DIR / "generator.cmake")}
     prefix = ["nice", "-n", "15"] if nice and shutil.which("nice") else []
     with _locked(work / ".harness.lock"):
+        source = linked_source(source, work)
         # A fresh cache each time: -D values of an earlier variant must not leak into this one.
         # Unchanged compile commands are not re-run, so only objects whose flags differ rebuild.
         (work / "CMakeCache.txt").unlink(missing_ok=True)
@@ -424,20 +471,56 @@ def _run(argv: list[str], work: Path, progress: Progress | None) -> None:
     tail: list[str] = []
     with open(log, "a") as out:
         out.write("$ " + " ".join(argv) + "\n")
+        # its own process group: a stopped build (Ctrl-C, SIGTERM) stops cmake, ninja and
+        # every compiler they started, not cmake alone
         process = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            process_group=0,
         )
         assert process.stdout is not None
-        for line in process.stdout:
-            out.write(line)
-            tail = ([*tail, line.rstrip()])[-15:]
-            fraction = parse_progress(line)
-            if progress is not None and fraction is not None:
-                progress(fraction, line.strip())
-        code = process.wait()
+        try:
+            for line in process.stdout:
+                out.write(line)
+                tail = ([*tail, line.rstrip()])[-15:]
+                fraction = parse_progress(line)
+                if progress is not None and fraction is not None:
+                    progress(fraction, line.strip())
+            code = process.wait()
+        except BaseException:
+            stop_group(process)
+            raise
     if code != 0:
         detail = "\n".join(tail)
         raise BuildError(f"{argv[argv.index('cmake')]} failed (exit {code}); log: {log}\n{detail}")
+
+
+STOP_GRACE_S = 10.0
+
+
+def stop_group(process: subprocess.Popen[str]) -> None:
+    """Stop the process group we started (its leader is ours): SIGTERM first, which ninja
+    passes on to the commands it runs in their own groups, then SIGKILL what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        if _group_gone(process, STOP_GRACE_S):
+            break
+    process.wait()
+
+
+def _group_gone(process: subprocess.Popen[str], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        process.poll()  # the leader is reaped once it exits, so the group can empty
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def source_version(cmakelists: str) -> str | None:

@@ -12,7 +12,6 @@ The cmake flags are host-release's (``cmake_defines("host", ...)`` with ``HOST_V
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -113,24 +112,6 @@ def host_defines() -> dict[str, str]:
     return cmake_defines("host", None, HOST_VARIANTS["host-release"])
 
 
-def compiler_cache(root: Path) -> dict[str, str]:
-    """cmake defines that compile through ccache, when it is installed (``HARNESS_CCACHE=0``
-    turns it off): a bisect compiles the same files at many commits, and again when it is run
-    anew; ccache returns an object only for the same preprocessed source, compiler and flags, so
-    every build is still made from its own commit's code. Paths under ``root`` (the bisect's
-    worktree and build folder) are hashed relative (``base_dir``), so another bisect's folder
-    of the same sources hits too. The objects go to ``$CCACHE_DIR``, else
-    ``$HARNESS_CACHE/ccache``."""
-    if os.environ.get("HARNESS_CCACHE") == "0" or shutil.which("ccache") is None:
-        return {}
-    # ccache's settings as its environment (its KEY=VALUE arguments need ccache 4.8); its
-    # objects beside the harness's other caches unless the user keeps them elsewhere (a
-    # bisect may run with another HOME, as the tests' adb does)
-    store = os.environ.get("CCACHE_DIR") or str(cache_root() / "ccache")
-    launcher = f"env;CCACHE_DIR={store};CCACHE_BASEDIR={root};CCACHE_NOHASHDIR=1;ccache"
-    return {"CMAKE_C_COMPILER_LAUNCHER": launcher, "CMAKE_CXX_COMPILER_LAUNCHER": launcher}
-
-
 @dataclass(frozen=True)
 class BuildResult:
     commit: str
@@ -176,8 +157,7 @@ class Workspace:
         self.checkout(commit)
         defines = host_defines()
         try:
-            products = compile_llama_cpp(self.tree, self.build_tree,
-                                         {**defines, **compiler_cache(self.root)},
+            products = compile_llama_cpp(self.tree, self.build_tree, defines,
                                          DEFAULT_TARGETS, self.jobs, progress, nice=True)
             files = collect_products(products, DEFAULT_TARGETS)
         except BuildError as error:

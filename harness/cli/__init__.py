@@ -15,6 +15,7 @@ import click
 
 from harness import __version__
 from harness.errors import HarnessError
+from harness.interrupt import Interrupted, interruptible
 
 # Sub-modules of harness.cli whose COMMANDS are registered, in --help order.
 COMMAND_MODULES = [
@@ -33,12 +34,22 @@ class UserError(click.ClickException):
 
 
 class HarnessGroup(click.Group):
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """SIGTERM and SIGHUP stop a command as Ctrl-C does (harness.interrupt): the phones,
+        servers and compiles it started are stopped on the way out."""
+        with interruptible():
+            return super().main(*args, **kwargs)
+
     def invoke(self, ctx: click.Context) -> Any:
         mark = _store_mark()
         try:
             return super().invoke(ctx)
         except HarnessError as error:
             raise UserError(str(error)) from error
+        except Interrupted as stop:
+            click.echo(f"harness: stopped by {stop}; what it started has been stopped",
+                       err=True)
+            raise click.exceptions.Exit(128 + stop.signum) from stop
         finally:
             if not ctx.meta.get(SKIPS_LISTED):
                 _name_skipped_parts(mark)

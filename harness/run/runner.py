@@ -41,11 +41,19 @@ def execute(matrix_path: Path, devices: Sequence[Device], options: RunOptions,
     events = on_event or (lambda kind, serial, details: None)
     workers = [DeviceWorker(d, session.prepared, session.run_id, options, session.done, events)
                for d in devices]
-    threads = [threading.Thread(target=w.run, name=f"device-{w.device.serial}") for w in workers]
+    # daemon threads: a stopped run (Ctrl-C, SIGTERM) does not wait for the trials in flight;
+    # the caller's clean-up stops the phones it started, and the trials are run on --resume
+    threads = [threading.Thread(target=w.run, name=f"device-{w.device.serial}", daemon=True)
+               for w in workers]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        for worker in workers:
+            worker.stop.set()
+        raise
     refused = [w.busy for w in workers if w.busy is not None]
     if refused:  # the others' trials are stored; say so, and fail the command (exit 2)
         raise DeviceBusyError(f"{refused[0]}; the other devices finished, "

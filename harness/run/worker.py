@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -188,6 +189,9 @@ class DeviceWorker:
         self._checks: dict[tuple[str, str, str, outputcheck.CheckKnobs], outputcheck.Verdict] = {}
         # each llama.cpp build's devices on this phone, asked once (--list-devices)
         self._capabilities: dict[str, Capability] = {}
+        # set when the run is stopped (Ctrl-C, SIGTERM): no trial starts and nothing more is
+        # stored (a trial ending now may have been cut by the stop; --resume runs it again)
+        self.stop = threading.Event()
 
     def _emit(self, kind: str, **details: Any) -> None:
         self.on_event(kind, self.device.serial, details)
@@ -222,6 +226,8 @@ class DeviceWorker:
     def _run(self) -> None:
         index = 0
         for job in self.prepare_jobs():
+            if self.stop.is_set():
+                return
             self.run_job(job, index)
             index += len(job)
 
@@ -341,6 +347,8 @@ class DeviceWorker:
             self._ready.planned, self._ready.runnable_ids, self._ready.contexts,
             self._ready.runner)
         for index, spec in enumerate(job, start=first_index):
+            if self.stop.is_set():
+                return
             plan = planned[spec.cell.cell_id]
             self._emit(Kind.TRIAL, index=index, total=self._ready.todo_count,
                        label=spec.cell.label(), build=spec.cell.build,
@@ -441,6 +449,8 @@ class DeviceWorker:
         adb reconnects a dropped TCP device by itself; a restarted adb server knows none of them,
         so a ``host:port`` serial is also connected again explicitly.
         """
+        if self.stop.is_set():
+            return False
         deadline = time.monotonic() + self.options.reconnect_s
         self._emit(Kind.RECONNECTING, seconds=self.options.reconnect_s)
         while True:
@@ -467,6 +477,8 @@ class DeviceWorker:
         return validate(trial, self.prepared.matrix.require, figure)
 
     def _store(self, trial: TrialRecord, samples: Sequence[Any]) -> None:
+        if self.stop.is_set():
+            return
         trial = self.validated(trial)
         self.sink(trial, samples)
         if self.adaptive_policy is not None:

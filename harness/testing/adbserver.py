@@ -119,15 +119,19 @@ def start_adb_server(home: Path | None = None, port: int | None = None,
     log.close()
     server = AdbServer(port=port, home=home, process=process, binary=binary)
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise DeviceError(
-                f"adb server on port {port} exited at start; see {home}/adb-server.log")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return server
-        except OSError:
-            time.sleep(0.1)
+    try:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise DeviceError(
+                    f"adb server on port {port} exited at start; see {home}/adb-server.log")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    return server
+            except OSError:
+                time.sleep(0.1)
+    except BaseException:  # stopped while it starts (Ctrl-C, SIGTERM): not left behind
+        server.stop()
+        raise
     server.stop()
     raise DeviceError(f"adb server on port {port} did not listen within 15 s")
 

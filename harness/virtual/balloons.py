@@ -53,6 +53,12 @@ def kernel_adj(adj: int) -> int:
     return 990 + max(0, min(999, adj)) // 100
 
 
+def kill_order(adj: int, rss_kb: int) -> tuple[int, int]:
+    """The kernel's order among the phone's apps (first killed first): the higher kernel score,
+    then the bigger (a balloon's badness is its RSS plus its score's share of the limit)."""
+    return -kernel_adj(adj), -rss_kb
+
+
 def spawn(procs_file: str, adj: int, rss_kb: int) -> subprocess.Popen[bytes] | None:
     """Start a balloon holding ``rss_kb`` at kernel score ``adj`` and wait until it holds its
     memory; None if it could not (the kernel may have killed it already: no room for it)."""

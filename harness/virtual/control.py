@@ -165,12 +165,22 @@ def _launch(phone_dir: Path, port: int) -> int:
     )
     log.close()
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise DeviceError(f"virtual phone daemon exited at start; see {phone_dir}/daemon.log")
-        if (sandbox.state / "ready").exists():
-            return process.pid
-        time.sleep(0.05)
+    try:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise DeviceError(
+                    f"virtual phone daemon exited at start; see {phone_dir}/daemon.log")
+            if (sandbox.state / "ready").exists():
+                return process.pid
+            time.sleep(0.05)
+    except BaseException:  # stopped while it boots (Ctrl-C, SIGTERM): it stops what it began
+        process.terminate()
+        try:
+            process.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        raise
     process.kill()
     process.wait()
     raise DeviceError(f"virtual phone on port {port} did not start within 20 s")

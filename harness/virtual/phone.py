@@ -80,6 +80,7 @@ APP_RESTART_S = 3.0  # killed apps come back this long after the memory pressure
 APP_FIT = 0.9  # and only while they fit under this share of the limit
 RECLAIM_AT = 0.9  # footprint share of the limit from which the kernel reclaims (PSI "some")
 REBOOT_S = 2.0  # a rebooting phone refuses connections this long
+REAP_WAIT_S = 5.0  # an app killed before another waits this long for its exit to be seen
 KILLED_GRACE_S = 2.0  # a SIGKILLed process still freeing its memory is not counted again
 RECLAIM_MARGIN = 16  # simulated reclaim frees what is over the limit and 1/16 of it more
 HELD = ("RssFile", "RssAnon", "VmSwap")  # what the simulated reclaim weighs, per process
@@ -220,6 +221,7 @@ class Phone:
     _oom_kills: int | None = None
     _balloons: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _system_server: subprocess.Popen[bytes] | None = None
+    _reap_blocked_at: float | None = None  # an app seen dead waits for one killed before it
     # the GPU (a profile's gpu: key): each non-service process's CPU ticks in the last tick,
     # from which the GPU's load is modelled (harness.virtual.gpu)
     _spent: dict[int, int] = field(default_factory=dict)
@@ -543,9 +545,31 @@ class Phone:
 
     def _reap_apps(self) -> None:
         """Apps whose balloon the kernel's OOM killer took: lmkd's lines, in the order it
-        would have killed them (highest oom_score_adj first)."""
-        gone = [a for a in self.apps if a.pid and a.name in self._balloons
-                and balloons.killed(self._balloons[a.name])]
+        would have killed them (highest oom_score_adj first).
+
+        The kernel takes the highest score first, and an app's balloon outscores every app
+        below it (``balloons.kill_order``), so an app seen dead while one above it still runs
+        means that one was killed first and has not finished exiting: the oom reaper frees a
+        victim's memory at once, the kernel can take the next app before the first one has run
+        its exit, and on a loaded host the second exit may be seen first. Its line waits for
+        the first one's (at most ``REAP_WAIT_S``; the tick looks again), so logcat never shows
+        a kill order the kernel did not follow."""
+        live = sorted((a for a in self.apps if a.pid and a.name in self._balloons),
+                      key=lambda a: balloons.kill_order(a.adj, a.rss_kb))
+        dead = [balloons.killed(self._balloons[a.name]) for a in live]
+        gone = [a for a, d in zip(live, dead, strict=True) if d]
+        # the first app in the kernel's order still running while one after it is gone
+        last = max((i for i, d in enumerate(dead) if d), default=-1)
+        exiting = next((i for i in range(last) if not dead[i]), None)
+        if exiting is None:
+            self._reap_blocked_at = None
+        else:
+            now = time.monotonic()
+            self._reap_blocked_at = self._reap_blocked_at or now
+            if now - self._reap_blocked_at < REAP_WAIT_S:
+                gone = live[:exiting]
+            else:  # it was not killed after all: log what went
+                self._reap_blocked_at = None
         for app in sorted(gone, key=lambda a: (-a.adj, -a.rss_kb)):
             del self._balloons[app.name]
             self._kill_app(app)

@@ -11,7 +11,6 @@ import pytest
 from click.testing import CliRunner
 
 from analysis.factory import cell, trial, write
-from harness.artifacts.gitbuild import compiler_cache
 from harness.cli import main
 from harness.run.bisect import cell_from_trials, matrix_document
 from harness.store import read_table
@@ -176,30 +175,3 @@ def test_the_loop_logs_every_step_and_a_killed_bisect_resumes(
     # a finished bisect only reports again
     again = driver.Bisector(request).run(lambda: nullcontext([]))
     assert again.first_bad == slow and len(driver.read_log(report.log)) == len(records)
-
-
-def test_bisect_compiles_through_ccache_where_installed_and_not_when_turned_off(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "ccache").write_text("#!/bin/sh\nexit 0\n")
-    (fake / "ccache").chmod(0o755)
-    monkeypatch.setenv("PATH", str(fake))
-    monkeypatch.delenv("HARNESS_CCACHE", raising=False)
-    monkeypatch.delenv("CCACHE_DIR", raising=False)
-    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
-    defines = compiler_cache(tmp_path / "work")
-    # the same launcher for C and C++: paths under the bisect's folder hashed relative to it,
-    # the objects in the harness's cache whatever HOME the bisect runs with
-    assert defines == dict.fromkeys(
-        ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER"),
-        f"env;CCACHE_DIR={tmp_path / 'cache' / 'ccache'};CCACHE_BASEDIR={tmp_path / 'work'};"
-        "CCACHE_NOHASHDIR=1;ccache")
-    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "mine"))
-    launcher = compiler_cache(tmp_path)["CMAKE_C_COMPILER_LAUNCHER"]
-    assert f"CCACHE_DIR={tmp_path / 'mine'};" in launcher  # the user's own cache, where set
-    monkeypatch.setenv("HARNESS_CCACHE", "0")
-    assert compiler_cache(tmp_path / "work") == {}
-    monkeypatch.setenv("HARNESS_CCACHE", "1")
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    assert compiler_cache(tmp_path / "work") == {}  # not installed: plain compiles

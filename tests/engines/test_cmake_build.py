@@ -20,6 +20,7 @@ from harness.artifacts.cmake_build import (
     cmake_defines,
     collect_products,
     compile_llama_cpp,
+    compiler_cache,
     configure_argv,
     cpu_features,
     cross_toolchain_text,
@@ -366,3 +367,76 @@ def test_a_tree_the_generator_does_not_compile_against_still_builds_its_tools(
     # asked for alone, a generator that cannot build is the build's error
     with pytest.raises(BuildError):
         compile_llama_cpp(tree, tmp_path / "work", {}, (GENERATOR_TARGET,), jobs=2)
+
+
+def test_every_compile_goes_through_ccache_where_installed_and_not_when_turned_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ccache").write_text("#!/bin/sh\nexit 0\n")
+    (fake / "ccache").chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake))
+    monkeypatch.delenv("HARNESS_CCACHE", raising=False)
+    monkeypatch.delenv("CCACHE_DIR", raising=False)
+    monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
+    defines = compiler_cache(tmp_path / "work")
+    # the same launcher for C and C++: paths under the tree's folder hashed relative to it,
+    # the objects in the harness's cache whatever HOME the build runs with
+    assert defines == dict.fromkeys(
+        ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER"),
+        f"env;CCACHE_DIR={tmp_path / 'cache' / 'ccache'};CCACHE_BASEDIR={tmp_path / 'work'};"
+        "CCACHE_NOHASHDIR=1;ccache")
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "mine"))
+    launcher = compiler_cache(tmp_path)["CMAKE_C_COMPILER_LAUNCHER"]
+    assert f"CCACHE_DIR={tmp_path / 'mine'};" in launcher  # the user's own cache, where set
+    monkeypatch.setenv("HARNESS_CCACHE", "0")
+    # off: ggml's own use of ccache (it finds ccache on PATH by itself) is off too
+    assert compiler_cache(tmp_path / "work") == {"GGML_CCACHE": "OFF"}
+    monkeypatch.setenv("HARNESS_CCACHE", "1")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert compiler_cache(tmp_path / "work") == {}  # not installed: plain compiles
+
+
+def _ccache_counts(store: Path) -> dict[str, int]:
+    out = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True, check=True,
+                         env={**os.environ, "CCACHE_DIR": str(store)}).stdout
+    counts = dict(line.split("\t") for line in out.splitlines() if line.count("\t") == 1)
+    hits = sum(int(counts.get(k, 0)) for k in ("direct_cache_hit", "preprocessed_cache_hit"))
+    return {"hits": hits, "misses": int(counts.get("cache_miss", 0))}
+
+
+@pytest.mark.skipif(any(shutil.which(t) is None for t in ("cmake", "c++", "ccache")),
+                    reason="needs cmake, a C++ compiler and ccache")
+def test_a_copy_of_a_tree_elsewhere_compiles_only_the_file_that_differs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the planted-bug tree beside the vendored one, or a bisect's worktree: the same files
+    in another folder are not compiled again, the edited one is, and each build's objects
+    are its own (the edited file's constant is in the second binary only)."""
+    monkeypatch.delenv("HARNESS_CCACHE", raising=False)
+    store = tmp_path / "ccache"
+    monkeypatch.setenv("CCACHE_DIR", str(store))
+    first = tmp_path / "vendored"
+    first.mkdir()
+    (first / "lib.c").write_text("int tiny_llama(void) { return 6; }\n")
+    (first / "bench.c").write_text('#include <stdio.h>\nint tiny_llama(void);\n'
+                                   'int main(void) { printf("%d\\n", tiny_llama()); return 0; }\n')
+    (first / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.19)\n"
+        'project("llama.cpp" C)\n'
+        "set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)\n"
+        "add_library(llama STATIC lib.c)\n"
+        "add_executable(llama-bench bench.c)\n"
+        "target_link_libraries(llama-bench llama)\n")
+    second = tmp_path / "patched" / "tree"
+    shutil.copytree(first, second)
+    (second / "lib.c").write_text("int tiny_llama(void) { return 7; }\n")
+    built = compile_llama_cpp(first, tmp_path / "trees" / "a" / "build", {}, ("llama-bench",),
+                              jobs=2)
+    assert _ccache_counts(store) == {"hits": 0, "misses": 2}
+    assert (tmp_path / "trees" / "a" / "src").resolve() == first  # the layout: <tree>/src
+    again = compile_llama_cpp(second, tmp_path / "trees" / "b" / "build", {}, ("llama-bench",),
+                              jobs=2)
+    assert _ccache_counts(store) == {"hits": 1, "misses": 3}  # bench.c hit, lib.c compiled
+    outputs = [subprocess.run([str(b / "llama-bench")], capture_output=True, text=True,
+                              check=True).stdout for b in (built, again)]
+    assert outputs == ["6\n", "7\n"]

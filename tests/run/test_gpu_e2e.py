@@ -105,10 +105,17 @@ def test_cpu_partial_and_full_offload_on_the_virtual_gpu_phone(
     assert set(ok["output_check"]) == {"match"}, ok[["compute_device", "n_gpu_layers",
                                                      "output_check", "output_check_detail"]]
 
+    # recommend counts a configuration's unthrottled trials and rejects one whose trials all
+    # throttled (one trial each here): all three offloads are ranked only while none throttles,
+    # which this phone's profile holds (the emulated GPU's load keeps it below MODERATE, where
+    # its clocks are capped; devices/virtual/gpu-phone.yaml)
+    assert not ok["throttled"].astype(bool).any() and (ok["max_thermal_status"] < 2).all(), \
+        ok[["compute_device", "n_gpu_layers", "max_thermal_status", "start_temp_c"]]
     found = CliRunner().invoke(main, ["recommend", "--device", phone.serial, "--results",
                                       str(results), "--reserve", "0", "--json"])
     assert found.exit_code == 0, found.output
     picks = json.loads(found.stdout)["picks"]
+    assert json.loads(found.stdout)["rejected"] == []
     # CPU, GPU and partial offloads ranked together, each naming its device and layers
     assert {p["compute_device"] for p in picks} == {"none", "Vulkan0"}
     assert {p["n_gpu_layers"] for p in picks if p["compute_device"] == "Vulkan0"} == {0, 4, -1}
