@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from harness.virtual import balloons, cgroups, disk
+from harness.virtual import balloons, cgroups, disk, zygote
 from harness.virtual.control import DAEMON_MODULE
 from harness.virtual.provision import cgroup_name
 
@@ -92,6 +92,8 @@ def _kind(pid: int, argv: list[str]) -> str | None:
         return "adb"
     if DAEMON_MODULE in argv:
         return "virtual-phone daemon"
+    if zygote.MODULE in argv:
+        return "virtual-phone services"
     if argv and argv[-1] == balloons.MARKER:
         return "virtual-phone app"
     return None

@@ -107,11 +107,12 @@ def build_llama(
     --ndk uses the NDK's toolchain file with the options of llama.cpp's docs/android.md; without
     an NDK it uses Debian's aarch64-linux-gnu cross compiler (package g++-aarch64-linux-gnu) and
     links one static llama-bench, runnable under qemu-aarch64. The cmake tree is kept in
-    $HARNESS_CACHE/cmake, so rebuilding with other flags is incremental. The manifest records
-    the CPU features the build was compiled for (arch flags, AVX2/dotprod/..., KleidiAI), the
-    backends compiled in and the environment a launch needs (--backend hexagon:
-    ADSP_LIBRARY_PATH). What a backend needs and this machine lacks is named before anything
-    is compiled.
+    $HARNESS_CACHE/trees, so rebuilding with other flags is incremental, and every compile goes
+    through ccache where installed (a file compiled with the same flags in any tree is
+    reused). The manifest records the CPU features the build was compiled for (arch flags,
+    AVX2/dotprod/..., KleidiAI), the backends compiled in and the environment a launch needs
+    (--backend hexagon: ADSP_LIBRARY_PATH). What a backend needs and this machine lacks is
+    named before anything is compiled.
 
     \b
     Example:

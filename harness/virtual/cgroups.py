@@ -58,12 +58,6 @@ class PhoneCgroups:
         dirs = [self.memory] + ([self.blkio] if self.blkio is not None else [])
         return tuple(str(d / "cgroup.procs") for d in dirs)
 
-    @property
-    def parent_procs_files(self) -> tuple[str, ...]:
-        """Where a process leaving the phone goes: its cgroups' parents (the host's share)."""
-        dirs = [self.memory] + ([self.blkio] if self.blkio is not None else [])
-        return tuple(str(d.parent / "cgroup.procs") for d in dirs)
-
     def to_json(self) -> dict[str, str | None]:
         return {"memory": str(self.memory), "blkio": str(self.blkio) if self.blkio else None,
                 "device": self.device}

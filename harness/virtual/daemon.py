@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.virtual import cpu, wire
+from harness.virtual import cpu, wire, zygote
 from harness.virtual.config import PhoneConfig
 from harness.virtual.phone import GUARD_S, TICK_S, Phone
 from harness.virtual.provision import release
@@ -181,6 +181,7 @@ async def serve(phone_dir: Path, port: int, config: PhoneConfig) -> None:
 
     phone.watch_exit = watch_exit
     phone.boot()
+    services = zygote.start(sandbox.state)  # the phone's tools answer from here on
 
     async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if time.monotonic() < phone.faults.refuse_until:
@@ -233,6 +234,7 @@ async def serve(phone_dir: Path, port: int, config: PhoneConfig) -> None:
             task.cancel()
         phone.signal_sessions(signal.SIGCONT)
         phone.kill_everything()
+        zygote.stop(services)
         drop_all()
         release(phone.config)  # its cgroups and its own disk (harness sim stop does it too)
         why = sandbox.state / STOPPED_WHY

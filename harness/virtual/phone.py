@@ -54,7 +54,7 @@ from harness.virtual.config import (
     PhoneConfig,
     PowerConfig,
 )
-from harness.virtual.sandbox import STOPPED_WHY, SYSTEM_CGROUPS, TOOLS, Sandbox, write_atomic
+from harness.virtual.sandbox import STOPPED_WHY, TOOLS, Sandbox, write_atomic
 from harness.virtual.userland import (
     NO_SMAPS_ROLLUP,
     exec_env,
@@ -99,7 +99,6 @@ LMKD_REASON = "min watermark is breached"
 # the engine and (apps of a few MB and up) after the apps.
 SYSTEM_SERVER_ADJ = 990
 SYSTEM_SERVER_KB = 1024
-SERVICE_MODULE = "harness.virtual.phonetools"  # the module the phone's tools run (sandbox.py)
 
 
 @dataclass
@@ -169,19 +168,6 @@ def _alive(pid: int) -> bool:
     """The process runs (an exited one waiting to be reaped has let go of its GPU memory)."""
     stat = procs.read_stat(pid)
     return stat is not None and stat.state not in ("Z", "X")
-
-
-def _is_service(stat: procs.ProcStat) -> bool:
-    """A stand-in for one of Android's system services (``dumpsys``, ``logcat``, ``settings``...).
-
-    On a phone that work happens in system_server and logd, whose memory is already outside
-    what the phone has free; the stand-ins are Python processes of ~15 MB in the shell's session.
-    Counted, a few concurrent ``dumpsys`` calls would push a small test phone over its limit and
-    make lmkd kill its apps. They still heat the phone and are throttled with it.
-    """
-    if not stat.comm.startswith("python"):
-        return False
-    return SERVICE_MODULE in procs.read_text(f"/proc/{stat.pid}/cmdline")
 
 
 @dataclass
@@ -292,7 +278,6 @@ class Phone:
                                      rules.smaps_rollup, rules.affinity,
                                      self.groups.procs_files if self.groups else ())}
         if self.groups is not None:
-            self.shell_env[SYSTEM_CGROUPS] = "\n".join(self.groups.parent_procs_files)
             # a shell that cannot join the cgroups says why there, and the phone stops
             self.shell_env["HARNESS_PHONE_STOP"] = str(self.sandbox.state / STOPPED_WHY)
         (self.sandbox.state / STOPPED_WHY).unlink(missing_ok=True)
@@ -375,7 +360,7 @@ class Phone:
             cpu_ticks += stat.cpu_ticks - self._cpu.get(stat.pid, 0)
         if self.config.gpu is not None:
             self._spent = {s.pid: s.cpu_ticks - self._cpu.get(s.pid, 0)
-                           for s in self._members if not _is_service(s)}
+                           for s in self._members}
         self._cpu = seen
         live_sessions = {s.session for s in self._members}
         if self.sessions - live_sessions:
@@ -423,7 +408,7 @@ class Phone:
         if self.groups is not None:
             return self._anon_kb
         used = sum(s.rss_kb for s in self._members
-                   if s.pid not in self._killed and not _is_service(s))
+                   if s.pid not in self._killed)
         return used + sum(a.rss_kb for a in self.apps if a.pid)
 
     def _memory(self, dt: float, now: float) -> None:
@@ -473,7 +458,7 @@ class Phone:
         one's status: this runs every 20 ms while the phone is over its limit)."""
         held = dict.fromkeys(HELD, 0)
         for s in self._members:
-            if s.pid in self._killed or _is_service(s):
+            if s.pid in self._killed:
                 continue
             text = procs.read_text(f"/proc/{s.pid}/status")
             for key in HELD:
@@ -499,7 +484,7 @@ class Phone:
         """Page out the phone's processes' clean file pages (their mapped files under the
         phone's root) until ``need_kb`` are gone, then, on a phone with zram, their anonymous
         memory to it; the kB that went."""
-        pids = [s.pid for s in self._members if s.pid not in self._killed and not _is_service(s)]
+        pids = [s.pid for s in self._members if s.pid not in self._killed]
         limit = self.config.limit_mb * 1024
         margin = limit // RECLAIM_MARGIN  # as kswapd frees up to its high watermark
         step = max(need_kb + margin, limit // RECLAIM_MARGIN)
@@ -630,7 +615,7 @@ class Phone:
             self.reboot()
             return
         candidates = [s for s in self._members
-                      if s.pid not in self._killed and not _is_service(s)]
+                      if s.pid not in self._killed]
         if not candidates:
             return
         victim = max(candidates, key=lambda s: s.rss_kb)
@@ -792,7 +777,7 @@ class Phone:
     def _runnable(self) -> float:
         """Big cores' worth of the phone's threads running or waiting for a CPU right now."""
         cores = sum(c.cores for c in self.config.clusters)
-        asked = [self._core_weight(mask) for s in self._members if not _is_service(s)
+        asked = [self._core_weight(mask) for s in self._members
                  for mask in procs.runnable_threads(s.pid)]
         return min(float(cores), sum(asked))
 

@@ -285,7 +285,9 @@ def log(args: Sequence[str]) -> int:
             level = items.pop(0)[:1].upper()
         else:
             words.append(arg)
-    logstore.append(_state(), "main", level if level in LEVELS else "I", tag, os.getppid(),
+    # the process that ran `log`: the tool's parent, or the caller the services were told of
+    caller = int(os.environ.get("HARNESS_TOOL_CALLER") or os.getppid())
+    logstore.append(_state(), "main", level if level in LEVELS else "I", tag, caller,
                     " ".join(words))
     return 0
 

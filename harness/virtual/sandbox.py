@@ -46,9 +46,6 @@ _BEFORE = r"(?<![\w./~-])"  # not inside a longer word or path
 _AFTER = r"(?=$|[/\s'\";|&)<>:`}])"
 _PATTERN = re.compile(_BEFORE + "(" + "|".join(re.escape(p) for p, _ in _PREFIXES) + ")" + _AFTER)
 TOOLS = ("getprop", "setprop", "dumpsys", "logcat", "log", "settings", "cmd", "dmesg")
-# The parents' cgroup.procs files of a phone with the cgroup memory model (newline-separated, in
-# its shell's environment): where the phone's tools go (write_tool_shims).
-SYSTEM_CGROUPS = "HARNESS_SIM_SYSTEM_CGROUPS"
 STOPPED_WHY = "stopped_why"  # in state/: why the phone stopped itself (execshim.c)
 
 
@@ -87,25 +84,18 @@ class Sandbox:
         self.write_tool_shims()
 
     def write_tool_shims(self) -> None:
-        """``/system/bin/<tool>`` as tiny sh scripts running ``harness.virtual.phonetools``.
+        """``/system/bin/<tool>``: tiny sh scripts that call the phone's services process for
+        the tool (harness.virtual.zygote, through its client phonecall.c), as a phone's
+        ``dumpsys`` asks system_server. The tools stand for Android's system services, which
+        the shell user's limits (the preloaded rules of execshim.c) do not bind, and whose
+        memory is not the shell's: they run in the services process's children, outside the
+        phone's cgroups."""
+        from harness.virtual.userland import phone_call
+        from harness.virtual.zygote import socket_name
 
-        ``-S`` skips site initialisation (startup time on a 2-core box); PYTHONPATH names the
-        directory holding the ``harness`` package, whether it is a checkout or site-packages.
-        The tools stand for Android's system services, which the shell user's limits (the
-        preloaded rules of execshim.c) do not bind: they run without them, and outside the
-        phone's cgroups (the cgroup memory model: system_server's memory is not the shell's).
-        The shim leaves them before Python starts, so not even its start-up is the phone's.
-        """
-        package_parent = Path(__file__).resolve().parent.parent.parent
+        client, name = shlex.quote(str(phone_call())), shlex.quote(socket_name(self.state))
         for tool in TOOLS:
-            script = (
-                "#!/bin/sh\n"
-                f'for f in ${SYSTEM_CGROUPS}; do echo $$ > "$f"; done 2>/dev/null\n'
-                f"LD_PRELOAD= HARNESS_SIM_STATE={shlex.quote(str(self.state))} "
-                f"PYTHONPATH={shlex.quote(str(package_parent))} "
-                f"exec {shlex.quote(sys.executable)} -S -m harness.virtual.phonetools "
-                f"{tool} \"$@\"\n"
-            )
+            script = f'#!/bin/sh\nexec {client} {name} {tool} "$@"\n'
             target = self.bin / tool
             if target.is_symlink():  # an applet link of an older phone: never write through it
                 target.unlink()

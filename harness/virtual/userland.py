@@ -27,6 +27,7 @@ from harness.artifacts.llama_source import cache_root
 from harness.errors import DeviceError
 
 SHIM_SOURCE = Path(__file__).with_name("execshim.c")
+CALL_SOURCE = Path(__file__).with_name("phonecall.c")
 # Applets Android's toybox has and Debian's build lacks, taken from busybox instead.
 SUBSTITUTES = ("tr", "expr", "dd", "diff")
 ADBD_OOM_ADJ = -950
@@ -52,23 +53,36 @@ def _need(program: str, package: str, why: str) -> str:
 
 def exec_shim() -> Path:
     """The compiled exec-rules library for this machine (built once, keyed by its source)."""
-    source = SHIM_SOURCE.read_bytes()
+    return _compiled(SHIM_SOURCE, "libharness-phone.so", ["-shared", "-fPIC"], ["-ldl"],
+                     "its exec rules")
+
+
+def phone_call() -> Path:
+    """The phone's tool client (phonecall.c, harness.virtual.zygote), compiled once."""
+    return _compiled(CALL_SOURCE, "phonecall", [], [], "its system-service tools")
+
+
+def _compiled(source_path: Path, name: str, flags: list[str], libs: list[str],
+              what: str) -> Path:
+    """``name`` compiled from ``source_path`` with the host's C compiler, once per machine,
+    in the cache keyed by the source's hash."""
+    source = source_path.read_bytes()
     key = hashlib.sha256(source + os.uname().machine.encode()).hexdigest()[:16]
-    target = cache_root() / "vphone" / key / "libharness-phone.so"
+    target = cache_root() / "vphone" / key / name
     if target.is_file():
         return target
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
-        raise DeviceError("virtual phones need a C compiler for their exec rules; "
+        raise DeviceError(f"virtual phones need a C compiler for {what}; "
                           "install one: apt-get install gcc")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
         result = subprocess.run(
-            [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(out), str(SHIM_SOURCE),
-             "-ldl"], capture_output=True, text=True, check=False)
+            [compiler, *flags, "-O2", "-Wall", "-o", str(out), str(source_path), *libs],
+            capture_output=True, text=True, check=False)
         if result.returncode != 0:
-            raise DeviceError("cannot compile the virtual phone's exec rules: "
+            raise DeviceError(f"cannot compile the virtual phone's {what}: "
                               + (result.stderr.strip().splitlines() or ["no output"])[-1])
         os.replace(out, target)
     return target

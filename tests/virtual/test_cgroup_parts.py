@@ -50,7 +50,6 @@ def test_phone_cgroups_and_disk_survive_their_json() -> None:
     groups = cgroups.PhoneCgroups(Path("/m/harness-x"), Path("/b/harness-x"), "7:3")
     assert cgroups.PhoneCgroups.from_json(groups.to_json()) == groups
     assert groups.procs_files == ("/m/harness-x/cgroup.procs", "/b/harness-x/cgroup.procs")
-    assert groups.parent_procs_files == ("/m/cgroup.procs", "/b/cgroup.procs")
     assert cgroups.PhoneCgroups.from_json(None) is None
     own = disk.PhoneDisk(Path("/p/data.img"), "/dev/loop3", Path("/p/root/data"), 256)
     assert disk.PhoneDisk.from_json(own.to_json()) == own
