@@ -12,9 +12,13 @@ The cmake flags are host-release's (``cmake_defines("host", ...)`` with ``HOST_V
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,13 +142,52 @@ class Workspace:
             return open_build(self.builds, commit)
         return None
 
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """This process alone in the worktree, or a ConfigError naming the one that is.
+
+        The lock is an ``flock`` on ``<root>/lock``: the kernel drops it when its holder dies, so
+        a killed bisect never blocks the next one, and any git lock file found while it is held
+        was left by a process that is gone.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / "lock", "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise ConfigError(f"bisect work folder {self.root} is in use by pid {holder}; "
+                                  "wait for that bisect to end or stop it") from None
+            handle.truncate(0)
+            handle.write(str(os.getpid()))
+            handle.flush()
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _clear_stale_git_locks(self) -> None:
+        """Drop the worktree's ``index.lock``/``HEAD.lock`` a killed git left behind.
+
+        Only called under :meth:`locked`, so no live git of ours can hold them.
+        """
+        found = _git(self.tree, "rev-parse", "--absolute-git-dir", check=False)
+        if found.returncode != 0:
+            return
+        git_dir = Path(found.stdout.strip())
+        for name in ("index.lock", "HEAD.lock"):
+            (git_dir / name).unlink(missing_ok=True)
+
     def checkout(self, commit: str) -> None:
         """``commit`` into the worktree (made on first use); only changed files are rewritten."""
         if not (self.tree / ".git").exists():
             self.root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(self.tree, ignore_errors=True)  # a `worktree add` killed half-way
             _git(self.source, "worktree", "prune", check=False)
             _git(self.source, "worktree", "add", "--detach", "--force", str(self.tree), commit)
             return
+        self._clear_stale_git_locks()
         _git(self.tree, "checkout", "--detach", "--force", "--quiet", commit)
         _git(self.tree, "clean", "-fdq")
 
@@ -154,16 +197,17 @@ class Workspace:
         if found is not None:
             return BuildResult(commit, found, 0.0, cached=True)
         started = time.monotonic()
-        self.checkout(commit)
-        defines = host_defines()
-        try:
-            products = compile_llama_cpp(self.tree, self.build_tree, defines,
-                                         DEFAULT_TARGETS, self.jobs, progress, nice=True)
-            files = collect_products(products, DEFAULT_TARGETS)
-        except BuildError as error:
-            line = str(error).splitlines()[0]
-            return BuildResult(commit, None, time.monotonic() - started, cached=False,
-                               error=line)
+        with self.locked():
+            self.checkout(commit)
+            defines = host_defines()
+            try:
+                products = compile_llama_cpp(self.tree, self.build_tree, defines,
+                                             DEFAULT_TARGETS, self.jobs, progress, nice=True)
+                files = collect_products(products, DEFAULT_TARGETS)
+            except BuildError as error:
+                line = str(error).splitlines()[0]
+                return BuildResult(commit, None, time.monotonic() - started, cached=False,
+                                   error=line)
         made = write_build(
             self.builds, commit, files, engine="llama.cpp", abi=abi_name("host"), commit=commit,
             cmake_flags=[f"-D{k}={v}" for k, v in defines.items()], source=str(self.source),

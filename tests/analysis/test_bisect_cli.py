@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from analysis.factory import cell, trial, write
+from harness.artifacts import gitbuild
 from harness.cli import main
+from harness.errors import ConfigError
 from harness.run.bisect import cell_from_trials, matrix_document
 from harness.store import read_table
 
@@ -175,3 +178,41 @@ def test_the_loop_logs_every_step_and_a_killed_bisect_resumes(
     # a finished bisect only reports again
     again = driver.Bisector(request).run(lambda: nullcontext([]))
     assert again.first_bad == slow and len(driver.read_log(report.log)) == len(records)
+
+
+def test_a_git_lock_left_by_a_killed_bisect_does_not_stop_the_next_checkout(
+        tmp_path: Path) -> None:
+    """CI once killed a bisect during its `git checkout`: the index.lock it left made the resumed
+    bisect fail with git's "remove the file manually". Under the workspace's own lock no git of
+    ours is alive, so the stale lock is ours to drop."""
+    first, second = make_repo(tmp_path / "repo")
+    space = gitbuild.Workspace(tmp_path / "repo", "b1", cache=tmp_path / "cache")
+    with space.locked():
+        space.checkout(first)
+    git_dir = Path(git(space.tree, "rev-parse", "--absolute-git-dir"))
+    (git_dir / "index.lock").write_text("")
+    with space.locked():
+        space.checkout(second)
+    assert (space.tree / "README").read_text() == "two\n"
+    assert not (git_dir / "index.lock").exists()
+
+
+def test_a_second_process_in_the_same_bisect_folder_is_refused_by_pid(tmp_path: Path) -> None:
+    make_repo(tmp_path / "repo")
+    space = gitbuild.Workspace(tmp_path / "repo", "b1", cache=tmp_path / "cache")
+    space.root.mkdir(parents=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, os, sys, time\n"
+         "h = open(sys.argv[1], 'a+'); fcntl.flock(h, fcntl.LOCK_EX)\n"
+         "h.write(str(os.getpid())); h.flush(); print('held', flush=True); time.sleep(60)",
+         str(space.root / "lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match=f"in use by pid {holder.pid}"), space.locked():
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with space.locked():  # the kernel dropped the dead holder's lock
+        pass

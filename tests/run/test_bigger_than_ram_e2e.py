@@ -17,6 +17,7 @@ import pytest
 
 from harness import store
 from harness.artifacts.builds import Build
+from harness.artifacts.gguf_info import read_model_info
 from harness.device import get_device
 from harness.run.runner import RunOptions, execute
 from harness.virtual import cgroups
@@ -108,7 +109,12 @@ def test_bigger_than_ram_pages_with_mmap_is_killed_without_and_pages_at_storage_
     at_storage_ms = file_bytes / (100 * MB) * 1000
     assert (cold["cache_resident_bytes"] <= 0.05 * file_bytes).all()  # evicted at the launch
     assert (warm["cache_resident_bytes"] >= 0.95 * file_bytes).all()  # read just before
-    assert (cold["load_ms"] >= 0.9 * at_storage_ms).all(), (cold["load_ms"], at_storage_ms)
+    # the load must read every weight but the token embeddings, which stay mapped and are read a
+    # row per token (17% of this file): whether the kernel's WILLNEED readahead reads them before
+    # the load ends is a race (CI saw 681 ms and 830 ms for two cold trials, 806 ms the file)
+    embd = read_model_info(bench_ladder["Q8_0"]).token_embd_bytes
+    must_read_ms = (file_bytes - embd) / (100 * MB) * 1000
+    assert (cold["load_ms"] >= 0.9 * must_read_ms).all(), (cold["load_ms"], must_read_ms)
     assert (warm["load_ms"] <= 0.5 * at_storage_ms).all(), (warm["load_ms"], at_storage_ms)
     assert not cold["paging"].any() and not warm["paging"].any()  # it fits: no paging
     _fitting_reads_nothing_while_decoding(warm)
