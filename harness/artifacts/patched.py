@@ -20,12 +20,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.artifacts.builds import MANIFEST, Build, copy_build, open_build
+from harness.artifacts.builds import Build, copy_build
 from harness.artifacts.cmake_build import (
     DEFAULT_TARGETS,
     HOST_VARIANTS,
     Progress,
     build_llama_cpp,
+    cached_build,
     cmake_defines,
     generator_digest,
 )
@@ -104,12 +105,10 @@ def ensure_patched_host_build(
     cache = cache or cache_root()
     cached_root = cache / "builds"
     cached_name = f"{variant}-{patched_key(variant, edits)}"
-    if (cached_root / cached_name / MANIFEST).is_file():
-        cached = open_build(cached_root, cached_name)
-    else:
-        source = patched_source(variant, edits, cache)
-        cached = build_llama_cpp(
-            source, cached_root, cached_name, abi="host", extra=HOST_VARIANTS["host-release"],
-            progress=progress, nice=True, replace=True, cache=cache,
-        )
-    return copy_build(cached, root, variant)
+
+    def build() -> None:
+        build_llama_cpp(patched_source(variant, edits, cache), cached_root, cached_name,
+                        abi="host", extra=HOST_VARIANTS["host-release"], progress=progress,
+                        nice=True, replace=True, cache=cache)
+
+    return copy_build(cached_build(cached_root, cached_name, build), root, variant)

@@ -34,10 +34,17 @@ _NEW_CONTEXT = re.compile(r"llama_context: constructing llama_context|llama_init
                           r"llama_context: n_ctx\s*=")
 _REPACK = re.compile(r"CPU_REPACK model buffer size\s*=\s*([0-9.]+)\s*MiB")
 _COMPUTE = re.compile(r"CPU compute buffer size\s*=\s*([0-9.]+)\s*MiB")
-_BUFFER = re.compile(r"^\w+:\s+(\S+) (model|KV|compute) buffer size\s*=\s*([0-9.]+)\s*MiB")
+# the buffer's name: its backend's (Vulkan0, CPU_Mapped) in newer builds, the device's own name
+# in older ones, spaces and all (``Adreno (TM) 750 KV buffer size``)
+_BUFFER = re.compile(r"^\w+:\s+(\S.*?) (model|KV|compute) buffer size\s*=\s*([0-9.]+)\s*MiB")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
-_DRIVER = re.compile(r"^(ggml_vulkan: \d+ = .*|ggml_opencl: (?:device|OpenCL driver): .*|"
-                     r"ggml_hexagon: .*)$")
+# the backend's line about its device and driver, across the builds a bisect can meet: newer
+# Vulkan's "ggml_vulkan: 0 = ...", older Vulkan's "Vulkan0: ... | uma: ...", OpenCL's "device:"
+# and "default device:" lines; llama.cpp's own "using device Vulkan0 (...) - N MiB free" only
+# where the backend said nothing
+_DRIVER = re.compile(r"^(ggml_vulkan: \d+ = .*|Vulkan\d+: .*\| uma: .*|"
+                     r"ggml_opencl: (?:device|default device|OpenCL driver): .*|ggml_hexagon: .*)$")
+_USING = re.compile(r"\b(using device \S+ \(.*\) - \d+ MiB free)\s*$")
 _LOAD = re.compile(r"llama_perf_context_print:\s+load time\s*=\s*([0-9.]+)\s*ms")
 
 
@@ -83,6 +90,7 @@ def parse_memory_log(text: str) -> EngineMemoryLog:
     buffers: dict[tuple[str, str], int] = {}
     offloaded: tuple[int, int] | None = None
     driver: str | None = None
+    using: str | None = None
     for line in text.splitlines():
         if (buf := _BUFFER.search(line.strip())) is not None and not host_buffer(buf.group(1)):
             key = (buf.group(1), buf.group(2))
@@ -91,6 +99,8 @@ def parse_memory_log(text: str) -> EngineMemoryLog:
             offloaded = (int(off.group(1)), int(off.group(2)))
         if driver is None and (drv := _DRIVER.search(line.strip())) is not None:
             driver = drv.group(1)[:300]
+        if using is None and (dev := _USING.search(line)) is not None:
+            using = dev.group(1)[:300]
         if load is None and (timed := _LOAD.search(line)) is not None:
             load = float(timed.group(1))
         if _NEW_CONTEXT.search(line) and (current is None or current):
@@ -112,4 +122,4 @@ def parse_memory_log(text: str) -> EngineMemoryLog:
         device_bytes=sum(buffers.values()) if buffers else None,
         device_buffers=tuple((n, k, b) for (n, k), b in sorted(buffers.items())),
         offloaded_layers=offloaded[0] if offloaded else None,
-        model_layers=offloaded[1] if offloaded else None, driver=driver)
+        model_layers=offloaded[1] if offloaded else None, driver=driver or using)

@@ -60,23 +60,35 @@ class DeviceMemory:
 
 
 KGSL_SOURCE = "kgsl /sys/class/kgsl/kgsl/proc/PID/kernel"
+GPUMEM_SOURCE = "dumpsys gpu --gpumem (GpuService, per process)"
 DUMPSYS_SOURCE = "dumpsys meminfo graphics (memtrack)"
-NO_GPU_MEMORY = ("unreadable: the phone has no /sys/class/kgsl (not an Adreno/kgsl GPU) and "
+NO_GPU_MEMORY = ("unreadable: the phone has no /sys/class/kgsl (not an Adreno/kgsl GPU), "
+                 "dumpsys gpu --gpumem gave no snapshot (no gpu_mem_total tracepoint) and "
                  "dumpsys meminfo shows no graphics rows (no memtrack HAL)")
 
 
 def device_memory(memories: Sequence[ProcessMemory], kgsl: bool,
                   dumpsys: Sequence[ProcessMemInfo], peak: int | None = None,
-                  peak_mapped: int | None = None, vm_hwm_kb: int | None = None) -> DeviceMemory:
-    """The phone's report first: kgsl's per-process node (read by the sampler on every tick:
-    ``peak`` is its largest reading), else the graphics rows of ``dumpsys meminfo``; neither:
-    unreadable, never 0.
+                  peak_mapped: int | None = None, vm_hwm_kb: int | None = None,
+                  gpumem: Sequence[int | None] = ()) -> DeviceMemory:
+    """The phone's report, in this order of preference, else unreadable (never 0):
+
+    1. kgsl's per-process node (Adreno): the driver's own count for the process, read by the
+       sampler on every tick (``peak`` is its largest reading), with the part mapped into the
+       process beside it;
+    2. ``dumpsys gpu --gpumem`` (``gpumem``: the engine's bytes per reading, None where the
+       service printed no snapshot): the kernel's gpu_mem_total tracepoint per process, which
+       every GPU driver of a phone launched on Android 12+ must report, read once a second;
+    3. the graphics rows of ``dumpsys meminfo``: the vendor's memtrack HAL, which counts what
+       the vendor chose to (often GL mtrack only).
 
     Host memory is what the process holds that is not the device's: its PSS (RSS where no
     PSS was read) less the GPU memory mapped into it (kgsl's ``gpumem_mapped``: those pages
     are inside PSS, the unmapped rest is not), at the same reading; with dumpsys, TOTAL PSS
-    less the graphics rows (Android adds memtrack's graphics to TOTAL PSS). On the virtual
-    phone (lavapipe) every GPU allocation is ordinary process memory, reported as mapped.
+    less the graphics rows (Android adds memtrack's graphics to TOTAL PSS). GpuService does not
+    say how much of a process's GPU memory its PSS holds, so with it the host's part comes from
+    meminfo's rows where the phone has them, else is not told. On the virtual phone (lavapipe)
+    every GPU allocation is ordinary process memory, reported as mapped.
     ``vm_hwm_kb``: the high-water mark from any other read (the launch's watcher).
     """
     if kgsl:
@@ -97,10 +109,14 @@ def device_memory(memories: Sequence[ProcessMemory], kgsl: bool,
             return DeviceMemory(max([peak or 0, *(g for _, g in pairs)]), KGSL_SOURCE,
                                 max(hosts) if hosts else None)
     graphics = [d for d in dumpsys if d.mtrack_kb is not None]
+    graphics_hosts = [_kb(d.pss_kb) - _kb(d.mtrack_kb) for d in graphics if d.pss_kb is not None]
+    said = [g for g in gpumem if g is not None]
+    if said:
+        return DeviceMemory(max(said), GPUMEM_SOURCE,
+                            max(graphics_hosts) if graphics_hosts else None)
     if graphics:
-        hosts = [_kb(d.pss_kb) - _kb(d.mtrack_kb) for d in graphics if d.pss_kb is not None]
         return DeviceMemory(max(_kb(d.mtrack_kb) for d in graphics), DUMPSYS_SOURCE,
-                            max(hosts) if hosts else None)
+                            max(graphics_hosts) if graphics_hosts else None)
     return DeviceMemory(None, NO_GPU_MEMORY, None)
 
 

@@ -47,6 +47,9 @@ power: every tick is a wake-up the phone pays for):
   the GPU's clocks, busy share and thermal level from ``/sys/class/kgsl/kgsl-3d0`` (a ``g``
   line); a phone without them (Mali, OEM builds) has their errors in ``err``;
 - every ``dumpsys_s`` (0, the default: never) a ``dumpsys meminfo <pid>`` into its own file;
+  a device cell on a phone without kgsl every ``gpu_dumpsys_s`` instead, followed by
+  ``dumpsys gpu --gpumem`` (GpuService's per-process GPU memory, Android 12+), each
+  output after a ``==dm <uptime>`` or ``==gm <uptime> <pid>`` line;
 - with every 2nd ``m`` line of the first ``fast_s`` seconds, then on every state tick, each
   thread's Cpus_allowed_list (the affinity the kernel applied), kept in ``aff`` when it changed;
 - with energy on, one battery reading per tick (the ``pwr`` file of ``harness.run.energy``).
@@ -154,7 +157,8 @@ V=/proc/vmstat; true 2>>err < $V || V=
 [ -n "$V" ] && while read -r kk v _u; do case $kk in KernelPageSize:) pk=$v; break;; esac
 done 2>/dev/null < /proc/$$/smaps
 K=/sys/class/kgsl/kgsl/proc; if [ -d $K ]; then echo "k 1" >&4; else K=; fi
-D={dumpsys}; [ -z "$K" ] && [ $D -eq 0 ] && D={gpudm}; nd=$D
+D={dumpsys}; [ -z "$K" ] && [ $D -eq 0 ] && D={gpudm}; nd=$D; M=
+[ -z "$K" ] && [ {gpudm} -gt 0 ] && M=1
 G=/sys/class/kgsl/kgsl-3d0; read -r _x 2>>err < $G/gpuclk || G=
 C=/sys/devices/system/cpu/cpu{cpu}/cpufreq; read -r hw 2>>err < $C/cpuinfo_max_freq || hw=-
 read -r _x 2>>err < $C/scaling_cur_freq || C=
@@ -193,7 +197,8 @@ read -r g3 _x < $G/gpu_busy_percentage; read -r g4 < $G/thermal_pwrlevel
 echo "g $u ${g1:--} ${g2:--} ${g3:--} ${g4:--}" >&4; fi 2>/dev/null
 fi
 if [ $D -gt 0 ] && [ $e -ge $nd ]; then nd=$((e + D))
-{ echo "==dm $u"; dumpsys meminfo $p 2>&1; [ -d /proc/$p ] && echo "==alive"; } >> dm.txt; fi
+{ echo "==dm $u"; dumpsys meminfo $p 2>&1; [ -d /proc/$p ] && echo "==alive"
+[ -n "$M" ] && { echo "==gm $u $p"; dumpsys gpu --gpumem 2>&1; }; } >> dm.txt; fi
 if [ -n "$st" ] || { [ -n "$mt" ] && [ $e -lt {fast} ] && [ $((ml % 2)) -eq 1 ]; }
 then a=; c=0
 for s in /proc/$p/task/*/status; do c=$((c+1)); ga $s
@@ -284,6 +289,7 @@ class Sampled:
     kgsl: bool = False  # the phone has kgsl's per-process GPU memory nodes
     gpu_peak_bytes: int | None = None  # the largest kgsl reading of any tick (and its mapped
     gpu_peak_mapped_bytes: int | None = None  # part): every tick reads it, not only m lines
+    gpumem: tuple[tuple[int, int, str], ...] = ()  # (t_ms, engine pid, `dumpsys gpu --gpumem`)
 
 
 def _int(word: str) -> int | None:
@@ -405,20 +411,37 @@ def parse(text: str, t0: float | None, errors: str = "", dumpsys_text: str = "")
             ticks.append(Tick(t_ms, None, None, _gpu(rest[1:])))
     return Sampled(tuple(ticks), sampler_cpu, engine_cpu, parse_read_errors(errors),
                    _dumpsys_outputs(dumpsys_text, first), lines, kgsl=kgsl,
+                   gpumem=_gpumem_outputs(dumpsys_text, first),
                    gpu_peak_bytes=peak_gpu, gpu_peak_mapped_bytes=peak_mapped)
 
 
-def _dumpsys_outputs(text: str, t0: float | None) -> tuple[tuple[int, str], ...]:
-    out: list[tuple[int, str]] = []
+_MARKS = ("==dm ", "==gm ")  # the sampler's line before a dumpsys meminfo / gpu output
+
+
+def _blocks(text: str, t0: float | None, mark: str) -> list[tuple[int, list[str], str]]:
+    """``(t_ms, the mark line's other words, output)`` of each output after a ``mark`` line."""
+    out: list[tuple[int, list[str], str]] = []
     current: list[str] | None = None
-    stamp = 0
-    for line in [*text.splitlines(), "==dm end"]:
-        if line.startswith("==dm "):
+    stamp, words = 0, list[str]()
+    for line in [*text.splitlines(), _MARKS[0]]:
+        if line.startswith(_MARKS):
             if current is not None:
-                out.append((stamp, "\n".join(current)))
-            moment = line[5:].strip()
-            stamp = (_ms(moment, t0) or 0) if t0 is not None else 0
-            current = []
+                out.append((stamp, words, "\n".join(current)))
+            current = None
+            if line.startswith(mark):
+                moment, *words = line[len(mark):].split() or [""]
+                stamp = (_ms(moment, t0) or 0) if t0 is not None else 0
+                current = []
         elif current is not None:
             current.append(line)
-    return tuple(out)
+    return out
+
+
+def _dumpsys_outputs(text: str, t0: float | None) -> tuple[tuple[int, str], ...]:
+    return tuple((t_ms, output) for t_ms, _, output in _blocks(text, t0, _MARKS[0]))
+
+
+def _gpumem_outputs(text: str, t0: float | None) -> tuple[tuple[int, int, str], ...]:
+    """``(t_ms, pid, output)`` of each ``dumpsys gpu --gpumem`` the sampler ran."""
+    return tuple((t_ms, int(words[0]), output) for t_ms, words, output
+                 in _blocks(text, t0, _MARKS[1]) if len(words) == 1 and words[0].isdigit())

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from harness.android.battery import is_charging, parse_battery
+from harness.android.gpumem import parse_gpumem
 from harness.android.kernel import parse_boot_id, parse_memory_pressure, parse_uptime
 from harness.android.lmkd import parse_lmkd_kill
 from harness.android.meminfo import parse_meminfo
@@ -735,8 +736,10 @@ def _gpu_columns(cell: Cell, sampled: ondevice.Sampled, ticks: Sequence[Tick]) -
                 ondevice.SOURCE]
     reports = [info for _, text in sampled.dumpsys if (info := parse_meminfo(text)) is not None]
     hwm = peak([t.memory.vm_hwm_kb for t in ticks if t.memory is not None])
+    gpumem = [snapshot.process_bytes(pid) if (snapshot := parse_gpumem(text)) else None
+              for _, pid, text in sampled.gpumem]
     found = device_memory(memories, sampled.kgsl, reports, sampled.gpu_peak_bytes,
-                          sampled.gpu_peak_mapped_bytes, hwm)
+                          sampled.gpu_peak_mapped_bytes, hwm, gpumem)
     on_device = cell.compute_device != CPU_DEVICE
     states = [t.gpu for t in ticks if t.gpu is not None]
     zones = [s.max_gpu_temp_c for s in (t.state for t in ticks if t.state) if s.max_gpu_temp_c

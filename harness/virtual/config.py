@@ -117,7 +117,7 @@ class AndroidRules:
 
 
 GPU_VENDORS = ("qualcomm", "arm", "imagination", "other")
-GPU_KEYS = ("name", "vendor", "max_khz", "min_khz", "readable", "drop_dispatches")
+GPU_KEYS = ("name", "vendor", "max_khz", "min_khz", "readable", "gpumem", "drop_dispatches")
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,8 @@ class GpuConfig:
 
     ``readable`` false: the GPU's driver tells the shell nothing, as on Mali phones (no
     ``/sys/class/kgsl``, no memtrack HAL: ``dumpsys meminfo`` shows no GPU memory).
+    ``gpumem`` false: no ``dumpsys gpu --gpumem`` either (a kernel without the ``gpu_mem_total``
+    tracepoint, before Android 12: GpuService says it failed to initialise its eBPF map).
     """
 
     name: str  # e.g. "Adreno (TM) 740"
@@ -133,6 +135,7 @@ class GpuConfig:
     max_khz: int
     min_khz: int
     readable: bool = True
+    gpumem: bool = True
     # a faulty driver, for tests of the output check: every Nth compute dispatch is dropped
     # (the Vulkan layer's HARNESS_GPU_FAULT), so the GPU runs fast and computes wrong; 0: none
     drop_dispatches: int = 0
@@ -142,6 +145,7 @@ class GpuConfig:
         return cls(name=str(data["name"]), vendor=str(data["vendor"]),
                    max_khz=int(data["max_khz"]), min_khz=int(data["min_khz"]),
                    readable=bool(data.get("readable", True)),
+                   gpumem=bool(data.get("gpumem", True)),
                    drop_dispatches=int(data.get("drop_dispatches", 0)))
 
 
@@ -177,12 +181,16 @@ def parse_gpu(data: Any, where: str) -> GpuConfig | None:
     readable = data.get("readable", True)
     if not isinstance(readable, bool):
         raise ConfigError(f"{where}.readable must be true or false, got {readable!r}")
+    gpumem = data.get("gpumem", True)
+    if not isinstance(gpumem, bool):
+        raise ConfigError(f"{where}.gpumem must be true or false, got {gpumem!r}")
     drop = data.get("drop_dispatches", 0)
     if isinstance(drop, bool) or not isinstance(drop, int) or not (drop == 0 or 2 <= drop <= 1000):
         raise ConfigError(f"{where}.drop_dispatches must be 0 (no fault) or a whole number "
                           f"from 2 to 1000 (drop every Nth dispatch), got {drop!r}")
     return GpuConfig(name=name, vendor=vendor, max_khz=clocks["max_khz"],
-                     min_khz=clocks["min_khz"], readable=readable, drop_dispatches=drop)
+                     min_khz=clocks["min_khz"], readable=readable, gpumem=gpumem,
+                     drop_dispatches=drop)
 
 
 @dataclass(frozen=True)

@@ -261,6 +261,19 @@ def thermalservice(status: int, temperatures: Sequence[Temperature],
     )
 
 
+def dumpsys_gpumem(holders: Mapping[int, int], available: bool = True) -> str:
+    """``dumpsys gpu --gpumem`` as GpuService prints it (Android 12-14, no imported column):
+    GPU 0's global total (the driver's pid-0 entry: what every process holds) and each holder
+    by pid, in bytes. ``available`` false: a kernel without the gpu_mem_total tracepoint."""
+    if not available:
+        return "Failed to initialize GPU memory eBPF\n"
+    if not holders:
+        return "GPU memory usage maps are empty\n"
+    lines = ["Memory snapshot for GPU 0:", f"Global total: {sum(holders.values())}"]
+    lines += [f"Proc {pid} total: {size}" for pid, size in sorted(holders.items())]
+    return "\n".join(lines) + "\n"
+
+
 def battery_status(charging: str, level: int, overheat: bool = False) -> int:
     """BatteryManager status: 2 charging, 3 discharging, 4 not charging (plugged in but too
     hot to charge), 5 full."""

@@ -200,6 +200,11 @@ def dumpsys(args: Sequence[str]) -> int:
         return 0
     if service == "deviceidle":
         return _deviceidle(rest)
+    gpu_config = _config().gpu if service == "gpu" else None
+    if gpu_config is not None:  # GpuService: its memory dump is all this phone models of it
+        held = gpu.holders(_state() / gpu.REPORTS) if gpu_config.gpumem else {}
+        sys.stdout.write(formats.dumpsys_gpumem(held, gpu_config.gpumem))
+        return 0
     print(f"Can't find service: {service}", file=sys.stderr)
     return 0
 

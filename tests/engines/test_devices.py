@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from analysis.factory import cell
 
 from harness.engines.devices import (
@@ -79,6 +80,46 @@ def test_the_log_gives_device_buffers_layers_and_driver() -> None:
     assert host_buffer("CPU_REPACK") and host_buffer("Vulkan_Host") and not host_buffer("HTP0")
     cpu = parse_memory_log("llama_context:        CPU compute buffer size =     1.00 MiB\n")
     assert cpu.device_bytes is None and cpu.offloaded_layers is None and cpu.driver is None
+
+
+# Older and other builds' lines, in the shapes their format strings give (figures made up):
+# OpenCL's device lines, buffers named by the device, older Vulkan's "Vulkan0: ... | uma:".
+OPENCL_OLD_LOG = """ggml_opencl: selected platform: 'QUALCOMM Snapdragon(TM)'
+ggml_opencl: device: 'QUALCOMM Adreno(TM) 750 (OpenCL 3.0 Adreno(TM) 750)'
+ggml_opencl: default device: 'QUALCOMM Adreno(TM) 750 (OpenCL 3.0 Adreno(TM) 750)'
+load_tensors: offloaded 9/9 layers to GPU
+load_tensors: Adreno (TM) 750 model buffer size =    20.00 MiB
+load_tensors:   CPU_Mapped model buffer size =     4.00 MiB
+llama_kv_cache_unified: Adreno (TM) 750 KV buffer size =     2.00 MiB
+llama_context: Adreno (TM) 750 compute buffer size =     6.00 MiB
+llama_context:  OpenCL_Host compute buffer size =     1.00 MiB
+"""
+
+
+@pytest.mark.parametrize(("log", "driver"), [
+    (OPENCL_OLD_LOG, "ggml_opencl: device: 'QUALCOMM Adreno(TM) 750 (OpenCL 3.0 Adreno(TM) 750)'"),
+    ("ggml_opencl: default device: 'QUALCOMM Adreno(TM) 840 (OpenCL 3.0 Adreno(TM) 840)'\n",
+     "ggml_opencl: default device: 'QUALCOMM Adreno(TM) 840 (OpenCL 3.0 Adreno(TM) 840)'"),
+    ("ggml_vulkan: Found 1 Vulkan devices:\n"
+     "Vulkan0: Adreno (TM) 740 (Qualcomm Technologies Inc. Adreno Vulkan Driver) | uma: 1 | "
+     "fp16: 1 | warp size: 64\n",
+     "Vulkan0: Adreno (TM) 740 (Qualcomm Technologies Inc. Adreno Vulkan Driver) | uma: 1 | "
+     "fp16: 1 | warp size: 64"),
+    ("Available devices:\n  Vulkan0: llvmpipe (LLVM 15.0.6, 256 bits) (7802 MiB, 7802 MiB free)\n"
+     "llama_model_load_from_file_impl: using device Vulkan0 (llvmpipe (LLVM 15.0.6, 256 bits)) "
+     "- 7802 MiB free\n",
+     "using device Vulkan0 (llvmpipe (LLVM 15.0.6, 256 bits)) - 7802 MiB free"),
+])
+def test_driver_lines_of_older_and_other_builds(log: str, driver: str) -> None:
+    assert parse_memory_log(log).driver == driver
+
+
+def test_buffers_named_by_their_device_count_as_the_device_s() -> None:
+    log = parse_memory_log(OPENCL_OLD_LOG)
+    MiB = 2**20
+    assert log.device_bytes == (20 + 2 + 6) * MiB  # CPU_Mapped and OpenCL_Host stay the host's
+    assert {name for name, _, _ in log.device_buffers} == {"Adreno (TM) 750"}
+    assert (log.offloaded_layers, log.model_layers) == (9, 9)
 
 
 def test_llama_cpp_python_offloads_only_where_its_wheel_can() -> None:

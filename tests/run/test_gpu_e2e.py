@@ -20,7 +20,7 @@ from harness import store
 from harness.artifacts.builds import Build
 from harness.cli import main
 from harness.device import get_device
-from harness.run.offload import KGSL_SOURCE
+from harness.run.offload import GPUMEM_SOURCE, KGSL_SOURCE, NO_GPU_MEMORY
 from harness.run.runner import RunOptions, execute
 
 pytestmark = pytest.mark.slow
@@ -127,18 +127,40 @@ def test_cpu_partial_and_full_offload_on_the_virtual_gpu_phone(
             assert pick["explanation"].startswith("on Vulkan0 with n_gpu_layers ")
 
 
-def test_a_phone_that_cannot_say_its_gpu_memory_stores_unreadable(
-        virtual_phones: Any, tmp_path: Path, vulkan_build: Build, bench_ladder: Any) -> None:
+def _one_offloaded_cell(tmp_path: Path) -> Path:
     matrix = tmp_path / "one.yaml"
     matrix.write_text(MATRIX.read_text().replace("quant: [Q8_0, Q4_0]", "quant: [Q4_0]")
                       .replace("n_gpu_layers: [0, half, all]", "n_gpu_layers: [all]")
                       .replace("device: [none, Vulkan0]", "device: [Vulkan0]"))
+    return matrix
+
+
+def test_a_mali_phone_says_its_gpu_memory_through_gpuservice(
+        virtual_phones: Any, tmp_path: Path, vulkan_build: Build, bench_ladder: Any) -> None:
+    """No kgsl and no memtrack HAL, but Android 14's GpuService (`dumpsys gpu --gpumem`)."""
     (phone,) = virtual_phones(1, profile=MALI_PHONE)
-    trials = _run(matrix, phone.serial, tmp_path / "r", vulkan_build)
+    trials = _run(_one_offloaded_cell(tmp_path), phone.serial, tmp_path / "r", vulkan_build)
+    (row,) = trials.itertuples()
+    assert row.outcome == "ok", row.error
+    assert row.device_memory_source == GPUMEM_SOURCE
+    # the device buffers llama.cpp logged (model, KV, compute) against what the phone said
+    assert abs(row.device_memory_bytes / row.device_reported_bytes - 1) <= 0.10, (
+        row.device_memory_bytes, row.device_reported_bytes)
+    assert pd.isna(row.host_memory_bytes)  # GpuService does not say how much is in its PSS
+
+
+def test_a_phone_that_cannot_say_its_gpu_memory_stores_unreadable(
+        virtual_phones: Any, tmp_path: Path, vulkan_build: Build, bench_ladder: Any) -> None:
+    """The Mali phone on a kernel without the gpu_mem_total tracepoint: no channel at all."""
+    profile = tmp_path / "mali-without-gpumem.yaml"
+    profile.write_text(Path(MALI_PHONE).read_text().replace(
+        "  readable: false", "  readable: false\n  gpumem: false"))
+    (phone,) = virtual_phones(1, profile=str(profile))
+    trials = _run(_one_offloaded_cell(tmp_path), phone.serial, tmp_path / "r", vulkan_build)
     (row,) = trials.itertuples()
     assert row.outcome == "ok", row.error
     assert pd.isna(row.device_memory_bytes) and pd.isna(row.host_memory_bytes)
-    assert str(row.device_memory_source).startswith("unreadable: ")
+    assert row.device_memory_source == NO_GPU_MEMORY
     assert row.device_reported_bytes > 0  # llama.cpp's own figure is still there
 
 

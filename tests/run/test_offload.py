@@ -1,5 +1,6 @@
-"""A trial's device memory as the phone reports it (kgsl first, dumpsys graphics rows second,
-else unreadable, never 0), the host's rest, and the engine's own account of its offload."""
+"""A trial's device memory as the phone reports it (kgsl first, dumpsys gpu --gpumem second,
+dumpsys meminfo's graphics rows third, else unreadable, never 0), the host's rest, and the
+engine's own account of its offload."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from harness.engines.llama_bench import parse_output
 from harness.engines.llamalog import parse_memory_log
 from harness.run.offload import (
     DUMPSYS_SOURCE,
+    GPUMEM_SOURCE,
     KGSL_SOURCE,
     NO_GPU_MEMORY,
     device_memory,
@@ -53,6 +55,24 @@ def test_dumpsys_graphics_rows_when_there_is_no_kgsl() -> None:
     found = device_memory([_m(50_000, None)], kgsl=False, dumpsys=[info])
     assert found.source == DUMPSYS_SOURCE and found.device_bytes == 27_095 * KB
     assert found.host_bytes == (90_000 - 27_095) * KB
+
+
+def test_gpuservice_before_memtrack_and_kgsl_before_both() -> None:
+    """GpuService's per-process count is the kernel's (every Android 12+ GPU driver reports
+    it); memtrack's rows are the vendor's choice. The host's rest still comes from meminfo."""
+    info = ProcessMemInfo(pid=1, name="llama-bench", pss_kb=90_000, graphics_kb=20_000,
+                          mtrack_kb=20_000)
+    found = device_memory([_m(50_000, None)], kgsl=False, dumpsys=[info],
+                          gpumem=[None, 24_000 * KB, 30_000 * KB, 0])
+    assert (found.source, found.device_bytes) == (GPUMEM_SOURCE, 30_000 * KB)
+    assert found.host_bytes == (90_000 - 20_000) * KB
+    alone = device_memory([_m(50_000, None)], kgsl=False, dumpsys=(), gpumem=[8 * KB])
+    assert (alone.source, alone.device_bytes, alone.host_bytes) == (GPUMEM_SOURCE, 8 * KB, None)
+    kgsl = device_memory([_m(50_000, 4 * KB)], kgsl=True, dumpsys=[info], gpumem=[9 * KB])
+    assert (kgsl.source, kgsl.device_bytes) == (KGSL_SOURCE, 4 * KB)
+    # every reading without a snapshot (a kernel without the tracepoint): not a source
+    none = device_memory([_m(50_000, None)], kgsl=False, dumpsys=[info], gpumem=[None, None])
+    assert none.source == DUMPSYS_SOURCE
 
 
 def test_no_channel_is_unreadable_never_zero() -> None:

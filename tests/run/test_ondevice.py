@@ -53,6 +53,19 @@ def test_the_sampler_file_reads_back_as_memory_and_state_samples() -> None:
     assert sampled.lines == 5  # the line cut short by the kill is skipped
 
 
+def test_meminfo_and_gpuservice_outputs_read_back_apart_by_their_marks() -> None:
+    dm = ("==dm 100.50\n** MEMINFO in pid 42 [llama-bench] **\n TOTAL PSS: 900\n==alive\n"
+          "==gm 100.50 42\nMemory snapshot for GPU 0:\nGlobal total: 4096\n"
+          "Proc 42 total: 4096\n==dm 101.50\nNo process found for: 42\n==gm 101.50 42\n"
+          "Failed to initialize GPU memory eBPF\n==gm 102.5")  # the last one cut by the kill
+    sampled = parse("m 100.0 1 1 - - - - - 1 0 0\n", 100.0, "", dm)
+    assert [t for t, _ in sampled.dumpsys] == [500, 1500]
+    assert sampled.dumpsys[0][1].endswith("TOTAL PSS: 900\n==alive")  # the alive mark stays
+    assert "Memory snapshot" not in sampled.dumpsys[0][1]
+    assert [(t, pid) for t, pid, _ in sampled.gpumem] == [(500, 42), (1500, 42)]
+    assert sampled.gpumem[1][2] == "Failed to initialize GPU memory eBPF"
+
+
 def test_rates_become_ticks_and_the_script_holds_only_numbers_and_paths() -> None:
     rates = Rates(memory_s=0.5, state_s=2.0, status_s=10.0, fast_s=2.0, big_cpu=7)
     assert (rates.every(0.5), rates.every(2.0), rates.every(10), rates.every(0)) == (10, 40,

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from fixtures_phones import PhoneFactory, VirtualPhone
 
+from harness.android import parse_gpumem
 from harness.android.meminfo import parse_meminfo
 from harness.device.adb import AdbDevice
 from harness.errors import ConfigError, DeviceError
@@ -128,6 +129,8 @@ def test_gpu_profiles_parse_and_name_their_gpu() -> None:
      r"p.yaml: gpu.max_khz must be a positive whole number of kHz, got 1.5"),
     ({"name": "X", "vendor": "arm", "max_khz": 2, "min_khz": 1, "readable": "no"},
      r"p.yaml: gpu.readable must be true or false, got 'no'"),
+    ({"name": "X", "vendor": "arm", "max_khz": 2, "min_khz": 1, "gpumem": 1},
+     r"p.yaml: gpu.gpumem must be true or false, got 1"),
     ({"name": "X", "vendor": "arm", "max_khz": 2, "min_khz": 1, "cores": 4},
      r"p.yaml: gpu: unknown key 'cores'"),
     ({"name": "X", "vendor": "arm", "max_khz": 2}, r"p.yaml: gpu: missing key 'min_khz'"),
@@ -571,7 +574,12 @@ def test_mali_phone_hides_gpu_memory_and_a_phone_without_gpu_has_no_vulkan(
     assert "GL mtrack" not in meminfo and _line(meminfo, "Graphics:").split()[1:] == ["0", "0"]
     # the layer still counted it (truth for tests, in the phone's state folder)
     assert gpumodel.report_bytes(mali.sandbox / "state" / "gpu", pid) == 6 * MIB
+    # and GpuService says it, as an Android 14 phone's does (the kernel's gpu_mem_total)
+    gpumem = parse_gpumem(_out(adb_server, mali, "dumpsys gpu --gpumem"))
+    assert gpumem is not None and gpumem.process_bytes(pid) == 6 * MIB
+    assert gpumem.gpus[0].global_bytes == sum(gpumem.gpus[0].processes.values())
     _finish(process)
+    assert _out(adb_server, plain, "dumpsys gpu --gpumem") == ""  # no GPU: no GpuService
 
     assert _out(adb_server, plain, "echo $GGML_VK_VISIBLE_DEVICES") == "\n"
     assert _out(adb_server, plain, "echo ${VK_ICD_FILENAMES:-none}") == "none\n"
