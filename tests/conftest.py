@@ -14,7 +14,7 @@ from harness.interrupt import interruptible
 from harness.testing.adbserver import AdbServer, adb_clients, private_adb_server
 
 # leakcheck: the run fails if it leaves an adb server or a virtual-phone daemon alive
-pytest_plugins = ["leakcheck", "fixtures_models", "fixtures_phones", "fixtures_builds"]
+pytest_plugins = ["alone", "leakcheck", "fixtures_models", "fixtures_phones", "fixtures_builds"]
 
 REPO = Path(__file__).resolve().parent.parent
 # Tests give adb servers and phones a private HOME; the caches (builds, models, the virtual

@@ -190,6 +190,7 @@ class _After:
     errors: str = ""  # its stderr: the files it could not read
     reasons: dict[str, None] = field(default_factory=dict)  # why dumpsys said nothing
     sampled: ondevice.Sampled = field(default_factory=ondevice.Sampled)
+    gone: bool = False  # the device went away before its evidence could be read
 
 
 @dataclass(frozen=True)
@@ -381,6 +382,10 @@ class TrialRunner:
                                                  ran.wall)
         found = self._read_after(workdir, wall, ctx, lost)
         ticks, pid, after, sampled = found.ticks, found.pid, found.after, found.sampled
+        # an engine that failed, then the phone gone before its evidence was read: what took the
+        # phone (a reboot: the kernel's OOM killer took system_server, and the engine with it)
+        # decides, so the trial is the device's loss, explained once it is back
+        lost = lost or (found.gone and exit_code != 0)
         output = EngineOutput(stdout, stderr, after.get(ENGINE_FILE)
                               if output_file(ctx.engine) else None)
         try:
@@ -491,7 +496,7 @@ class TrialRunner:
             if watched is not None:
                 found.ticks.append(Tick(int(wall * 1000), watched, None))
         except DeviceError:  # the engine's end was seen; only the evidence is missing
-            pass
+            found.gone = True
         # the state the trial left the phone in: heat shows after the work
         with contextlib.suppress(HarnessError):
             found.ticks.append(Tick(int(wall * 1000), None, self.read_state(ctx.big_cpu)))

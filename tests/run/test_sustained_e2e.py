@@ -34,7 +34,9 @@ ENERGY_TOLERANCE = 0.10
 STATE_READ_S = TrialPolicy.state_interval_s  # how often the sampler reads the clocks
 WINDOW_S = 5.0  # the seconds either side of the throttle whose repetitions are compared
 
-pytestmark = pytest.mark.slow
+# alone: the hot configuration must reach its throttling threshold by the heat of its own CPU
+# time, which a second test process's phone on the same cores would halve (tests/alone.py)
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 
 def test_sustained_matrix_throttles_the_hot_config_and_measures_energy(
