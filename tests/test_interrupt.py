@@ -143,11 +143,14 @@ def test_sigterm_stops_the_bench_and_its_phones(host_build: Build, tmp_path: Pat
     assert left == {}
 
 
-def test_sigterm_stops_a_test_session_and_its_fixtures_phones(tmp_path: Path) -> None:
-    """pytest itself (a CI job's time limit): the fixtures are torn down, the phone with them."""
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+def test_sigterm_stops_a_test_session_and_its_fixtures_phones(tmp_path: Path,
+                                                             workers: list[str]) -> None:
+    """pytest itself (a CI job's time limit): the fixtures are torn down, the phone with them;
+    with two test processes (./dev test), SIGTERM to the one nox started stops both."""
     target = REPO / "tests" / "data" / "interrupt" / "hold_phone.py"
     code, left = _stop_mid_work(
-        [sys.executable, "-m", "pytest", str(target), "-p", "no:cacheprovider", "-q",
+        [sys.executable, "-m", "pytest", str(target), "-p", "no:cacheprovider", "-q", *workers,
          "--basetemp", str(tmp_path / "session")], tmp_path,
         lambda found: any(DAEMON_MODULE in c for c in found.values()), tmp_path / "pytest.log")
     log = (tmp_path / "pytest.log").read_text()
