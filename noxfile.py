@@ -48,7 +48,7 @@ def _workers(args: list[str]) -> list[str]:
     """Two pytest processes where the machine has two cores (test files are the unit handed
     out, so a file's phones and fixtures stay in one process): a single one kept 0.9 of this
     machine's 2 cores busy on average, most e2e tests waiting on phones, storage and clocks.
-    None when the caller picks (-n, -p no:xdist) or names a test (-k, ::, a path)."""
+    No option when the caller picks (-n, -p no:xdist) or names tests (-k, ::, a path)."""
     chosen = any(a.startswith(("-n", "--numprocesses", "-k")) or a == "no:xdist" or
                  "::" in a or a.startswith("tests") for a in args)
     count = min(2, os.cpu_count() or 1)

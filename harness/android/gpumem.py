@@ -22,6 +22,7 @@ driver ever reported, with 0 once it frees everything.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -61,23 +62,22 @@ class GpuMemSnapshot:
 def parse_gpumem(text: str) -> GpuMemSnapshot | None:
     """GpuService's memory dump in ``text`` (other sections of ``dumpsys gpu`` are skipped);
     None when it holds neither a snapshot nor one of GpuService's memory lines."""
-    found: list[tuple[int, list[int | None], dict[int, int], dict[int, int]]] = []
+    gpus: list[GpuMemory] = []
     message: str | None = None
     for raw in text.splitlines():
         line = raw.strip()
         if (head := _GPU.match(line)) is not None:
-            found.append((int(head.group(1)), [None], {}, {}))
-        elif found and (total := _GLOBAL.match(line)) is not None:
-            value = total.group(1)
-            found[-1][1][0] = None if value == "N/A" else int(value)
-        elif found and (proc := _PROC.match(line)) is not None:
-            pid = int(proc.group(1))
-            found[-1][2][pid] = int(proc.group(2))
-            if proc.group(3) is not None:
-                found[-1][3][pid] = int(proc.group(3))
+            gpus.append(GpuMemory(int(head.group(1)), None, {}, {}))
+        elif gpus and (total := _GLOBAL.match(line)) is not None and total.group(1) != "N/A":
+            gpus[-1] = dataclasses.replace(gpus[-1], global_bytes=int(total.group(1)))
+        elif gpus and (proc := _PROC.match(line)) is not None:
+            pid, last = int(proc.group(1)), gpus[-1]
+            gpus[-1] = dataclasses.replace(
+                last, processes={**last.processes, pid: int(proc.group(2))},
+                imported={**last.imported, pid: int(proc.group(3))} if proc.group(3)
+                else last.imported)
         elif line in NO_SNAPSHOT and message is None:
             message = line
-    if not found and message is None:
+    if not gpus and message is None:
         return None
-    return GpuMemSnapshot(tuple(GpuMemory(gpu, total[0], procs, imported)
-                                for gpu, total, procs, imported in found), message)
+    return GpuMemSnapshot(tuple(gpus), message)

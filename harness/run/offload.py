@@ -109,14 +109,13 @@ def device_memory(memories: Sequence[ProcessMemory], kgsl: bool,
             return DeviceMemory(max([peak or 0, *(g for _, g in pairs)]), KGSL_SOURCE,
                                 max(hosts) if hosts else None)
     graphics = [d for d in dumpsys if d.mtrack_kb is not None]
-    graphics_hosts = [_kb(d.pss_kb) - _kb(d.mtrack_kb) for d in graphics if d.pss_kb is not None]
+    host = max((_kb(d.pss_kb) - _kb(d.mtrack_kb) for d in graphics if d.pss_kb is not None),
+               default=None)
     said = [g for g in gpumem if g is not None]
     if said:
-        return DeviceMemory(max(said), GPUMEM_SOURCE,
-                            max(graphics_hosts) if graphics_hosts else None)
+        return DeviceMemory(max(said), GPUMEM_SOURCE, host)
     if graphics:
-        return DeviceMemory(max(_kb(d.mtrack_kb) for d in graphics), DUMPSYS_SOURCE,
-                            max(graphics_hosts) if graphics_hosts else None)
+        return DeviceMemory(max(_kb(d.mtrack_kb) for d in graphics), DUMPSYS_SOURCE, host)
     return DeviceMemory(None, NO_GPU_MEMORY, None)
 
 
