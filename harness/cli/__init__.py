@@ -19,8 +19,8 @@ from harness.interrupt import Interrupted, interruptible
 
 # Sub-modules of harness.cli whose COMMANDS are registered, in --help order.
 COMMAND_MODULES = [
-    "plan", "run", "analysis", "report", "energy", "models", "sim", "devices", "build", "demo",
-    "farm", "bisect", "store", "site",
+    "plan", "run", "analysis", "report", "energy", "models", "sim", "devices", "doctor", "build",
+    "demo", "farm", "bisect", "store", "site",
 ]
 
 

@@ -9,11 +9,13 @@ that looks complete.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.artifacts.builds import Build
 from harness.device.base import Device
 from harness.errors import DeviceError
 
@@ -41,6 +43,20 @@ def model_remote_path(sha256: str, filename: str) -> str:
 
 def build_remote_dir(build_digest: str) -> str:
     return f"{DEVICE_ROOT}/builds/{build_digest}"
+
+
+def build_artifacts(build: Build, tool: str = "llama-bench") -> tuple[list[Artifact], str, str]:
+    """Artefacts of a build, its binary and its library folder on the device (a folder named
+    by the build and a digest of its files' checksums)."""
+    digest = hashlib.sha256("|".join(f.sha256 for f in build.manifest.files).encode())
+    remote_root = f"{DEVICE_ROOT}/builds/{build.name}-{digest.hexdigest()[:12]}"
+    artifacts = [
+        Artifact(build.path / f.path, f.sha256, f"{remote_root}/{f.path}",
+                 executable=f.path.startswith("bin/"))
+        for f in build.manifest.files
+    ]
+    build.binary(tool)  # fails clearly when the build has no such tool
+    return artifacts, f"{remote_root}/bin/{tool}", f"{remote_root}/lib"
 
 
 def remote_checksums(device: Device, paths: Sequence[str]) -> dict[str, str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -44,6 +43,7 @@ from harness.run.deploy import (
     DEVICE_ROOT,
     Artifact,
     PushReport,
+    build_artifacts,
     ensure_artifacts,
     model_remote_path,
 )
@@ -95,19 +95,6 @@ def engine_binary(engine: Engine) -> str:
     return str(getattr(engine, "binary_name", "llama-bench"))
 
 
-def _build_artifacts(build: Build, tool: str = "llama-bench") -> tuple[list[Artifact], str, str]:
-    """Artefacts of a build, its binary and its library folder on the device."""
-    digest = _digest([f.sha256 for f in build.manifest.files])
-    remote_root = f"/data/local/tmp/harness/builds/{build.name}-{digest}"
-    artifacts = [
-        Artifact(build.path / f.path, f.sha256, f"{remote_root}/{f.path}",
-                 executable=f.path.startswith("bin/"))
-        for f in build.manifest.files
-    ]
-    build.binary(tool)  # fails clearly when the build has no such tool
-    return artifacts, f"{remote_root}/bin/{tool}", f"{remote_root}/lib"
-
-
 def _setup(spec: TrialSpec) -> tuple[str, str]:
     """What runs a trial's cell: its engine and its build."""
     return spec.cell.engine, spec.cell.build
@@ -118,10 +105,6 @@ def _bench_artifacts() -> tuple[list[Artifact], str]:
     files = [(path, rel, file_sha256(path)) for path, rel in bench_files()]
     folder = remote_folder([f"{rel}:{sha}" for _, rel, sha in files])
     return [Artifact(path, sha, f"{folder}/{rel}") for path, rel, sha in files], folder
-
-
-def _digest(parts: Sequence[str]) -> str:
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
 
 
 
@@ -505,7 +488,7 @@ class DeviceWorker:
             return files, {"binary": runtime.path, "lib_dir": None,
                            "env": {"PYTHONPATH": folder}}
         build = self.prepared.builds[cell.build]
-        files, binary, lib_dir = _build_artifacts(build, engine_binary(engine))
+        files, binary, lib_dir = build_artifacts(build, engine_binary(engine))
         return files, {"binary": binary, "lib_dir": lib_dir, "env": {}}
 
     def _model_files(self, cell: Cell, engine: Engine,

@@ -356,9 +356,32 @@ def dmesg(args: Sequence[str]) -> int:
     return 1
 
 
+# What `id` prints for adb's shell on Android 13-15: uid 2000 with the groups adbd gives it
+# (system/core/rootdir and adbd's shell service) and the shell domain's context.
+SHELL_GROUPS = ("2000(shell),1004(input),1007(log),1011(adb),1015(sdcard_rw),1028(sdcard_r),"
+                "1078(ext_data_rw),1079(ext_obb_rw),3001(net_bt_admin),3002(net_bt),3003(inet),"
+                "3006(net_bw_stats),3009(readproc),3011(uhid),3012(readtracefs)")
+SHELL_CONTEXT = "u:r:shell:s0"
+
+
+def id_(args: Sequence[str]) -> int:
+    """toybox ``id`` as the shell user (the phone's processes run as the host's user)."""
+    flags = "".join(a.lstrip("-") for a in args if a.startswith("-"))
+    if "u" in flags or "g" in flags:
+        print("shell" if "n" in flags else "2000")
+        return 0
+    print(f"uid=2000(shell) gid=2000(shell) groups={SHELL_GROUPS} context={SHELL_CONTEXT}")
+    return 0
+
+
+def getenforce(args: Sequence[str]) -> int:
+    print("Enforcing")
+    return 0
+
+
 TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
     "getprop": getprop, "setprop": setprop, "dumpsys": dumpsys, "logcat": logcat, "log": log,
-    "settings": settings, "cmd": cmd, "dmesg": dmesg,
+    "settings": settings, "cmd": cmd, "dmesg": dmesg, "id": id_, "getenforce": getenforce,
 }
 
 

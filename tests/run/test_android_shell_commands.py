@@ -20,6 +20,7 @@ from harness.artifacts.builds import Build
 from harness.device.adb import AdbDevice
 from harness.device.base import ShellResult, shell_command
 from harness.device.lease import DeviceLease
+from harness.doctor.coverage import covered_by, references
 from harness.run.ondevice import Rates, parse, script
 from harness.run.probe import split_sections
 from harness.run.runner import RunOptions, execute
@@ -110,6 +111,11 @@ def test_every_device_command_runs_under_mksh_and_toybox(
     tripped = [(command, result.stderr) for command, result in device.ran
                if TRIPPED.search(result.stderr)]
     assert not tripped, "\n\n".join(f"{c}\n-> {e}" for c, e in tripped)
+    # `harness doctor` probes every service and path these commands reached (the static
+    # check of tests/doctor/test_coverage.py, on what was sent)
+    unprobed = sorted({ref for command, _ in device.ran for ref in references(command)
+                       if covered_by(ref) is None})
+    assert not unprobed, unprobed
     # and the check does catch a line a phone refuses
     for line in NOT_FOR_A_PHONE:
         said = device.shell(line).stderr

@@ -1,0 +1,146 @@
+"""``harness doctor``: the first command to run on a new phone.
+
+It probes every source the harness reads (``harness.doctor.sources``), one shell round trip
+each, and prints which source will serve each measurement, its fallback, and what is lost; then
+the warnings about what would make results wrong or noisy. Exit 0 when all is usable, 1 when
+something changes results, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from harness.artifacts.builds import Build, builds_root, open_build
+from harness.device import Device, get_device, list_devices
+from harness.doctor.backends import build_backends
+from harness.doctor.probe import probe_all
+from harness.doctor.report import Capability, Diagnosis, diagnose
+from harness.errors import DeviceError
+from harness.matrix import Requirements, load_matrix
+
+
+def _facts(device: Device) -> tuple[dict[str, str | int | None], int]:
+    """The facts shown with the table, and the big core the clock probes read."""
+    facts = device.facts()
+    shown = {"model": facts.model, "manufacturer": facts.manufacturer, "soc": facts.soc,
+             "android_release": facts.android_release, "android_sdk": facts.android_sdk,
+             "abi": facts.abi, "total_ram_kb": facts.total_ram_kb,
+             "cpu_layout": facts.cpu_layout}
+    return shown, (facts.big_cpus[0] if facts.big_cpus else 0)
+
+
+def examine(device: Device, require: Requirements | None, build: Build | None = None,
+            console: Console | None = None) -> Diagnosis:
+    facts, cpu = _facts(device)
+    status = console.status(f"{device.serial}: probing") if console is not None else None
+    if status is not None:
+        status.start()
+    try:
+        probes = probe_all(device, cpu, progress=None if status is None else (
+            lambda source: status.update(f"{device.serial}: probing {source.id}")))
+    finally:
+        if status is not None:
+            status.stop()
+    backends = None
+    if build is not None:
+        if console is not None:
+            console.print(f"{device.serial}: pushing {build.name} and asking its devices")
+        backends = build_backends(device, build)
+    return diagnose(device.serial, facts, probes, require, backends)
+
+
+def _refusals(row: Capability) -> str:
+    return "; ".join(f"{r.source} {r.error}" for r in row.refused)
+
+
+def render(diagnosis: Diagnosis, console: Console) -> None:
+    facts = diagnosis.facts
+    console.print(f"[bold]{diagnosis.serial}[/bold]: {facts.get('manufacturer') or '?'} "
+                  f"{facts.get('model') or '?'}, Android {facts.get('android_release') or '?'}"
+                  f", {facts.get('soc') or '?'}")
+    table = Table("measurement", "source", "fallback", "lost / refused")
+    for row in diagnosis.capabilities:
+        refused = _refusals(row)
+        if row.usable:
+            source = f"{row.source}: {row.gives}"
+            lost = f"[dim]{refused}[/dim]" if refused else ""
+        else:
+            source = "[red]none[/red]"
+            lost = f"[red]{row.lost}[/red]" + (f" ({refused})" if refused else "")
+        table.add_row(row.measurement, source, row.fallback or "-", lost)
+    console.print(table)
+    if diagnosis.backends is not None:
+        found = diagnosis.backends
+        listed = ", ".join(f"{d.name} ({d.description})" for d in found.devices)
+        said = found.unknown or (f"CPU, {listed}" if listed else "CPU only")
+        console.print(f"backends of build {found.build} on this phone: {said}")
+    for warning in diagnosis.warnings:
+        console.print(f"[yellow]warning[/yellow]: {warning}")
+    if not diagnosis.warnings:
+        console.print("[green]all usable[/green]: nothing found that changes results")
+
+
+def _devices(serial: str | None, every: str | None) -> list[Device]:
+    if serial is not None and every is not None:
+        raise click.UsageError("give --serial or --devices all, not both")
+    if every is not None:
+        found = list_devices()
+        if not found:
+            raise DeviceError("no devices attached (harness devices lists them; start virtual "
+                              "phones with `harness sim start`)")
+        return found
+    if serial is not None:
+        return [get_device(serial)]
+    found = list_devices()
+    if len(found) != 1:
+        raise DeviceError(f"{len(found)} devices attached: name one with --serial S, or use "
+                          "--devices all")
+    return found
+
+
+@click.command("doctor")
+@click.option("--serial", default=None, help="The phone to examine (harness devices lists them).")
+@click.option("--devices", "every", type=click.Choice(["all"]), default=None,
+              help="Examine every attached phone.")
+@click.option("--matrix", "matrix_path", type=click.Path(path_type=Path), default=None,
+              help="Also check the phone meets this matrix's `require:` (charging, screen...).")
+@click.option("--build", "build_name", default=None,
+              help="Push this build (harness build list) and show which backends it can run "
+                   "here: CPU, Vulkan, OpenCL, Hexagon (its --list-devices).")
+@click.option("--builds", type=click.Path(path_type=Path), default=None,
+              help="Builds root (default $HARNESS_BUILDS or ./builds).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the diagnoses as JSON (docs/schemas/doctor.schema.json).")
+def doctor_command(serial: str | None, every: str | None, matrix_path: Path | None,
+                   build_name: str | None, builds: Path | None, as_json: bool) -> None:
+    """Probe everything the harness reads on a phone: which source serves each measurement,
+    its fallback, what is lost, and what would make results wrong or noisy.
+
+    Exit 0 when all is usable, 1 when something changes results, 2 on bad input.
+
+    \b
+    Example:
+      harness doctor --serial emulator-5554
+      harness doctor --devices all --matrix matrices/smoke.yaml --json | jq '.[].warnings'
+      harness doctor --serial emulator-5554 --build android-vulkan
+    """
+    require = load_matrix(matrix_path).require if matrix_path is not None else None
+    build = open_build(builds_root(builds), build_name) if build_name is not None else None
+    devices = _devices(serial, every)
+    console = Console(width=160, stderr=as_json)
+    diagnoses = [examine(device, require, build, None if as_json else console)
+                 for device in devices]
+    if as_json:
+        click.echo(json.dumps([d.to_json() for d in diagnoses], indent=2))
+    else:
+        for diagnosis in diagnoses:
+            render(diagnosis, console)
+    click.get_current_context().exit(max(d.exit_code for d in diagnoses))
+
+
+COMMANDS: list[click.Command] = [doctor_command]
