@@ -8,7 +8,9 @@ something changes results, 2 on bad input.
 
 from __future__ import annotations
 
+import datetime
 import json
+import re
 from pathlib import Path
 
 import click
@@ -18,8 +20,10 @@ from rich.table import Table
 from harness.artifacts.builds import Build, builds_root, open_build
 from harness.device import Device, get_device, list_devices
 from harness.doctor.backends import build_backends
+from harness.doctor.capture import bundle, write_bundle
 from harness.doctor.probe import probe_all
 from harness.doctor.report import Capability, Diagnosis, diagnose
+from harness.doctor.scrub import scrub
 from harness.errors import DeviceError
 from harness.matrix import Requirements, load_matrix
 
@@ -143,4 +147,42 @@ def doctor_command(serial: str | None, every: str | None, matrix_path: Path | No
     click.get_current_context().exit(max(d.exit_code for d in diagnoses))
 
 
-COMMANDS: list[click.Command] = [doctor_command]
+@click.command("capture")
+@click.option("--serial", default=None, help="The phone to capture (harness devices lists them).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="The bundle to write (a .zip).")
+@click.option("--name", default=None,
+              help="The derived profile's name (default: the phone's model, as a slug).")
+def capture_command(serial: str | None, output: Path, name: str | None) -> None:
+    """Capture a phone as a shareable bundle: the doctor's probes, scrubbed of what identifies
+    the phone or its owner, with its capability table and a derived virtual-phone profile.
+
+    Only allowlisted properties are kept; serials, IMEIs, MAC and IP addresses, e-mail
+    addresses, UUIDs and third-party package names are replaced by pseudonyms before anything
+    is written. The scrub report is printed.
+
+    \b
+    Example:
+      harness capture --serial R5CT1234ABC -o a54.zip
+      unzip -p a54.zip capabilities.md
+    """
+    if output.suffix != ".zip":
+        raise click.BadParameter(f"{output}: the bundle must be a .zip", param_hint="-o")
+    if not output.parent.is_dir():
+        raise DeviceError(f"{output.parent}: no such folder for the bundle")
+    (device,) = _devices(serial, None)
+    facts, cpu = _facts(device)
+    console = Console(width=160, stderr=True)
+    with console.status(f"{device.serial}: probing"):
+        raw = probe_all(device, cpu)
+    records, report = scrub(raw, device.serial)
+    diagnosis = diagnose("captured", facts, records)
+    slug = re.sub(r"[^a-z0-9]+", "-", str(facts.get("model") or "phone").lower()).strip("-")
+    members = bundle(records, diagnosis, report, name or slug or "phone", datetime.date.today())
+    write_bundle(members, output)
+    for line in report.lines():
+        click.echo(f"scrubbed: {line}")
+    click.echo(f"{output}: {len(records)} probes, {len(diagnosis.warnings)} warnings")
+
+
+COMMANDS: list[click.Command] = [doctor_command, capture_command]

@@ -74,6 +74,10 @@ def _copied(text: str) -> str | None:
     return None if "records out" in text else "dd printed no records line"
 
 
+def _head_dump(text: str) -> str | None:
+    return None if "==> " in text else "no CPU file readable"
+
+
 def _deep_idle(text: str) -> str | None:
     return None if parse_idle_state(text) is not None else "no deep idle state"
 
@@ -95,6 +99,12 @@ class Source:
 
 
 CPUFREQ = "/sys/devices/system/cpu/cpu{cpu}/cpufreq"
+_CPU = "/sys/devices/system/cpu"
+# every core's files in `head` layout ("==> PATH <=="), offline cores' absent
+CPU_FILES = (f"for f in {_CPU}/possible {_CPU}/online {_CPU}/cpu[0-9]*/cpu_capacity "
+             f"{_CPU}/cpu[0-9]*/cpufreq/cpuinfo_max_freq {_CPU}/cpu[0-9]*/cpufreq/cpuinfo_min_freq "
+             f"{_CPU}/cpu[0-9]*/cpufreq/related_cpus; do "
+             'if [ -r "$f" ]; then echo "==> $f <=="; cat "$f"; echo; fi; done')
 POWER_SUPPLY = "/sys/class/power_supply/battery"
 
 SOURCES: tuple[Source, ...] = (
@@ -111,13 +121,13 @@ SOURCES: tuple[Source, ...] = (
     Source("shell", "/system/bin/sh -c 'echo ok'", ("/system/bin/sh", "/system/bin/linker64"),
            "the system shell and linker"),
     # CPU
-    Source("cpu.topology", "cat /sys/devices/system/cpu/possible "
-           "/sys/devices/system/cpu/cpu{cpu}/cpu_capacity",
+    Source("cpu.topology", CPU_FILES,
            ("/sys/devices/system/cpu/possible", "/sys/devices/system/cpu/cpu*/cpu_capacity",
             "/sys/devices/system/cpu/cpu*/topology/*",
             "/sys/devices/system/cpu/cpu*/cpufreq/related_cpus",
-            "/sys/devices/system/cpu", "/proc/cpuinfo"),
-           "clusters and core capacities"),
+            "/sys/devices/system/cpu"),
+           "clusters and core capacities", _head_dump),
+    Source("cpuinfo", "cat /proc/cpuinfo", ("/proc/cpuinfo",), "the cores' part numbers"),
     Source("cpu.clock", f"cat {CPUFREQ}/scaling_cur_freq {CPUFREQ}/scaling_max_freq",
            ("/sys/devices/system/cpu/cpu*/cpufreq",
             "/sys/devices/system/cpu/cpu*/cpufreq/scaling_*"),
@@ -180,6 +190,8 @@ SOURCES: tuple[Source, ...] = (
     Source("uptime", "cat /proc/uptime", ("/proc/uptime",), "the sampler's clock"),
     Source("dd", "dd if=/dev/zero of=/dev/null bs=1048576 count=1 2>&1",
            ("/dev/zero", "/dev/null"), "the memory bandwidth probe", _copied),
+    Source("packages", "pm list packages -3", (),
+           "third-party packages (the capture's scrubber replaces their names)"),
     Source("selinux_denials", "logcat -d -b all -e 'avc: +denied'",
            (), "SELinux denials of the shell (scontext=u:r:shell)"),
 )

@@ -374,6 +374,25 @@ def id_(args: Sequence[str]) -> int:
     return 0
 
 
+# what a stock phone ships (not third-party): `pm list packages -3` leaves them out
+PREINSTALLED = ("android", "com.android.", "com.google.android.")
+
+
+def pm(args: Sequence[str]) -> int:
+    """``pm list packages [-3]``: the phone's packages (its background apps), one per line."""
+    if list(args[:2]) != ["list", "packages"]:
+        print("Unknown command: " + " ".join(args[:2]), file=sys.stderr)
+        return 255
+    config = _config()
+    names = {"android", "com.android.shell", "com.android.systemui",
+             *(app.name for app in config.android.apps(config.limit_mb))}
+    if "-3" in args[2:]:
+        names = {n for n in names if not any(n == p or n.startswith(p) for p in PREINSTALLED)}
+    for name in sorted(names):
+        print(f"package:{name}")
+    return 0
+
+
 def getenforce(args: Sequence[str]) -> int:
     print("Enforcing")
     return 0
@@ -382,6 +401,7 @@ def getenforce(args: Sequence[str]) -> int:
 TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
     "getprop": getprop, "setprop": setprop, "dumpsys": dumpsys, "logcat": logcat, "log": log,
     "settings": settings, "cmd": cmd, "dmesg": dmesg, "id": id_, "getenforce": getenforce,
+    "pm": pm,
 }
 
 

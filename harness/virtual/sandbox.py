@@ -46,7 +46,7 @@ _BEFORE = r"(?<![\w./~-])"  # not inside a longer word or path
 _AFTER = r"(?=$|[/\s'\";|&)<>:`}])"
 _PATTERN = re.compile(_BEFORE + "(" + "|".join(re.escape(p) for p, _ in _PREFIXES) + ")" + _AFTER)
 TOOLS = ("getprop", "setprop", "dumpsys", "logcat", "log", "settings", "cmd", "dmesg", "id",
-         "getenforce")
+         "getenforce", "pm")
 STOPPED_WHY = "stopped_why"  # in state/: why the phone stopped itself (execshim.c)
 
 

@@ -4,6 +4,8 @@ do, the JSON meets its schema, and bad input is one line with exit code 2."""
 from __future__ import annotations
 
 import json
+import shlex
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,8 @@ from click.testing import CliRunner
 
 from harness.artifacts.builds import Build
 from harness.cli import main
+from harness.device import get_device
+from harness.profiles import load_profile_file
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "docs/schemas/doctor.schema.json").read_text())
@@ -162,3 +166,52 @@ def test_an_unknown_build_is_one_line_and_exit_2(virtual_phones: Any, tmp_path: 
                                        "--builds", str(tmp_path)])
     assert result.exit_code == 2
     assert "no such build" in result.output and result.output.strip().count("\n") == 0
+
+
+def test_capture_of_a_phone_with_planted_canaries_has_none_of_them(
+        virtual_phones: Any, tmp_path: Path) -> None:
+    data = yaml.safe_load((REPO / "devices/midrange-8gb.yaml").read_text())
+    data["props"]["ro.serialno"] = "R5CANARY042"
+    data["android"] = {"background_apps": [
+        {"name": "com.canary.banking", "rss_mb": 50, "adj": 900}]}
+    profile = tmp_path / "canary.yaml"
+    profile.write_text(yaml.safe_dump({**data, "name": "canary"}))
+    (phone,) = virtual_phones(1, profile=str(profile))
+    planted = ("R5CANARY042", "jane.doe@example.org", "490154203237518", "3c:5a:b4:01:02:03",
+               "com.canary.banking")
+    device = get_device(phone.serial)
+    device.shell("log -t canary " + shlex.quote(
+        "owner jane.doe@example.org imei 490154203237518 wifi 3c:5a:b4:01:02:03 "
+        "serial R5CANARY042 app com.canary.banking"))
+    before = device.shell("logcat -d -s canary").stdout
+    assert all(c in before for c in planted)  # they are on the phone
+    out = tmp_path / "phone.zip"
+    result = CliRunner().invoke(main, ["capture", "--serial", phone.serial, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "scrubbed: getprop:" in result.output and "scrubbed: app:" in result.output
+    raw = out.read_bytes()
+    with zipfile.ZipFile(out) as archive:
+        blobs = [raw, *(archive.read(n) for n in archive.namelist())]
+        profile_text = archive.read("profile.yaml")
+    for canary in (*planted, phone.serial):
+        assert not any(canary.lower().encode() in blob.lower() for blob in blobs), canary
+    derived = tmp_path / "derived.yaml"
+    derived.write_bytes(profile_text)
+    loaded = load_profile_file(derived)
+    assert loaded.props["ro.product.model"] == "SM-A546B"
+    assert [c.cores for c in loaded.clusters] == [4, 4]
+
+
+def test_capture_bad_input_is_one_line_exit_2_and_writes_nothing(
+        adb_server: Any, tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    folder.mkdir()
+    for args, said in ((["--serial", "nope", "-o", str(folder / "phone.zip")],
+                        "no online device"),
+                       (["--serial", "nope", "-o", str(folder / "phone.tar")], ".zip"),
+                       (["--serial", "nope", "-o", str(folder / "no/such/p.zip")],
+                        "no such folder")):
+        result = CliRunner().invoke(main, ["capture", *args])
+        assert result.exit_code == 2, result.output
+        assert said in result.output
+    assert list(folder.iterdir()) == []
