@@ -26,6 +26,7 @@ from harness.virtual.config import (
     BackgroundApp,
     GpuConfig,
     PowerConfig,
+    Reply,
     parse_gpu,
 )
 from harness.virtual.power import PowerParams
@@ -280,8 +281,15 @@ def parse_android(data: Any, where: str, cores: int) -> AndroidRules:
     """The ``android:`` mapping of a profile: which stock-phone rules vary (all optional)."""
     known = {"background_apps", "oom_victim", "smaps_rollup", "unreadable", "offline_cpus",
              "dumpsys_meminfo_native", "thermal_hal", "thermal_status_stuck",
-             "logcat_ring_lines", "affinity", "power"}
+             "logcat_ring_lines", "affinity", "power", "replies"}
     data = _known(data, known, where)
+    replies = data.get("replies", [])
+    if not isinstance(replies, list) or not all(
+            isinstance(r, Mapping) and isinstance(r.get("command"), str)
+            and isinstance(r.get("stdout"), str) and isinstance(r.get("stderr", ""), str)
+            and isinstance(r.get("exit", 0), int) for r in replies):
+        raise ConfigError(f"{where}.replies must list {{command, stdout, stderr, exit}} "
+                          "mappings (as harness sim start --from-capture writes them)")
     stock = AndroidRules()
     unreadable = data.get("unreadable", [])
     if not isinstance(unreadable, list) or not all(
@@ -319,6 +327,8 @@ def parse_android(data: Any, where: str, cores: int) -> AndroidRules:
             battery_saver=_flag(power, "battery_saver", default.battery_saver, power_where),
             doze=_choice(power, "doze", DEEP_IDLE_STATES, default.doze, power_where),
         ),
+        replies=tuple(Reply(r["command"], r["stdout"], r.get("stderr", ""), r.get("exit", 0))
+                      for r in replies),
     )
 
 

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
 import click
+import yaml
 
+from harness.device import get_device
+from harness.doctor.capture import read_bundle, read_profile
+from harness.doctor.probe import ProbeRecord, run_probe
+from harness.doctor.replay import UNREPLAYABLE, differences, replay_profile
+from harness.doctor.sources import BY_ID
 from harness.virtual.config import MEMORY_MODEL_CHOICES
 from harness.virtual.control import (
     DEFAULT_PROFILE,
@@ -14,12 +22,14 @@ from harness.virtual.control import (
     fault_state,
     list_phones,
     set_fault,
+    sim_home,
     start_phones,
     stop_phones,
     wipe_phones,
 )
 from harness.virtual.phone import FAULT_KINDS
 
+CAPTURE_NOTE = "capture.json"  # in a replaying phone's state: the capture and what differs
 
 @click.group("sim")
 def sim() -> None:
@@ -34,8 +44,12 @@ def sim() -> None:
 
 
 @sim.command("start")
-@click.option("--profile", default=DEFAULT_PROFILE, show_default=True,
-              help="Device profile name (devices/*.yaml) or path to a profile YAML.")
+@click.option("--profile", default=None,
+              help=f"Device profile name (devices/*.yaml) or path to a profile YAML "
+                   f"[default: {DEFAULT_PROFILE}].")
+@click.option("--from-capture", "capture", type=click.Path(path_type=Path), default=None,
+              help="Start phones that answer as the phone of this capture (harness capture): "
+                   "its props, RAM, clusters, refused paths and unmodelled services.")
 @click.option("--count", default=1, show_default=True, type=int, help="Number of phones.")
 @click.option("--ram-mb", type=int, default=None,
               help="Memory the low-memory killer allows (default: the profile's available_mb).")
@@ -55,9 +69,9 @@ def sim() -> None:
               help="Storage read speed in MB/s (default: the profile's storage.read_mb_s); "
                    "no faster than this host's disk.")
 @click.option("--json", "as_json", is_flag=True, help="Print the phones as JSON.")
-def start(profile: str, count: int, ram_mb: int | None, storage_mb: int | None,
-          abi: str | None, shell: str, memory_model: str, storage_mb_s: float | None,
-          as_json: bool) -> None:
+def start(profile: str | None, capture: Path | None, count: int, ram_mb: int | None,
+          storage_mb: int | None, abi: str | None, shell: str, memory_model: str,
+          storage_mb_s: float | None, as_json: bool) -> None:
     """Start phones and connect them to the adb server (ANDROID_ADB_SERVER_PORT, default 5037).
 
     The phone's shell is mksh with toybox applets, as on Android.
@@ -67,14 +81,54 @@ def start(profile: str, count: int, ram_mb: int | None, storage_mb: int | None,
       harness sim start --profile flagship-16gb --count 4 --json
       harness sim start --abi x86_64 --count 2      # runs host builds of llama.cpp
       harness sim start --profile small-2gb-emmc --ram-mb 128 --storage-mb-s 100
+      harness sim start --from-capture a54.zip --abi x86_64
     """
-    phones = start_phones(profile, count, ram_mb=ram_mb, storage_mb=storage_mb, abi=abi,
-                          shell=shell, memory_model=memory_model, storage_mb_s=storage_mb_s)
+    if capture is not None and profile is not None:
+        raise click.UsageError("give --profile or --from-capture, not both")
+    captured = None
+    if capture is not None:
+        captured, profile = _capture_profile(capture)
+    phones = start_phones(profile or DEFAULT_PROFILE, count, ram_mb=ram_mb,
+                          storage_mb=storage_mb, abi=abi, shell=shell,
+                          memory_model=memory_model, storage_mb_s=storage_mb_s)
+    if capture is not None and captured is not None:
+        for phone in phones:
+            _note_differences(phone, capture, captured)
     if as_json:
         click.echo(json.dumps([asdict(p) for p in phones], indent=2))
         return
     for phone in phones:
         click.echo(phone.serial)
+
+
+def _capture_profile(capture: Path) -> tuple[list[ProbeRecord], str]:
+    """The capture's records, and the path of the replay profile written for it."""
+    _, records = read_bundle(capture)
+    profile = replay_profile(read_profile(capture), records)
+    folder = sim_home() / "captures"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{profile.get('name') or 'captured'}.yaml"
+    path.write_text(yaml.safe_dump(profile, sort_keys=False))
+    return records, str(path)
+
+
+def _note_differences(phone: PhoneInfo, capture: Path, captured: list[ProbeRecord]) -> None:
+    """Ask the new phone what it cannot replay; keep the differences for `sim status`."""
+    device = get_device(phone.serial)
+    here = [run_probe(device, BY_ID[sid], 0) for sid in UNREPLAYABLE]
+    said = differences(captured, here)
+    (phone.sandbox.state / CAPTURE_NOTE).write_text(json.dumps(
+        {"capture": str(capture.absolute()), "differs": said}, indent=2))
+    for line in said:
+        click.echo(f"{phone.serial}: differs from the capture: {line}", err=True)
+
+
+def _capture_note(phone: PhoneInfo) -> dict[str, Any]:
+    try:
+        data = json.loads((phone.sandbox.state / CAPTURE_NOTE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 @sim.command("stop")
@@ -106,7 +160,8 @@ def status(as_json: bool) -> None:
     """
     phones = list_phones()
     if as_json:
-        rows = [{**asdict(p), "faults": fault_state(p) if p.running else {}} for p in phones]
+        rows = [{**asdict(p), "faults": fault_state(p) if p.running else {},
+                 "capture": _capture_note(p) or None} for p in phones]
         click.echo(json.dumps(rows, indent=2))
         return
     if not phones:
@@ -117,6 +172,11 @@ def status(as_json: bool) -> None:
             state += f": {phone.stopped_why}"
         click.echo(f"{phone.serial or '-':<22} {phone.name:<22} {phone.model:<14} {state}"
                    f"{_memory_words(phone)}")
+        note = _capture_note(phone)
+        if note:
+            click.echo(f"  replays {note.get('capture')}")
+        for line in note.get("differs", []):
+            click.echo(f"  differs from the capture: {line}")
 
 
 def _memory_words(phone: PhoneInfo) -> str:

@@ -31,6 +31,7 @@ from harness.profiles import REQUIRED_PROPS
 
 CAPTURE_SCHEMA = 1
 MEMBERS = ("manifest.json", "probes.jsonl", "capabilities.md", "profile.yaml")
+_MIN_FREQ = re.compile(r"/cpu(\d+)/cpufreq/cpuinfo_min_freq$")
 _PART = re.compile(r"^CPU part\s*:\s*(0x[0-9a-fA-F]+)", re.MULTILINE)
 
 
@@ -65,12 +66,15 @@ def derived_profile(records: Mapping[str, ProbeRecord], name: str) -> dict[str, 
     files = parse_head_dump(_answer(records, "cpu.topology"))
     topology = read_cpu_topology(files)
     parts = _PART.findall(_answer(records, "cpuinfo"))
+    # (a path as the phone printed it: a sandbox may print it under a prefix)
+    lowest = {int(m.group(1)): text.strip() for path, text in files.items()
+              if (m := _MIN_FREQ.search(path)) is not None}
     clusters = []
     by_cpu = {c.cpu: c for c in topology.cpus}
     for index, members in enumerate(reversed(topology.clusters)):  # littlest first
         first = by_cpu[members[0]]
         top = first.cpuinfo_max_khz or 0
-        low = files.get(f"/sys/devices/system/cpu/cpu{members[0]}/cpufreq/cpuinfo_min_freq", "")
+        low = lowest.get(members[0], "")
         clusters.append({
             "name": f"cluster{index}", "cores": len(members), "max_khz": top,
             "min_khz": int(low) if low.strip().isdigit() else top // 4,
@@ -119,8 +123,21 @@ def write_bundle(members: Mapping[str, bytes], path: Path) -> None:
     tmp.replace(path)
 
 
+def read_profile(path: Path) -> dict[str, Any]:
+    """The derived profile of a capture (read after ``read_bundle`` accepted it)."""
+    with zipfile.ZipFile(path) as archive:
+        if "profile.yaml" not in archive.namelist():
+            raise ConfigError(f"{path}: not a capture: it has no profile.yaml")
+        data = yaml.safe_load(archive.read("profile.yaml"))
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: profile.yaml is not a profile")
+    return data
+
+
 def read_bundle(path: Path) -> tuple[dict[str, Any], list[ProbeRecord]]:
     """The manifest and the probe records of a capture; ConfigError (one line) otherwise."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file (make a capture with harness capture)")
     try:
         archive = zipfile.ZipFile(path)
     except (OSError, zipfile.BadZipFile) as error:

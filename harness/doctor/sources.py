@@ -191,7 +191,7 @@ SOURCES: tuple[Source, ...] = (
     Source("dd", "dd if=/dev/zero of=/dev/null bs=1048576 count=1 2>&1",
            ("/dev/zero", "/dev/null"), "the memory bandwidth probe", _copied),
     Source("packages", "pm list packages -3", (),
-           "third-party packages (the capture's scrubber replaces their names)"),
+           "third-party packages (the capture's scrubber replaces their names)", _anything),
     Source("selinux_denials", "logcat -d -b all -e 'avc: +denied'",
            (), "SELinux denials of the shell (scontext=u:r:shell)"),
 )

@@ -55,6 +55,17 @@ class BackgroundApp:
 
 
 @dataclass(frozen=True)
+class Reply:
+    """A captured phone's answer to a command this phone has no model for, given verbatim
+    (profile key ``android.replies``, written by ``harness sim start --from-capture``)."""
+
+    command: str  # the whole command line, e.g. "dumpsys gpu --gpumem"
+    stdout: str
+    stderr: str = ""
+    exit: int = 0
+
+
+@dataclass(frozen=True)
 class PowerConfig:
     screen_on: bool = True
     stay_awake: bool = False  # Developer options "Stay awake": stay_on_while_plugged_in 7
@@ -87,6 +98,7 @@ class AndroidRules:
     logcat_ring_lines: int = 4000  # per buffer
     affinity: str = "honoured"  # or ignored: the engine's own affinity calls change nothing
     power: PowerConfig = field(default_factory=PowerConfig)
+    replies: tuple[Reply, ...] = ()  # services it does not model, answered as a capture did
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> AndroidRules:
@@ -104,6 +116,8 @@ class AndroidRules:
             logcat_ring_lines=int(data.get("logcat_ring_lines", 4000)),
             affinity=str(data.get("affinity", "honoured")),
             power=PowerConfig.from_mapping(data.get("power", {})),
+            replies=tuple(Reply(str(r["command"]), str(r["stdout"]), str(r.get("stderr", "")),
+                                int(r.get("exit", 0))) for r in data.get("replies", ())),
         )
 
     def apps(self, limit_mb: int) -> tuple[BackgroundApp, ...]:

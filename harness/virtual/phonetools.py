@@ -205,8 +205,23 @@ def dumpsys(args: Sequence[str]) -> int:
         held = gpu.holders(_state() / gpu.REPORTS) if gpu_config.gpumem else {}
         sys.stdout.write(formats.dumpsys_gpumem(held, gpu_config.gpumem))
         return 0
+    replied = _reply(["dumpsys", *args])
+    if replied is not None:
+        return replied
     print(f"Can't find service: {service}", file=sys.stderr)
     return 0
+
+
+def _reply(argv: Sequence[str]) -> int | None:
+    """A captured phone's verbatim answer to a command this phone does not model (its
+    profile's ``android.replies``); None when there is none."""
+    line = " ".join(argv)
+    for reply in _config().android.replies:
+        if reply.command == line:
+            sys.stdout.write(reply.stdout)
+            sys.stderr.write(reply.stderr)
+            return reply.exit
+    return None
 
 
 def _filters(specs: Sequence[str]) -> Callable[[logstore.LogEntry], bool]:
@@ -346,6 +361,9 @@ def cmd(args: Sequence[str]) -> int:
         (_state() / "control" / f"{time.time_ns()}.json").write_text(
             json.dumps({"kind": "thermal-release"}))
         return 0
+    replied = _reply(["cmd", *args])
+    if replied is not None:
+        return replied
     print(f"cmd: Can't find service: {args[0] if args else ''}", file=sys.stderr)
     return 20
 

@@ -15,6 +15,7 @@ from harness import store
 from harness.artifacts.builds import Build
 from harness.cli import main
 from harness.device import get_device
+from harness.doctor.capture import read_bundle
 from harness.doctor.coverage import covered_by, normalise_path
 from harness.run.runner import RunOptions, execute
 
@@ -84,3 +85,33 @@ def test_a_trial_on_the_stock_phone_reads_what_a_phone_allows_and_names_the_rest
     read = samples["max_temp_c"].dropna()
     assert len(read) and (read > 0).all()  # the HAL's sensors, while the zones are refused
     assert not pd.isna(trials["tg_tps"]).any()
+
+
+def test_a_trial_on_a_replayed_capture_cannot_read_what_the_captured_phone_refused(
+        virtual_phones: Any, tmp_path: Path, host_build: Build, tiny_ladder: dict[str, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_HOME", str(tmp_path / "harness-home"))
+    (phone,) = virtual_phones(1, profile=STOCK)
+    bundle = tmp_path / "stock.zip"
+    runner = CliRunner()
+    assert runner.invoke(main, ["capture", "--serial", phone.serial, "-o", str(bundle)]
+                         ).exit_code == 0
+    _, records = read_bundle(bundle)
+    refused = {r.id for r in records if r.error == "EACCES"}
+    started = runner.invoke(main, ["sim", "start", "--from-capture", str(bundle), "--abi",
+                                   "x86_64", "--json"])
+    try:
+        assert started.exit_code == 0, started.output
+        serial = json.loads(started.stdout)[0]["serial"]
+        matrix = tmp_path / "stock.yaml"
+        matrix.write_text(MATRIX)
+        results = tmp_path / "r"
+        execute(matrix, [get_device(serial)],
+                RunOptions(results=results, builds=host_build.path.parent))
+    finally:
+        runner.invoke(main, ["sim", "stop", "--all"])
+    trials = store.read_table(results, "trials")
+    assert (trials["outcome"] == "ok").all(), trials[["outcome", "error"]]
+    for row in trials.itertuples():
+        denied = [r for r in row.unreadable.split("; ") if r.endswith("Permission denied")]
+        assert {_source(r) for r in denied} == refused == {"pressure", "thermal.zones"}

@@ -1,0 +1,76 @@
+"""A capture replayed as a virtual phone (``harness sim start --from-capture``).
+
+The bundle's derived profile gives the phone its properties, RAM, storage and CPU clusters; to
+it this adds what the phone refused: every path a probe was denied (``android.unreadable``, so
+the virtual phone answers EACCES there too), and the answers of services the virtual phone has
+no model for, given verbatim (``android.replies``). What cannot be replayed (the phone's toybox
+and mksh are this host's) is named by ``differences``. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harness.doctor.probe import ProbeRecord
+
+# services a virtual phone answers verbatim from the capture (it has no model of them)
+REPLIED = ("gpu.gpumem",)
+# what the phone's userland says of itself: the virtual phone's is this host's
+UNREPLAYABLE = ("toybox", "mksh")
+_DENIED = re.compile(r"^(?:[\w.\[-]+: )+?(?P<path>/[^:]*): (?:open: )?Permission denied$")
+_ROOTS = ("/sys/", "/proc/", "/dev/", "/vendor/", "/system/", "/data/")
+_PID = re.compile(r"^/proc/\d+/")
+_PACKAGE = re.compile(r"^package:(\S+)\s*$", re.MULTILINE)
+# a capture names the third-party apps, not their memory: each is replayed as a cached app
+APP_MB, APP_ADJ = 50, 900
+
+
+def device_path(path: str) -> str:
+    """The phone's path from what an applet printed (a sandbox may print it under a prefix);
+    a pid's folder becomes a glob."""
+    starts = [path.index(root) for root in _ROOTS if root in path]
+    if starts:
+        path = path[min(starts):]
+    return _PID.sub("/proc/[0-9]*/", path)
+
+
+def denied_paths(records: Sequence[ProbeRecord]) -> list[str]:
+    """Every path a probe was refused with EACCES, whatever the probe's class."""
+    found: set[str] = set()
+    for record in records:
+        for line in record.stderr.splitlines():
+            match = _DENIED.match(line.strip())
+            if match is not None and "*" not in match.group("path"):
+                found.add(device_path(match.group("path")))
+    return sorted(found)
+
+
+def replay_profile(profile: Mapping[str, Any], records: Sequence[ProbeRecord]) -> dict[str, Any]:
+    """The capture's derived profile, with its refusals and verbatim answers added."""
+    by_id = {r.id: r for r in records}
+    replies = [{"command": by_id[sid].command, "stdout": by_id[sid].stdout,
+                "stderr": by_id[sid].stderr, "exit": by_id[sid].exit or 0}
+               for sid in REPLIED if sid in by_id and by_id[sid].exit is not None]
+    packages = by_id.get("packages")
+    apps = ([{"name": name, "rss_mb": APP_MB, "adj": APP_ADJ}
+             for name in _PACKAGE.findall(packages.stdout)]
+            if packages is not None and packages.error == "ok" else None)
+    android = {**dict(profile.get("android") or {}), "unreadable": denied_paths(records),
+               "replies": replies}
+    if apps is not None:
+        android["background_apps"] = apps
+    return {**dict(profile), "android": android}
+
+
+def differences(captured: Sequence[ProbeRecord], here: Sequence[ProbeRecord]) -> list[str]:
+    """What the replayed phone says otherwise than the captured one, of what it cannot
+    replay: ``toybox: the capture's 'toybox 0.8.11-android', here 'toybox 0.8.9'``."""
+    mine = {r.id: r.stdout.strip() for r in here}
+    said = []
+    for record in captured:
+        if record.id in UNREPLAYABLE and mine.get(record.id) != record.stdout.strip():
+            said.append(f"{record.id}: the capture's {record.stdout.strip()!r}, "
+                        f"here {mine.get(record.id, '')!r}")
+    return said
