@@ -211,10 +211,11 @@ def current_now(params: PowerParams, battery_a: float) -> int:
 
 def supply_files(state: BatteryState, params: PowerParams, charging: str,
                  temperature_c: float) -> dict[str, str]:
-    """``/sys/class/power_supply`` files (path under it -> text) for this battery state."""
+    """``/sys/class/power_supply`` files (path under it -> text) for this battery state, in the
+    order they are written: the status last, so a reader that sees a new status (a charger just
+    pulled) reads the current and voltage of that same state."""
     return {
         "battery/type": "Battery\n",
-        "battery/status": f"{state.status}\n",
         "battery/present": "1\n",
         "battery/capacity": f"{state.level(params)}\n",
         "battery/current_now": f"{current_now(params, state.battery_a)}\n",
@@ -225,6 +226,7 @@ def supply_files(state: BatteryState, params: PowerParams, charging: str,
         "usb/online": f"{int(charging == 'usb')}\n",
         "ac/type": "Mains\n",
         "ac/online": f"{int(charging == 'ac')}\n",
+        "battery/status": f"{state.status}\n",
     }
 
 

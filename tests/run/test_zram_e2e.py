@@ -109,12 +109,16 @@ def test_swap_ins_are_not_paging_and_mapped_weights_still_are(
 
     mapped = trials.loc["mmap"]
     assert mapped["outcome"] == "ok", mapped[["outcome", "error"]]
-    # its reads are the model file's, not swap-ins, and well clear of the label's threshold: a
-    # fifth of the file or more, every token (measured: 83 MB of 151 with cgroup, the kernel's
-    # LRU; 55 MB simulated, whose reclaim pages out from the start of the mapping)
+    # its reads are the model file's, not swap-ins, and well clear of the label's threshold.
+    # With cgroup the kernel's LRU drops a fifth of the file or more every token (measured 83
+    # MB of 151). The simulated model pages out, once per guard period (20 ms), what is over
+    # the limit and a sixteenth more (about 25 MB here), so its reads per token follow how many
+    # tokens the host decodes in 20 ms: 55 MB at a slower decode, 28 MB at 42 tokens/s and 22
+    # MB on a loaded host (issue 51's fresh runs); still five times the label's threshold.
     assert mapped["swap_in_bytes_per_token"] <= 0.1 * mapped["read_bytes_per_token"], mapped
     file_reads = mapped["read_bytes_per_token"] - mapped["swap_in_bytes_per_token"]
-    assert file_reads >= 10 * PAGING_SHARE * size, mapped
+    margin = 10 if memory_model == "cgroup" else 5
+    assert file_reads >= margin * PAGING_SHARE * size, mapped
     assert mapped["paging"] == True  # noqa: E712
 
 
