@@ -15,16 +15,27 @@ _PID = re.compile(r"^/proc/\d+/")
 _THERMAL = "/sys/class/thermal/"
 
 
-def short_path(path: str) -> str:
-    """``thermal_zone1/temp`` for a thermal file, ``/proc/<pid>/...`` for any pid's file.
+def device_path(path: str) -> str:
+    """The part of a printed path from ``/sys/`` or ``/proc/`` on: an applet that resolved the
+    path somewhere else (a chroot, a sandbox) still names the same file."""
+    starts = [path.index(root) for root in ("/sys/", "/proc/") if root in path]
+    return path[min(starts):] if starts else path
 
-    Only the part from ``/sys/`` or ``/proc/`` on counts: an applet that resolved the path
-    somewhere else (a chroot, a sandbox) still names the same file.
-    """
-    for root in (_THERMAL, "/sys/", "/proc/"):
-        if root in path:
-            path = path[path.index(root):]
-            break
+
+def read_errors(text: str) -> list[tuple[str, str]]:
+    """``(device path, reason)`` of every read error line, in order (a path that still holds a
+    glob matched nothing: no file, not an error)."""
+    found = []
+    for line in text.splitlines():
+        match = _ERROR.match(line.strip())
+        if match is not None and "*" not in match.group("path"):
+            found.append((device_path(match.group("path")), match.group("reason").strip()))
+    return found
+
+
+def short_path(path: str) -> str:
+    """``thermal_zone1/temp`` for a thermal file, ``/proc/<pid>/...`` for any pid's file."""
+    path = device_path(path)
     if path.startswith(_THERMAL):
         return path[len(_THERMAL):]
     return _PID.sub("/proc/<pid>/", path)
@@ -36,11 +47,8 @@ def parse_read_errors(text: str) -> tuple[str, ...]:
     A path that still holds a glob (``thermal_zone*``) matched nothing: no file, not an error.
     """
     found: list[str] = []
-    for line in text.splitlines():
-        match = _ERROR.match(line.strip())
-        if match is None or "*" in match.group("path"):
-            continue
-        reason = f"{short_path(match.group('path'))}: {match.group('reason').strip()}"
+    for path, why in read_errors(text):
+        reason = f"{short_path(path)}: {why}"
         if reason not in found:
             found.append(reason)
     return tuple(found)

@@ -22,7 +22,7 @@ from harness.device import Device, get_device, list_devices
 from harness.doctor.backends import build_backends
 from harness.doctor.capture import bundle, write_bundle
 from harness.doctor.probe import probe_all
-from harness.doctor.report import Capability, Diagnosis, diagnose
+from harness.doctor.report import Diagnosis, diagnose
 from harness.doctor.scrub import scrub
 from harness.errors import DeviceError
 from harness.matrix import Requirements, load_matrix
@@ -41,25 +41,18 @@ def _facts(device: Device) -> tuple[dict[str, str | int | None], int]:
 def examine(device: Device, require: Requirements | None, build: Build | None = None,
             console: Console | None = None) -> Diagnosis:
     facts, cpu = _facts(device)
-    status = console.status(f"{device.serial}: probing") if console is not None else None
-    if status is not None:
-        status.start()
-    try:
-        probes = probe_all(device, cpu, progress=None if status is None else (
-            lambda source: status.update(f"{device.serial}: probing {source.id}")))
-    finally:
-        if status is not None:
-            status.stop()
+    if console is None:
+        probes = probe_all(device, cpu)
+    else:
+        with console.status(f"{device.serial}: probing") as status:
+            probes = probe_all(device, cpu, progress=lambda source: status.update(
+                f"{device.serial}: probing {source.id}"))
     backends = None
     if build is not None:
         if console is not None:
             console.print(f"{device.serial}: pushing {build.name} and asking its devices")
         backends = build_backends(device, build)
     return diagnose(device.serial, facts, probes, require, backends)
-
-
-def _refusals(row: Capability) -> str:
-    return "; ".join(f"{r.source} {r.error}" for r in row.refused)
 
 
 def render(diagnosis: Diagnosis, console: Console) -> None:
@@ -69,7 +62,7 @@ def render(diagnosis: Diagnosis, console: Console) -> None:
                   f", {facts.get('soc') or '?'}")
     table = Table("measurement", "source", "fallback", "lost / refused")
     for row in diagnosis.capabilities:
-        refused = _refusals(row)
+        refused = row.refusals
         if row.usable:
             source = f"{row.source}: {row.gives}"
             lost = f"[dim]{refused}[/dim]" if refused else ""

@@ -41,9 +41,7 @@ def capabilities_markdown(diagnosis: Diagnosis) -> str:
              f"{facts.get('android_release') or '?'}", "",
              "| measurement | source | fallback | lost / refused |", "|---|---|---|---|"]
     for row in diagnosis.capabilities:
-        refused = "; ".join(f"{r.source} {r.error}" for r in row.refused)
-        lost = row.lost or ""
-        cell = "; ".join(part for part in (lost, refused) if part)
+        cell = "; ".join(part for part in (row.lost or "", row.refusals) if part)
         lines.append(f"| {row.measurement} | {row.source or 'none'} | {row.fallback or '-'} | "
                      f"{cell.replace('|', '/')} |")
     lines += ["", "## Warnings", ""]

@@ -13,38 +13,24 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.android.readerrors import read_errors
 from harness.doctor.probe import ProbeRecord
+from harness.doctor.scrub import listed_packages
 
 # services a virtual phone answers verbatim from the capture (it has no model of them)
 REPLIED = ("gpu.gpumem",)
 # what the phone's userland says of itself: the virtual phone's is this host's
 UNREPLAYABLE = ("toybox", "mksh")
-_DENIED = re.compile(r"^(?:[\w.\[-]+: )+?(?P<path>/[^:]*): (?:open: )?Permission denied$")
-_ROOTS = ("/sys/", "/proc/", "/dev/", "/vendor/", "/system/", "/data/")
 _PID = re.compile(r"^/proc/\d+/")
-_PACKAGE = re.compile(r"^package:(\S+)\s*$", re.MULTILINE)
 # a capture names the third-party apps, not their memory: each is replayed as a cached app
 APP_MB, APP_ADJ = 50, 900
 
 
-def device_path(path: str) -> str:
-    """The phone's path from what an applet printed (a sandbox may print it under a prefix);
-    a pid's folder becomes a glob."""
-    starts = [path.index(root) for root in _ROOTS if root in path]
-    if starts:
-        path = path[min(starts):]
-    return _PID.sub("/proc/[0-9]*/", path)
-
-
 def denied_paths(records: Sequence[ProbeRecord]) -> list[str]:
-    """Every path a probe was refused with EACCES, whatever the probe's class."""
-    found: set[str] = set()
-    for record in records:
-        for line in record.stderr.splitlines():
-            match = _DENIED.match(line.strip())
-            if match is not None and "*" not in match.group("path"):
-                found.add(device_path(match.group("path")))
-    return sorted(found)
+    """Every path a probe was refused with EACCES, whatever the probe's class (a pid's folder
+    as a glob)."""
+    return sorted({_PID.sub("/proc/[0-9]*/", path) for record in records
+                   for path, why in read_errors(record.stderr) if why == "Permission denied"})
 
 
 def replay_profile(profile: Mapping[str, Any], records: Sequence[ProbeRecord]) -> dict[str, Any]:
@@ -55,7 +41,7 @@ def replay_profile(profile: Mapping[str, Any], records: Sequence[ProbeRecord]) -
                for sid in REPLIED if sid in by_id and by_id[sid].exit is not None]
     packages = by_id.get("packages")
     apps = ([{"name": name, "rss_mb": APP_MB, "adj": APP_ADJ}
-             for name in _PACKAGE.findall(packages.stdout)]
+             for name in listed_packages(packages.stdout)]
             if packages is not None and packages.error == "ok" else None)
     android = {**dict(profile.get("android") or {}), "unreadable": denied_paths(records),
                "replies": replies}

@@ -52,6 +52,11 @@ class Capability:
     def usable(self) -> bool:
         return self.source is not None
 
+    @property
+    def refusals(self) -> str:
+        """``gpu.kgsl ENOENT; gpu.memtrack unusable``: the preferred sources that did not serve."""
+        return "; ".join(f"{r.source} {r.error}" for r in self.refused)
+
 
 @dataclass(frozen=True)
 class Diagnosis:

@@ -36,7 +36,7 @@ _IPV6 = re.compile(r"(?<![0-9A-Fa-f:])(?:[0-9A-Fa-f]{1,4}:){1,7}:?(?::?[0-9A-Fa-
                    r"(?![0-9A-Fa-f:])")
 _IMEI = re.compile(r"(?<!\d)\d{15}(?!\d)")
 _SUPPLY_SERIAL = re.compile(r"(POWER_SUPPLY_SERIAL_NUMBER=)(\S+)")
-_PACKAGE_LINE = re.compile(r"^package:([\w.]+)\s*$", re.MULTILINE)
+_PACKAGE_LINE = re.compile(r"^package:(\S+)\s*$", re.MULTILINE)
 _KILLED = re.compile(r"Kill '([\w.]+)'")
 SYSTEM_PACKAGES = ("android", "com.android.", "com.google.android.", "com.qualcomm.",
                    "com.qti.", "com.samsung.", "com.sec.", "vendor.", "system")
@@ -68,12 +68,17 @@ def _system(name: str) -> bool:
     return any(name == p or name.startswith(p) for p in SYSTEM_PACKAGES)
 
 
+def listed_packages(text: str) -> list[str]:
+    """The names ``pm list packages`` printed."""
+    return _PACKAGE_LINE.findall(text)
+
+
 def third_party_packages(records: Iterable[ProbeRecord]) -> list[str]:
     """Third-party apps: ``pm list packages -3``'s, and those lmkd's lines name."""
     found: set[str] = set()
     for record in records:
         if record.id == "packages":
-            found.update(_PACKAGE_LINE.findall(record.stdout))
+            found.update(listed_packages(record.stdout))
         found.update(name for name in _KILLED.findall(record.stdout) if not _system(name))
     return sorted(found, key=lambda n: (-len(n), n))  # longest first: no prefix eats another
 
@@ -97,8 +102,8 @@ class _Pseudonyms:
         self.names: dict[tuple[str, str], str] = {}
         self.counts: Counter[str] = Counter()
 
-    def name(self, kind: str, value: str) -> str:
-        self.counts[kind] += 1
+    def name(self, kind: str, value: str, times: int = 1) -> str:
+        self.counts[kind] += times
         key = (kind, value)
         if key not in self.names:
             index = sum(1 for k, _ in self.names if k == kind) + 1
@@ -109,9 +114,7 @@ class _Pseudonyms:
 def _replace(text: str, names: _Pseudonyms, literals: Sequence[tuple[str, str]]) -> str:
     for kind, value in literals:
         if value and value in text:
-            for _ in range(text.count(value)):
-                pseudonym = names.name(kind, value)
-            text = text.replace(value, pseudonym)
+            text = text.replace(value, names.name(kind, value, text.count(value)))
     text = _SUPPLY_SERIAL.sub(lambda m: m.group(1) + names.name("supply-serial", m.group(2)),
                               text)
     text = _EMAIL.sub(lambda m: names.name("email", m.group(0)), text)
