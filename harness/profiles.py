@@ -20,7 +20,10 @@ from harness.virtual.config import (
     AFFINITIES,
     CHARGING,
     DEEP_IDLE_STATES,
+    LAYOUT_SERVICES,
     OOM_VICTIMS,
+    READABLE_ALL,
+    READABLE_CLASSES,
     THERMAL_HALS,
     AndroidRules,
     BackgroundApp,
@@ -281,7 +284,8 @@ def parse_android(data: Any, where: str, cores: int) -> AndroidRules:
     """The ``android:`` mapping of a profile: which stock-phone rules vary (all optional)."""
     known = {"background_apps", "oom_victim", "smaps_rollup", "unreadable", "offline_cpus",
              "dumpsys_meminfo_native", "thermal_hal", "thermal_status_stuck",
-             "logcat_ring_lines", "affinity", "power", "replies"}
+             "logcat_ring_lines", "affinity", "power", "replies", "readable",
+             "layouts"}
     data = _known(data, known, where)
     replies = data.get("replies", [])
     if not isinstance(replies, list) or not all(
@@ -290,11 +294,23 @@ def parse_android(data: Any, where: str, cores: int) -> AndroidRules:
             and isinstance(r.get("exit", 0), int) for r in replies):
         raise ConfigError(f"{where}.replies must list {{command, stdout, stderr, exit}} "
                           "mappings (as harness sim start --from-capture writes them)")
+    layouts = data.get("layouts", {})
+    if not isinstance(layouts, Mapping) or not all(
+            k in LAYOUT_SERVICES and isinstance(v, str) for k, v in layouts.items()):
+        raise ConfigError(f"{where}.layouts must map {' or '.join(LAYOUT_SERVICES)} to the text "
+                          "a phone printed (as harness sim start --from-capture writes it)")
     stock = AndroidRules()
     unreadable = data.get("unreadable", [])
     if not isinstance(unreadable, list) or not all(
             isinstance(g, str) and g.startswith("/") for g in unreadable):
         raise ConfigError(f"{where}.unreadable must be a list of absolute device-path globs")
+    readable = data.get("readable", [])
+    if readable == READABLE_ALL:
+        readable = [READABLE_ALL]
+    if not isinstance(readable, list) or not all(
+            c in READABLE_CLASSES or c == READABLE_ALL for c in readable):
+        raise ConfigError(f"{where}.readable must be 'all' or a list of "
+                          f"{', '.join(READABLE_CLASSES)} (the classes the vendor opens)")
     offline = data.get("offline_cpus", [])
     if not isinstance(offline, list) or not all(
             isinstance(c, int) and not isinstance(c, bool) and 0 <= c < cores for c in offline):
@@ -314,6 +330,7 @@ def parse_android(data: Any, where: str, cores: int) -> AndroidRules:
         oom_victim=_choice(data, "oom_victim", OOM_VICTIMS, stock.oom_victim, where),
         smaps_rollup=_flag(data, "smaps_rollup", stock.smaps_rollup, where),
         unreadable=tuple(unreadable),
+        readable=tuple(readable),
         offline_cpus=tuple(sorted(set(offline))),
         dumpsys_meminfo_native=_flag(data, "dumpsys_meminfo_native", True, where),
         thermal_hal=_choice(data, "thermal_hal", THERMAL_HALS, stock.thermal_hal, where),
@@ -329,6 +346,7 @@ def parse_android(data: Any, where: str, cores: int) -> AndroidRules:
         ),
         replies=tuple(Reply(r["command"], r["stdout"], r.get("stderr", ""), r.get("exit", 0))
                       for r in replies),
+        layouts=dict(layouts),
     )
 
 

@@ -24,6 +24,8 @@ from harness.doctor.capture import bundle, write_bundle
 from harness.doctor.probe import probe_all
 from harness.doctor.report import Diagnosis, diagnose
 from harness.doctor.scrub import scrub
+from harness.doctor.texts import members as text_members
+from harness.doctor.texts import read_texts
 from harness.errors import DeviceError
 from harness.matrix import Requirements, load_matrix
 
@@ -146,7 +148,13 @@ def doctor_command(serial: str | None, every: str | None, matrix_path: Path | No
               help="The bundle to write (a .zip).")
 @click.option("--name", default=None,
               help="The derived profile's name (default: the phone's model, as a slug).")
-def capture_command(serial: str | None, output: Path, name: str | None) -> None:
+@click.option("--from-texts", "texts", type=click.Path(path_type=Path, file_okay=False),
+              default=None,
+              help="Instead of a phone: a folder of its published answers, one "
+                   "<probe id>.txt each (first line '# SOURCE: ...') and a phone.yaml "
+                   "(docs/real-phones.md).")
+def capture_command(serial: str | None, output: Path, name: str | None,
+                    texts: Path | None) -> None:
     """Capture a phone as a shareable bundle: the doctor's probes, scrubbed of what identifies
     the phone or its owner, with its capability table and a derived virtual-phone profile.
 
@@ -154,15 +162,29 @@ def capture_command(serial: str | None, output: Path, name: str | None) -> None:
     addresses, UUIDs and third-party package names are replaced by pseudonyms before anything
     is written. The scrub report is printed.
 
+    With --from-texts, a phone nobody here can plug in: its answers as published (a bug
+    report, another project's fixtures) make the bundle, each text's source kept in the
+    manifest; probes without a text are left out.
+
     \b
     Example:
       harness capture --serial R5CT1234ABC -o a54.zip
       unzip -p a54.zip capabilities.md
+      harness capture --from-texts captures/public/qualcomm-throttling -o throttling.zip
     """
     if output.suffix != ".zip":
         raise click.BadParameter(f"{output}: the bundle must be a .zip", param_hint="-o")
     if not output.parent.is_dir():
         raise DeviceError(f"{output.parent}: no such folder for the bundle")
+    if texts is not None:
+        if serial is not None:
+            raise click.UsageError("--serial or --from-texts, not both")
+        phone = read_texts(texts)
+        members = text_members(phone, datetime.date.today())
+        write_bundle(members, output)
+        click.echo(f"{output}: {len(phone.records)} probes from published texts "
+                   f"({phone.name}; each text's source in manifest.json)")
+        return
     (device,) = _devices(serial, None)
     facts, cpu = _facts(device)
     console = Console(width=160, stderr=True)

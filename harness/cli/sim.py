@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,7 @@ def _note_differences(phone: PhoneInfo, capture: Path, captured: list[ProbeRecor
     """Ask the new phone what it cannot replay; keep the differences for `sim status`."""
     device = get_device(phone.serial)
     here = [run_probe(device, BY_ID[sid], 0) for sid in UNREPLAYABLE]
-    said = differences(captured, here)
+    said = differences(captured, here, platform.release())
     (phone.sandbox.state / CAPTURE_NOTE).write_text(json.dumps(
         {"capture": str(capture.absolute()), "differs": said}, indent=2))
     for line in said:

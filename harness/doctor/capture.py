@@ -93,20 +93,32 @@ def derived_profile(records: Mapping[str, ProbeRecord], name: str) -> dict[str, 
     }
 
 
+def completed_profile(derived: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """A derived profile with what the answers did not say given (``given`` wins; its props
+    are added to the derived ones)."""
+    props = {**dict(derived.get("props") or {}), **dict(given.get("props") or {})}
+    return {**dict(derived), **dict(given), "props": props}
+
+
 def bundle(records: Sequence[ProbeRecord], diagnosis: Diagnosis, report: ScrubReport,
-           name: str, today: datetime.date) -> dict[str, bytes]:
-    """The zip's members, scrubbed records in; the manifest names every other member's hash."""
+           name: str, today: datetime.date, given: Mapping[str, Any] | None = None,
+           published: Mapping[str, Any] | None = None) -> dict[str, bytes]:
+    """The zip's members, scrubbed records in; the manifest names every other member's hash.
+    ``given``: profile values the answers do not say; ``published``: a capture made from
+    published texts (``harness.doctor.texts``) says so, with each text's source."""
     by_id = {r.id: r for r in records}
+    profile = completed_profile(derived_profile(by_id, name), given or {})
     members = {
         "probes.jsonl": "".join(json.dumps(r.to_json(), sort_keys=True) + "\n"
                                 for r in records).encode(),
         "capabilities.md": capabilities_markdown(diagnosis).encode(),
-        "profile.yaml": yaml.safe_dump(derived_profile(by_id, name), sort_keys=False).encode(),
+        "profile.yaml": yaml.safe_dump(profile, sort_keys=False).encode(),
     }
     manifest = {
         "schema": CAPTURE_SCHEMA, "harness": __version__, "date": today.isoformat(),
         "probes": [r.id for r in records], "scrub": report.to_json(),
         "sha256": {member: hashlib.sha256(data).hexdigest() for member, data in members.items()},
+        **({"published": dict(published)} if published else {}),
     }
     return {"manifest.json": (json.dumps(manifest, indent=2) + "\n").encode(), **members}
 

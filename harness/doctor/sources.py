@@ -192,6 +192,9 @@ SOURCES: tuple[Source, ...] = (
            ("/dev/zero", "/dev/null"), "the memory bandwidth probe", _copied),
     Source("packages", "pm list packages -3", (),
            "third-party packages (the capture's scrubber replaces their names)", _anything),
+    Source("uname", "uname -a", (), "the kernel's release and build", _setting),
+    Source("gpu.vkjson", "cmd gpu vkjson", (),
+           "the Vulkan driver and its devices (GpuService)", _setting),
     Source("selinux_denials", "logcat -d -b all -e 'avc: +denied'",
            (), "SELinux denials of the shell (scontext=u:r:shell)"),
 )

@@ -10,7 +10,9 @@ selection and medians; the comparison, history, recommendations and engine table
 from __future__ import annotations
 
 import itertools
+import re
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -51,6 +53,7 @@ from harness.report.model import (
     KvQualityRow,
     MemoryCell,
     QualityRow,
+    Refusal,
     ReportData,
     Summary,
     ThermalPoint,
@@ -448,6 +451,24 @@ def _distinct(keys: pd.DataFrame, labels: pd.Series) -> dict[tuple[str, str], st
     return out
 
 
+_MORE = re.compile(r"^and \d+ more$")
+
+
+def refusals(df: pd.DataFrame) -> tuple[Refusal, ...]:
+    """Per device, each thing its shell could not read and in how many trials, most first (a
+    trial lists at most a dozen: "and N more" is not a thing)."""
+    if "unreadable" not in df:
+        return ()
+    counts: Counter[tuple[str, str]] = Counter()
+    for device, text in zip(df["device"], df["unreadable"], strict=True):
+        if isinstance(text, str) and text:
+            for what in dict.fromkeys(text.split("; ")):
+                if not _MORE.match(what):
+                    counts[(str(device), what)] += 1
+    return tuple(Refusal(device, what, n) for (device, what), n in
+                 sorted(counts.items(), key=lambda item: (item[0][0], -item[1], item[0][1])))
+
+
 def conditions(df: pd.DataFrame, limit: int = MAX_CONDITION_ROWS) -> Conditions:
     """Per device and config: the affinity asked for and applied, the threads that ran, and the
     phone's pre-flight state; configs with flagged trials first, then by device and config."""
@@ -456,8 +477,9 @@ def conditions(df: pd.DataFrame, limit: int = MAX_CONDITION_ROWS) -> Conditions:
     recorded = bool(present) and bool(df[present].notna().to_numpy().any())
     per = df.groupby(["device", "config"], observed=True, sort=True).agg(
         trials=("ok", "size"), flagged=("flagged", "sum"))
+    refused = refusals(df)
     if per.empty:
-        return Conditions((), 0, recorded)
+        return Conditions((), 0, recorded, refused)
     per = per.sort_values("flagged", ascending=False, kind="stable")
     shown = per.head(limit)
     wanted = set(shown.index)
@@ -473,7 +495,7 @@ def conditions(df: pd.DataFrame, limit: int = MAX_CONDITION_ROWS) -> Conditions:
         rows.append(ConditionRow(
             device=key[0], config=key[1], trials=int(r.trials), flagged=int(r.flagged),
             **{name: texts[name].get(key, "") for name in (*CONDITION_TEXTS, *CONDITION_FLAGS)}))
-    return Conditions(tuple(rows), len(per), recorded)
+    return Conditions(tuple(rows), len(per), recorded, refused)
 
 
 def _timed(timings: dict[str, float], name: str, fn: Callable[[], T]) -> T:

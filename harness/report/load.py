@@ -53,6 +53,8 @@ TRIAL_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((
     "model_layers", "device_memory_bytes", "device_memory_source", "host_memory_bytes",
     "device_reported_bytes", "predicted_device_bytes", "predicted_host_bytes",
     "max_gpu_temp_c", "gpu_throttled", "output_check",
+    # what the phone would not let the shell read (the conditions section)
+    "unreadable",
     # every knob of a configuration, so labels name whatever differs (harness.labels)
     *CONFIG_COLUMNS,
 )))

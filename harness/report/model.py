@@ -63,6 +63,16 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """What a phone would not let the shell read, and in how many trials (a trial's
+    ``unreadable``: ``thermal_zone0/temp: Permission denied``)."""
+
+    device: str
+    what: str
+    trials: int
+
+
+@dataclass(frozen=True)
 class ConditionRow:
     """How one configuration actually ran on one device, and the phone's state around it.
 
@@ -93,6 +103,7 @@ class Conditions:
     rows: tuple[ConditionRow, ...]
     total: int  # (device, config) pairs in scope; rows holds the first ones, flagged first
     recorded: bool  # any trial carries pre-flight or read-back columns
+    refused: tuple[Refusal, ...] = ()  # per device, what the shell could not read
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,23 @@ STAY_ON_ALL = 7  # stay_on_while_plugged_in: AC | USB | wireless
 STOCK_APPS = (("com.android.chrome", 180, 700), ("com.google.android.youtube", 150, 800),
               ("com.whatsapp", 120, 900))
 STOCK_APPS_SHARE = 0.2
+# What SELinux's shell domain (uid 2000, u:r:shell:s0) may not read on a stock Android 12-15
+# phone, by class of node, as the device-path globs the phone then answers with EACCES
+# (docs/real-phones.md gives the policy lines). A vendor that labels a class readable lists it
+# under ``android.readable``; "all" is the permissive view, every node open.
+POLICY_CLASSES: dict[str, tuple[str, ...]] = {
+    "psi": ("/proc/pressure/*",),  # proc_pressure_mem: no shell rule
+    "thermal_zones": ("/sys/class/thermal/thermal_zone*", "/sys/devices/virtual/thermal/*"),
+    "devfreq": ("/sys/class/devfreq/*",),  # sysfs_devfreq: vendor-labelled, most deny
+    "cpuinfo_cur_freq": ("/sys/devices/system/cpu/cpu*/cpufreq/cpuinfo_cur_freq",),  # 0400
+    "kgsl": ("/sys/class/kgsl/*",),  # vendor-labelled: Qualcomm phones that open it say so
+}
+# another process's smaps_rollup, smaps and io: the shell lacks ptrace read access to them
+OTHER_PROCESSES = "other_processes"
+READABLE_CLASSES = (*POLICY_CLASSES, OTHER_PROCESSES)
+READABLE_ALL = "all"
+# services a captured phone's own layout can be kept for, live values filled in
+LAYOUT_SERVICES = ("thermalservice", "battery")
 
 
 @dataclass(frozen=True)
@@ -91,6 +108,7 @@ class AndroidRules:
     oom_victim: str = "engine"  # or system_server: the phone reboots instead
     smaps_rollup: bool = True  # false: a 4.9 kernel without /proc/<pid>/smaps_rollup
     unreadable: tuple[str, ...] = ()  # device-path globs the shell cannot read (EACCES)
+    readable: tuple[str, ...] = ()  # POLICY_CLASSES the vendor opens to the shell, or "all"
     offline_cpus: tuple[int, ...] = ()
     dumpsys_meminfo_native: bool = True  # false: "No process found for: <pid>"
     thermal_hal: str = "2.0"  # 2.0 | 1.0 | not_ready
@@ -99,6 +117,7 @@ class AndroidRules:
     affinity: str = "honoured"  # or ignored: the engine's own affinity calls change nothing
     power: PowerConfig = field(default_factory=PowerConfig)
     replies: tuple[Reply, ...] = ()  # services it does not model, answered as a capture did
+    layouts: Mapping[str, str] = field(default_factory=dict)  # LAYOUT_SERVICES as captured
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> AndroidRules:
@@ -109,6 +128,7 @@ class AndroidRules:
             oom_victim=str(data.get("oom_victim", "engine")),
             smaps_rollup=bool(data.get("smaps_rollup", True)),
             unreadable=tuple(str(g) for g in data.get("unreadable", ())),
+            readable=tuple(str(c) for c in data.get("readable", ())),
             offline_cpus=tuple(int(c) for c in data.get("offline_cpus", ())),
             dumpsys_meminfo_native=bool(data.get("dumpsys_meminfo_native", True)),
             thermal_hal=str(data.get("thermal_hal", "2.0")),
@@ -118,7 +138,18 @@ class AndroidRules:
             power=PowerConfig.from_mapping(data.get("power", {})),
             replies=tuple(Reply(str(r["command"]), str(r["stdout"]), str(r.get("stderr", "")),
                                 int(r.get("exit", 0))) for r in data.get("replies", ())),
+            layouts={str(k): str(v) for k, v in dict(data.get("layouts", {})).items()},
         )
+
+    def denied(self) -> tuple[str, ...]:
+        """Every device-path glob the shell reads EACCES from: the profile's own and those of
+        the policy classes its vendor did not open."""
+        opened = set(POLICY_CLASSES) if READABLE_ALL in self.readable else set(self.readable)
+        return (*self.unreadable, *(glob for name, globs in POLICY_CLASSES.items()
+                                    if name not in opened for glob in globs))
+
+    def others_denied(self) -> bool:
+        return not ({OTHER_PROCESSES, READABLE_ALL} & set(self.readable))
 
     def apps(self, limit_mb: int) -> tuple[BackgroundApp, ...]:
         """The background apps of a phone whose memory limit is ``limit_mb``."""

@@ -28,6 +28,9 @@
  *   HARNESS_PHONE_OOM_ADJ  written to /proc/self/oom_score_adj once, then removed
  *   HARNESS_PHONE_EACCES   newline-separated device-path globs the shell cannot read
  *   HARNESS_PHONE_ENOENT   newline-separated device-path globs that do not exist
+ *   HARNESS_PHONE_OTHERS   "denied": another process's smaps, smaps_rollup and io fail with
+ *                          EACCES, as the shell lacks ptrace read access to them; a process is
+ *                          the phone's when its environment names this phone's root
  *   HARNESS_PHONE_AFFINITY "ignored": a phone binary's affinity calls change nothing
  *   HARNESS_PHONE_CGROUPS  newline-separated cgroup.procs files the process joins at its start
  *                          (the phone's memory and blkio cgroups; its children inherit them)
@@ -52,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -59,6 +63,7 @@ extern char **environ;
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 
 static char phone_root[PATH_MAX];
+static int others_denied;
 static char phone_qemu[PATH_MAX];
 static unsigned phone_machine;
 static char deny_globs[PATH_MAX];
@@ -113,6 +118,8 @@ __attribute__((constructor)) static void phone_init(void) {
     keep(phone_qemu, "HARNESS_PHONE_QEMU");
     keep(deny_globs, "HARNESS_PHONE_EACCES");
     keep(absent_globs, "HARNESS_PHONE_ENOENT");
+    const char *others = getenv("HARNESS_PHONE_OTHERS");
+    others_denied = others && strcmp(others, "denied") == 0;
     phone_machine = machine ? (unsigned)strtoul(machine, NULL, 10) : 0;
     affinity_ignored = affinity && strcmp(affinity, "ignored") == 0 && phone_binary();
     const char *groups = getenv("HARNESS_PHONE_CGROUPS");
@@ -302,12 +309,40 @@ static int in_globs(const char *globs, const char *path) {
     return 0;
 }
 
+/* /proc/<pid>/{smaps,smaps_rollup,io} of a process that is not the phone's: one whose
+ * environment does not name this phone's root (read with the raw syscall, not the hooks). */
+static int foreign_process_file(const char *path) {
+    int pid = 0, used = 0;
+    char needle[PATH_MAX + 32], buf[65536];
+    if (!others_denied || sscanf(path, "/proc/%d/%n", &pid, &used) != 1 || used == 0) {
+        return 0;
+    }
+    const char *name = path + used;
+    if (pid == (int)getpid() || (strcmp(name, "smaps_rollup") && strcmp(name, "smaps")
+                                 && strcmp(name, "io"))) {
+        return 0;
+    }
+    snprintf(buf, sizeof buf, "/proc/%d/environ", pid);
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, buf, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return 0;  /* gone: the open itself says so */
+    }
+    int len = snprintf(needle, sizeof needle, "HARNESS_PHONE_ROOT=%s", phone_root) + 1;
+    size_t have = 0;
+    ssize_t got;
+    while (have < sizeof buf && (got = read(fd, buf + have, sizeof buf - have)) > 0) {
+        have += (size_t)got;
+    }
+    close(fd);
+    return memmem(buf, have, needle, (size_t)len) == NULL;
+}
+
 /* The errno the phone fails this path with (matched as device path and host path), or 0. */
 static int path_rule(const char *path) {
     char absolute[PATH_MAX], real[PATH_MAX];
     const char *forms[3] = {path, NULL, NULL};
     size_t root_len = strlen(phone_root);
-    if (!path || (!deny_globs[0] && !absent_globs[0])) {
+    if (!path || (!deny_globs[0] && !absent_globs[0] && !others_denied)) {
         return 0;
     }
     if (path[0] != '/' && getcwd(absolute, sizeof absolute)
@@ -329,7 +364,12 @@ static int path_rule(const char *path) {
         if (in_globs(absent_globs, form)) {
             return ENOENT;
         }
-        if (in_globs(deny_globs, form) || (form != forms[i] && in_globs(deny_globs, forms[i]))) {
+        if (foreign_process_file(form)) {
+            return EACCES;
+        }
+        /* a policy denies what exists: a path the phone lacks is absent (ENOENT) as ever */
+        if (forms[2] && (in_globs(deny_globs, form)
+                         || (form != forms[i] && in_globs(deny_globs, forms[i])))) {
             return EACCES;
         }
     }

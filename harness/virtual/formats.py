@@ -6,6 +6,7 @@ helper's parsers can be checked against exactly what the phone emits.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -437,3 +438,60 @@ def logcat_threadtime(epoch: float, pid: int, tid: int, level: str, tag: str, me
     stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(epoch))
     millis = int((epoch % 1) * 1000)
     return f"{stamp}.{millis:03d} {pid:>5} {tid:>5} {level} {tag:<8}: {message}"
+
+
+# A captured phone's own layout of a service, with this phone's live values put in its fields
+# (``android.layouts``, written by ``harness sim start --from-capture``): the vendor's lines,
+# sensor names and indentation stay as the phone printed them.
+_LAYOUT_TEMPERATURE = re.compile(r"Temperature\{mValue=[^,]*, mType=(-?\d+), mName=([^,]*), "
+                                 r"mStatus=-?\d+\}")
+_LAYOUT_COOLING = re.compile(r"CoolingDevice\{mValue=[^,]*, mType=(-?\d+), mName=([^,}]*)\}")
+_LAYOUT_STATUS = re.compile(r"^(\s*Thermal Status:\s*)\d+", re.MULTILINE)
+_LAYOUT_FIELD = re.compile(r"^(\s*)([A-Za-z][A-Za-z ]*?): (.*)$")
+
+
+def filled_thermalservice(layout: str, status: int, temperatures: Sequence[Temperature],
+                          cooling: Sequence[Cooling]) -> str:
+    """The layout with the live status, each sensor of a type this phone models given that
+    type's hottest live reading and status (power, percent and other types kept as captured),
+    and each cooling device of a modelled type given its live step."""
+    hottest: dict[int, Temperature] = {}
+    for t in temperatures:
+        if t.type not in hottest or t.value > hottest[t.type].value:
+            hottest[t.type] = t
+    steps = {c.type: c.value for c in cooling}
+
+    def temperature(match: re.Match[str]) -> str:
+        live = hottest.get(int(match.group(1)))
+        if live is None:
+            return match.group(0)
+        return (f"Temperature{{mValue={live.value:.1f}, mType={match.group(1)}, "
+                f"mName={match.group(2)}, mStatus={live.status}}}")
+
+    def device(match: re.Match[str]) -> str:
+        live = steps.get(int(match.group(1)))
+        if live is None:
+            return match.group(0)
+        return f"CoolingDevice{{mValue={live}, mType={match.group(1)}, mName={match.group(2)}}}"
+
+    text = _LAYOUT_STATUS.sub(lambda m: f"{m.group(1)}{status}", layout)
+    return _LAYOUT_COOLING.sub(device, _LAYOUT_TEMPERATURE.sub(temperature, text))
+
+
+def filled_fields(layout: str, live: str) -> str:
+    """``key: value`` lines (``dumpsys battery``): the first line of each key the live text
+    also prints takes the live value, in the layout's indentation; the vendor's other lines
+    stay as captured."""
+    values: dict[str, str] = {}
+    for line in live.splitlines():
+        match = _LAYOUT_FIELD.match(line)
+        if match is not None:
+            values.setdefault(match.group(2), match.group(3))
+    lines = []
+    for line in layout.splitlines(keepends=True):
+        match = _LAYOUT_FIELD.match(line.rstrip("\n"))
+        if match is not None and match.group(2) in values:
+            end = "\n" if line.endswith("\n") else ""
+            line = f"{match.group(1)}{match.group(2)}: {values.pop(match.group(2))}{end}"
+        lines.append(line)
+    return "".join(lines)

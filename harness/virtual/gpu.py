@@ -62,6 +62,8 @@ KGSL_PROC = f"{KGSL}/kgsl/proc"
 KGSL_DEVICE = f"{KGSL}/kgsl-3d0"
 KGSL_PROC_FILES = ("kernel", "user", "gpumem_mapped", "gpumem_unmapped")  # the layer writes them
 ZONE_TYPE = "gpuss-0"
+# the GPU's devfreq device as the devfreq class lists it (a Qualcomm phone's name for it)
+DEVFREQ_DEVICE = "sys/class/devfreq/3d00000.qcom,kgsl-3d0"
 # max_gpuclk's share of max_khz by thermal status (4 and above: the last); thermal_pwrlevel is
 # the number of steps taken off
 CAP_SHARES = (1.0, 1.0, 0.8, 0.6, 0.4)

@@ -274,9 +274,10 @@ class Phone:
         install_userland(self.sandbox.bin, resolve_userland(self.config.shell), keep=set(TOOLS))
         rules = self.config.android
         self.shell_env = {**self.sandbox.shell_env(),
-                          **exec_env(self.sandbox.root, self.config.abi, rules.unreadable,
+                          **exec_env(self.sandbox.root, self.config.abi, rules.denied(),
                                      rules.smaps_rollup, rules.affinity,
-                                     self.groups.procs_files if self.groups else ())}
+                                     self.groups.procs_files if self.groups else (),
+                                     rules.others_denied())}
         if self.groups is not None:
             # a shell that cannot join the cgroups says why there, and the phone stops
             self.shell_env["HARNESS_PHONE_STOP"] = str(self.sandbox.state / STOPPED_WHY)
@@ -743,13 +744,13 @@ class Phone:
         return None
 
     def read_error(self, device_path: str) -> int:
-        """The errno a read of this device path fails with for the shell user, or 0 (sync's
-        side of the rules execshim.c enforces in the shell)."""
+        """The errno a read of this device path, which exists, fails with for the shell user,
+        or 0 (sync's side of the rules execshim.c enforces in the shell)."""
         path = os.path.normpath("/" + device_path.lstrip("/"))
         rules = self.config.android
         if not rules.smaps_rollup and any(fnmatch.fnmatchcase(path, g) for g in NO_SMAPS_ROLLUP):
             return errno.ENOENT
-        if any(fnmatch.fnmatchcase(path, g) for g in rules.unreadable):
+        if any(fnmatch.fnmatchcase(path, g) for g in rules.denied()):
             return errno.EACCES
         return 0
 
@@ -900,6 +901,7 @@ class Phone:
                 freq = root / "sys/devices/system/cpu" / f"cpu{cpu}" / "cpufreq"
                 self._put(freq / "scaling_max_freq", f"{cap}\n")
                 self._put(freq / "scaling_cur_freq", f"{current}\n")
+                self._put(freq / "cpuinfo_cur_freq", f"{current}\n")  # root's: mode 0400
         up = time.monotonic() - self._booted_at
         self._log_status(status, up)
         self._step_battery(big_khz / 1e6, status, self.thermal.battery_c(self.params))
@@ -922,6 +924,8 @@ class Phone:
         nodes = gpumodel.gpu_nodes(gpu, gpumodel.busy_percent(self._spent, held.keys()), status)
         for rel, text in gpumodel.device_files(nodes).items():
             self._put(root / gpumodel.KGSL_DEVICE / rel, text)
+            if rel.startswith("devfreq/"):  # the same device in the devfreq class
+                self._put(root / gpumodel.DEVFREQ_DEVICE / rel.partition("/")[2], text)
         self._put(zone / "type", f"{gpumodel.ZONE_TYPE}\n")
         self._put(zone / "temp", f"{round(self.thermal.die_c * 1000)}\n")
         self._put(state / "gpu.json", json.dumps(

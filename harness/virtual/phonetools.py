@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -138,8 +140,11 @@ def _thermal_text() -> str:
              for t in state.get("temperatures", [])]
     cooling = [formats.Cooling(c["name"], int(c["type"]), int(c["value"]))
                for c in state.get("cooling", [])]
-    return formats.thermalservice(int(state.get("reported_status", state.get("status", 0))),
-                                  temps, cooling, bool(state.get("forced", False)),
+    status = int(state.get("reported_status", state.get("status", 0)))
+    layout = _config().android.layouts.get("thermalservice")
+    if layout:
+        return formats.filled_thermalservice(layout, status, temps, cooling)
+    return formats.thermalservice(status, temps, cooling, bool(state.get("forced", False)),
                                   [float(v) for v in state.get("thresholds", [])],
                                   str(state.get("hal", "2.0")))
 
@@ -192,8 +197,10 @@ def dumpsys(args: Sequence[str]) -> int:
         if "charge_counter_uah" in gauge:
             live = formats.Gauge(int(gauge["charge_counter_uah"]), int(gauge["voltage_mv"]),
                                  int(gauge["status_code"]), int(gauge["max_charging_ua"]))
-        sys.stdout.write(formats.battery(level, float(state.get("battery_c", 25.0)),
-                                         int(state.get("status", 0)) >= 4, charging, live))
+        text = formats.battery(level, float(state.get("battery_c", 25.0)),
+                               int(state.get("status", 0)) >= 4, charging, live)
+        layout = _config().android.layouts.get("battery")
+        sys.stdout.write(formats.filled_fields(layout, text) if layout else text)
         return 0
     if service == "power":
         sys.stdout.write(formats.dumpsys_power(_power(), _uptime_ms()))
@@ -411,6 +418,22 @@ def pm(args: Sequence[str]) -> int:
     return 0
 
 
+def uname(args: Sequence[str]) -> int:
+    """A captured phone's ``uname`` answer verbatim (its kernel is not replayed, only what it
+    said of itself), else toybox's of this host's kernel."""
+    replied = _reply(["uname", *args])
+    if replied is not None:
+        return replied
+    toybox = shutil.which("toybox")
+    if toybox is None:
+        print("uname: toybox not found", file=sys.stderr)
+        return 127
+    done = subprocess.run([toybox, "uname", *args], capture_output=True, text=True, check=False)
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr)
+    return done.returncode
+
+
 def getenforce(args: Sequence[str]) -> int:
     print("Enforcing")
     return 0
@@ -419,7 +442,7 @@ def getenforce(args: Sequence[str]) -> int:
 TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
     "getprop": getprop, "setprop": setprop, "dumpsys": dumpsys, "logcat": logcat, "log": log,
     "settings": settings, "cmd": cmd, "dmesg": dmesg, "id": id_, "getenforce": getenforce,
-    "pm": pm,
+    "pm": pm, "uname": uname,
 }
 
 

@@ -32,6 +32,7 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
     ("/sys/devices/system/cpu", "sys/devices/system/cpu"),
     ("/sys/class/thermal", "sys/class/thermal"),
     ("/sys/class/kgsl", "sys/class/kgsl"),  # a readable GPU's; absent otherwise (ENOENT)
+    ("/sys/class/devfreq", "sys/class/devfreq"),  # a readable GPU's devfreq device
     ("/sys/class/power_supply", "sys/class/power_supply"),
     ("/proc/sys/kernel/random/boot_id", "proc/sys/kernel/random/boot_id"),
     ("/proc/pressure/memory", "proc/pressure/memory"),
@@ -46,7 +47,7 @@ _BEFORE = r"(?<![\w./~-])"  # not inside a longer word or path
 _AFTER = r"(?=$|[/\s'\";|&)<>:`}])"
 _PATTERN = re.compile(_BEFORE + "(" + "|".join(re.escape(p) for p, _ in _PREFIXES) + ")" + _AFTER)
 TOOLS = ("getprop", "setprop", "dumpsys", "logcat", "log", "settings", "cmd", "dmesg", "id",
-         "getenforce", "pm")
+         "getenforce", "pm", "uname")
 STOPPED_WHY = "stopped_why"  # in state/: why the phone stopped itself (execshim.c)
 
 

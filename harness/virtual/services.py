@@ -369,8 +369,9 @@ async def run_sync(phone: Phone, ch: Channel) -> None:
             elif kind in (b"LIST", b"LIS2"):
                 await ch.write(_list(path, v2=kind == b"LIS2"))
             elif kind == b"RECV":
-                denied = phone.read_error(arg)
-                if denied:  # as adbd, which runs as the shell user, fails it
+                # as adbd, which runs as the shell user, fails it (a missing file: ENOENT)
+                denied = phone.read_error(arg) if os.path.lexists(path) else 0
+                if denied:
                     await ch.write(_fail(f"open failed: {os.strerror(denied)}"))
                 else:
                     await _recv(ch, path)

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -102,12 +104,50 @@ class Userland:
     applets: dict[str, str]  # name in /system/bin -> host binary it links to
 
 
+# What Android's own builds say of themselves: AOSP builds mksh with the vendor suffix
+# " Android" (external/mksh/Android.bp: KSH_VERSIONNAME_VENDOR_EXT), and Android 15 ships toybox
+# 0.8.11 as "0.8.11-android". The phone's shell is the host's mksh with its vendor suffix
+# (" +Debian", same length) read as Android's; its `toybox --version` answers as Android 15's
+# (its applets stay this host's toybox 0.8.x and busybox: docs/virtual-phone.md).
+ANDROID_TOYBOX = "toybox 0.8.11-android"
+_MKSH_VENDOR = re.compile(rb"(KSH_VERSION=@\(#\)MIRBSD KSH R\d+\w? \d{4}/\d{2}/\d{2})"
+                          rb"( \+\w+)\x00")
+
+
+def android_mksh(binary: str) -> str:
+    """A copy of the host's mksh whose KSH_VERSION ends in " Android", as a phone's does
+    (cached by the binary's hash); the host's own when its version string has no vendor
+    suffix of the same length to take the place of."""
+    data = Path(binary).read_bytes()
+    match = _MKSH_VENDOR.search(data)
+    suffix = b" Android"
+    if match is None or len(match.group(2)) != len(suffix):
+        return binary
+    key = hashlib.sha256(data).hexdigest()[:16]
+    target = cache_root() / "vphone" / key / "mksh"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        start = match.start(2)
+        patched = data[:start] + suffix + data[start + len(suffix):]
+        tmp = target.with_name(f"mksh.{os.getpid()}.part")
+        tmp.write_bytes(patched)
+        tmp.chmod(0o755)
+        tmp.replace(target)
+    return str(target)
+
+
+def toybox_script(toybox: str) -> str:
+    """``toybox``: Android's version line for ``--version``, the host's toybox otherwise."""
+    return (f'#!/bin/sh\nif [ "$1" = --version ] && [ $# -eq 1 ]; then echo {ANDROID_TOYBOX!r}; '
+            f'exit 0; fi\nexec {shlex.quote(toybox)} "$@"\n')
+
+
 def resolve_userland(shell: str) -> Userland:
     """mksh (Android's shell) or dash (a kinder shell, for comparison), toybox, busybox."""
     if shell not in SHELLS:
         raise DeviceError(f"unknown phone shell '{shell}' (known: {', '.join(SHELLS)})")
     if shell == "mksh":
-        binary = _need("mksh", "mksh", "Android's /system/bin/sh")
+        binary = android_mksh(_need("mksh", "mksh", "Android's /system/bin/sh"))
     else:
         binary = _need("dash", "dash", "the kinder comparison shell")
     toybox = _need("toybox", "toybox", "Android's applets")
@@ -126,6 +166,14 @@ def install_userland(bin_dir: Path, userland: Userland, keep: set[str]) -> None:
     for name, target in wanted.items():
         if name in keep:
             continue
+        if name == "toybox":  # a script, not a link: it answers --version as Android's
+            script, text = bin_dir / name, toybox_script(target)
+            if script.is_symlink():
+                script.unlink()
+            if not script.is_file() or script.read_text() != text:
+                script.write_text(text)
+                script.chmod(0o755)
+            continue
         link = bin_dir / name
         if link.is_symlink() and os.readlink(link) == target:
             continue
@@ -142,11 +190,13 @@ NO_SMAPS_ROLLUP = ("/proc/*/smaps_rollup", "/proc/*/task/*/smaps_rollup")
 
 
 def exec_env(root: Path, abi: str, unreadable: tuple[str, ...] = (), smaps_rollup: bool = True,
-             affinity: str = "honoured", cgroup_procs: tuple[str, ...] = ()) -> dict[str, str]:
+             affinity: str = "honoured", cgroup_procs: tuple[str, ...] = (),
+             others_denied: bool = False) -> dict[str, str]:
     """Environment of the phone's shell that sets its exec rules and the shell user's limits:
     ``unreadable`` device-path globs (EACCES), no smaps_rollup (ENOENT), whether a phone
     binary's own affinity calls are ``ignored``, and the cgroups (their ``cgroup.procs`` files)
-    the shell joins before it runs anything (see execshim.c)."""
+    the shell joins before it runs anything, whether other processes' memory maps and io are
+    ``others_denied`` (see execshim.c)."""
     if abi not in ABI_MACHINES:
         raise DeviceError(f"virtual phones run {', '.join(ABI_MACHINES)}, not '{abi}'")
     if len("\n".join(unreadable)) >= 4000:  # the library keeps PATH_MAX bytes of them
@@ -164,4 +214,5 @@ def exec_env(root: Path, abi: str, unreadable: tuple[str, ...] = (), smaps_rollu
         "HARNESS_PHONE_ENOENT": "" if smaps_rollup else "\n".join(NO_SMAPS_ROLLUP),
         "HARNESS_PHONE_AFFINITY": affinity,
         "HARNESS_PHONE_CGROUPS": "\n".join(cgroup_procs),
+        "HARNESS_PHONE_OTHERS": "denied" if others_denied else "",
     }

@@ -108,7 +108,7 @@ def test_the_sources_and_measurements_are_consistent() -> None:
     assert named <= set(ids)
     # every source serves a measurement, or is read by the warnings and the identity lines
     assert set(ids) - named == {"id", "selinux", "toybox", "mksh", "shell", "selinux_denials",
-                                "cpuinfo", "packages"}
+                                "cpuinfo", "packages", "uname", "gpu.vkjson"}
     for source in SOURCES:
         command = source.probe_command(3)
         assert "{" not in command.replace("${KSH_VERSION", ""), source.id

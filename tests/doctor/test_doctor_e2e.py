@@ -22,7 +22,8 @@ from harness.profiles import load_profile_file
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((REPO / "docs/schemas/doctor.schema.json").read_text())
 VIRTUAL = REPO / "devices" / "virtual"
-PROFILES = (str(VIRTUAL / "stock.yaml"), "midrange-8gb", str(VIRTUAL / "gpu-phone.yaml"),
+PROFILES = (str(VIRTUAL / "stock.yaml"), str(VIRTUAL / "permissive.yaml"),
+            str(VIRTUAL / "gpu-phone.yaml"),
             str(VIRTUAL / "gpu-phone-mali.yaml"), str(VIRTUAL / "small-ram.yaml"))
 
 

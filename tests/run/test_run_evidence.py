@@ -154,8 +154,9 @@ def test_a_hot_phone_with_thermal_status_stuck_at_zero_does_not_pass_the_gate(
 ) -> None:
     hot = {"ambient_c": 46.0}
     stuck = profile(tmp_path, "stuck", thermal=hot, android={"thermal_status_stuck": True})
-    no_hal = profile(tmp_path, "nohal", thermal=hot,
-                     android={"thermal_status_stuck": True, "thermal_hal": "not_ready"})
+    no_hal = profile(tmp_path, "nohal", thermal=hot,  # a vendor that opens its zones
+                     android={"thermal_status_stuck": True, "thermal_hal": "not_ready",
+                              "readable": ["thermal_zones"]})
     blind = profile(tmp_path, "blind", thermal=hot, android={
         "thermal_status_stuck": True, "thermal_hal": "not_ready",
         "unreadable": ["/sys/class/thermal/thermal_zone*/temp"]})

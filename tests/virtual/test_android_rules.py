@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from harness.testing.adbserver import AdbServer
 from harness.virtual.control import set_fault
 
 ZONES = "/sys/class/thermal"
+PERMISSIVE = Path(__file__).resolve().parents[2] / "devices" / "virtual" / "permissive.yaml"
 
 
 def _sh(server: AdbServer, phone: VirtualPhone, command: str,
@@ -37,16 +38,57 @@ def _with(profile: DeviceProfile, **rules: object) -> DeviceProfile:
     return replace(profile, android=replace(profile.android, **rules))  # type: ignore[arg-type]
 
 
-def test_stock_phone_denies_dmesg_and_reports_boot_uptime_and_pressure(
-        adb_server: AdbServer, virtual_phone: VirtualPhone) -> None:
+@pytest.fixture
+def other_process() -> Iterator[int]:
+    """A process that is not the phone's (a host process the host lets us read), by pid."""
+    process = subprocess.Popen(["sleep", "60"])
+    try:
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_stock_phone_denies_what_the_shell_domain_may_not_read(
+        adb_server: AdbServer, virtual_phone: VirtualPhone, other_process: int) -> None:
+    """Each read AOSP's shell policy refuses uid 2000 (docs/real-phones.md), with the errno a
+    phone gives, and what it still serves."""
     dmesg = _sh(adb_server, virtual_phone, "dmesg")
     assert dmesg.returncode == 1 and dmesg.stderr == "dmesg: klogctl: Permission denied\n"
     assert dmesg.stdout == ""
+    cpufreq = "/sys/devices/system/cpu/cpu7/cpufreq"
+    for path in ("/proc/pressure/memory", f"{ZONES}/thermal_zone0/temp",
+                 f"{ZONES}/thermal_zone2/type", f"{cpufreq}/cpuinfo_cur_freq",
+                 f"/proc/{other_process}/smaps_rollup", f"/proc/{other_process}/io"):
+        read = _sh(adb_server, virtual_phone, f"cat {path}")
+        # (a virtual phone names a file it keeps in its sandbox by the host path)
+        assert read.returncode == 1, (path, read.stderr)
+        assert read.stderr.endswith(f"{path}: Permission denied\n"), (path, read.stderr)
+        assert read.stdout == ""
+    # ...and what a phone serves instead: the current clock, the shell's own processes
+    assert int(_out(adb_server, virtual_phone, f"cat {cpufreq}/scaling_cur_freq")) > 0
+    assert "Rss:" in _out(adb_server, virtual_phone, "cat /proc/$$/smaps_rollup")
+    assert "read_bytes:" in _out(adb_server, virtual_phone, "cat /proc/$$/io")
+    engine = _out(adb_server, virtual_phone, "sleep 5 >/dev/null 2>&1 & echo $!").strip()
+    assert "Rss:" in _out(adb_server, virtual_phone, f"cat /proc/{engine}/smaps_rollup")
+    # kgsl and devfreq nodes: a phone without an Adreno has none (absent, not denied)
+    kgsl = _sh(adb_server, virtual_phone, "ls /sys/class/kgsl/kgsl/proc")
+    assert kgsl.returncode == 1 and "No such file or directory" in kgsl.stderr
     boot_id = _out(adb_server, virtual_phone, "cat /proc/sys/kernel/random/boot_id").strip()
     assert [len(part) for part in boot_id.split("-")] == [8, 4, 4, 4, 12]
     up, idle = _out(adb_server, virtual_phone, "cat /proc/uptime").split()
     assert 0 < float(up) < 60 and float(idle) >= 0
-    psi = _out(adb_server, virtual_phone, "cat /proc/pressure/memory").splitlines()
+    assert _out(adb_server, virtual_phone, "getprop ro.logd.kernel").strip() == "false"
+    # a stock kernel has smaps_rollup; dumpsys knows native processes; every cpu is online
+    assert f"** MEMINFO in pid {engine} [sleep] **" in _out(
+        adb_server, virtual_phone, f"dumpsys meminfo {engine}")
+    assert _out(adb_server, virtual_phone, "cat /sys/devices/system/cpu/online") == "0-7\n"
+
+
+def test_a_permissive_phone_reads_pressure_in_the_kernels_format(
+        adb_server: AdbServer, virtual_phones: PhoneFactory, other_process: int) -> None:
+    (phone,) = virtual_phones(profile=find_profile(str(PERMISSIVE)))
+    psi = _out(adb_server, phone, "cat /proc/pressure/memory").splitlines()
     assert [line.split()[0] for line in psi] == ["some", "full"], psi
     for line in psi:  # the kernel's format
         assert re.fullmatch(r"(some|full) avg10=\d+\.\d\d avg60=\d+\.\d\d avg300=\d+\.\d\d "
@@ -56,13 +98,11 @@ def test_stock_phone_denies_dmesg_and_reports_boot_uptime_and_pressure(
     # of some-stall, half of it full, at boot)
     some, full = (int(line.rsplit("=", 1)[1]) for line in psi)
     assert full <= some < 5_000_000, psi
-    assert _out(adb_server, virtual_phone, "getprop ro.logd.kernel").strip() == "false"
-    # a stock kernel has smaps_rollup; dumpsys knows native processes; every cpu is online
-    assert "Rss:" in _out(adb_server, virtual_phone, "cat /proc/$$/smaps_rollup")
-    pid = _out(adb_server, virtual_phone, "sleep 5 >/dev/null 2>&1 & echo $!").strip()
-    assert f"** MEMINFO in pid {pid} [sleep] **" in _out(
-        adb_server, virtual_phone, f"dumpsys meminfo {pid}")
-    assert _out(adb_server, virtual_phone, "cat /sys/devices/system/cpu/online") == "0-7\n"
+    zone = _out(adb_server, phone, f"cat {ZONES}/thermal_zone2/type {ZONES}/thermal_zone2/temp")
+    assert zone.split()[0] == "skin" and int(zone.split()[1]) > 0
+    assert int(_out(adb_server, phone, "cat /sys/devices/system/cpu/cpu7/cpufreq/"
+                                       "cpuinfo_cur_freq")) > 0
+    assert "Rss:" in _out(adb_server, phone, f"cat /proc/{other_process}/smaps_rollup")
 
 
 @pytest.mark.each_adb_client
@@ -122,7 +162,8 @@ def _skin_from_hal(text: str) -> float:
 
 def test_thermal_hal_variants_report_what_real_phones_report(
         adb_server: AdbServer, virtual_phones: PhoneFactory) -> None:
-    base = replace(find_profile("midrange-8gb"), thermal=HOT)
+    base = _with(replace(find_profile("midrange-8gb"), thermal=HOT),
+                 readable=("thermal_zones",))  # a vendor that labels its zones readable
     (stuck,) = virtual_phones(profile=_with(base, thermal_status_stuck=True))
     (hal10,) = virtual_phones(profile=_with(base, thermal_hal="1.0"))
     (stock,) = virtual_phones(profile=base)

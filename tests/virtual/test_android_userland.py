@@ -7,6 +7,7 @@ fidelity").
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
@@ -35,8 +36,11 @@ def _sh(server: AdbServer, phone: VirtualPhone, command: str,
 
 def test_device_shell_is_mksh_with_toybox_and_nothing_else(
         adb_server: AdbServer, virtual_phone: VirtualPhone) -> None:
+    # as Android's builds say of themselves: mksh with AOSP's vendor suffix, toybox 0.8.11
     version = _sh(adb_server, virtual_phone, "echo $KSH_VERSION")
-    assert "MIRBSD KSH" in version.stdout
+    assert re.fullmatch(r"@\(#\)MIRBSD KSH R\d+\w? \d{4}/\d{2}/\d{2} Android\n", version.stdout)
+    assert _sh(adb_server, virtual_phone, "toybox --version").stdout == "toybox 0.8.11-android\n"
+    assert _sh(adb_server, virtual_phone, "toybox echo hi").stdout == "hi\n"  # still toybox
     for tool in ("bash", "python3", "python", "perl", "awk", "gawk"):
         found = _sh(adb_server, virtual_phone, f"command -v {tool}")
         assert found.stdout == "", f"{tool} is reachable from the device shell: {found.stdout}"

@@ -550,8 +550,15 @@ def test_gpu_phone_shows_a_vulkan_programs_memory_clock_and_cap(
     assert wait_for(lambda: read("max_gpuclk") == "408000000", 2, 0.1)
     assert read("thermal_pwrlevel") == "2"
     assert int(read("gpuclk")) <= 408_000_000
-    zones = _out(adb_server, phone, "cat /sys/class/thermal/thermal_zone*/type").split()
-    assert "gpuss-0" in zones
+    # the stock policy: kgsl's nodes are its vendor's to open (this one does), the thermal
+    # zones (the GPU's gpuss-0 is the fifth) and the devfreq class are denied
+    assert int(read("devfreq/cur_freq")) == int(read("gpuclk"))
+    zones = _sh(adb_server, phone, "cat /sys/class/thermal/thermal_zone*/type")
+    assert zones.returncode == 1
+    assert "/sys/class/thermal/thermal_zone4/type: Permission denied" in zones.stderr
+    devfreq = _sh(adb_server, phone, "cat /sys/class/devfreq/3d00000.qcom,kgsl-3d0/cur_freq")
+    assert devfreq.returncode == 1 and devfreq.stderr.endswith(
+        "/sys/class/devfreq/3d00000.qcom,kgsl-3d0/cur_freq: Permission denied\n")
     phone.fault("thermal-release")
     _finish(process)
     # kgsl drops an exited process's node: so does the phone's next tick

@@ -63,7 +63,9 @@ def test_lmkd_kills_apps_then_the_kernel_kills_the_largest_process_silently(
         adb_server: AdbServer, virtual_phones: PhoneFactory,
         phone_programs: dict[str, Path]) -> None:
     profile = find_profile("midrange-8gb")
-    profile = replace(profile, android=replace(profile.android, background_apps=APPS))
+    # a phone whose shell may read PSI (the stock policy denies it): the stalls are the point
+    profile = replace(profile, android=replace(profile.android, background_apps=APPS,
+                                               readable=("psi",)))
     (phone,) = virtual_phones(profile=profile, ram_mb=150)
     # the apps hold memory: MemAvailable is the limit less them and the phone's processes
     assert _available_kb(adb_server, phone) <= 100 * 1024
