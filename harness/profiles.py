@@ -21,6 +21,7 @@ from harness.virtual.config import (
     CHARGING,
     DEEP_IDLE_STATES,
     LAYOUT_SERVICES,
+    MEMINFO_SWAP_TITLES,
     OOM_VICTIMS,
     READABLE_ALL,
     READABLE_CLASSES,
@@ -285,7 +286,7 @@ def parse_android(data: Any, where: str, cores: int) -> AndroidRules:
     known = {"background_apps", "oom_victim", "smaps_rollup", "unreadable", "offline_cpus",
              "dumpsys_meminfo_native", "thermal_hal", "thermal_status_stuck",
              "logcat_ring_lines", "affinity", "power", "replies", "readable",
-             "layouts"}
+             "layouts", "meminfo_swap"}
     data = _known(data, known, where)
     replies = data.get("replies", [])
     if not isinstance(replies, list) or not all(
@@ -334,6 +335,8 @@ def parse_android(data: Any, where: str, cores: int) -> AndroidRules:
         offline_cpus=tuple(sorted(set(offline))),
         dumpsys_meminfo_native=_flag(data, "dumpsys_meminfo_native", True, where),
         thermal_hal=_choice(data, "thermal_hal", THERMAL_HALS, stock.thermal_hal, where),
+        meminfo_swap=_choice(data, "meminfo_swap", MEMINFO_SWAP_TITLES, stock.meminfo_swap,
+                             where),
         thermal_status_stuck=_flag(data, "thermal_status_stuck", False, where),
         logcat_ring_lines=ring,
         affinity=_choice(data, "affinity", AFFINITIES, stock.affinity, where),

@@ -5,7 +5,8 @@ it this adds what the phone refused: every path a probe was denied (``android.un
 the virtual phone answers EACCES there too), and the answers of services the virtual phone has
 no model for, given verbatim (``android.replies``: GpuService's memory and Vulkan answers,
 ``uname``), the thermal HAL's and battery service's own layouts with live values filled in
-(``android.layouts``: vendor lines, sensor names and indentation kept), and the CPUs that were
+(``android.layouts``: vendor lines, sensor names and indentation kept), dumpsys meminfo's swap
+column as titled there (its other columns follow the captured release), and the CPUs that were
 offline. What cannot be replayed (the phone's kernel, toybox and mksh are this host's) is named
 by ``differences``. Pure.
 """
@@ -29,6 +30,8 @@ LAYOUTS = {"thermal.hal": "thermalservice", "battery": "battery"}
 # what the phone's userland says of itself: the virtual phone's is this host's
 UNREPLAYABLE = ("toybox", "mksh")
 _PID = re.compile(r"^/proc/\d+/")
+# the swap column's title in dumpsys meminfo's process table: SwapPss, Swap or Swapped Dirty
+_SWAP_TITLE = re.compile(r"^\s+Pss\s+Private\s+Private\s+(SwapPss|Swapped|Swap)\b", re.MULTILINE)
 # a capture names the third-party apps, not their memory: each is replayed as a cached app
 APP_MB, APP_ADJ = 50, 900
 
@@ -67,6 +70,10 @@ def replay_profile(profile: Mapping[str, Any], records: Sequence[ProbeRecord]) -
     # the capture's refusals are the whole policy: no class is denied beyond them
     android = {**dict(profile.get("android") or {}), "readable": "all",
                "unreadable": denied_paths(records), "replies": replies, "layouts": layouts}
+    meminfo = by_id.get("meminfo.dumpsys")
+    titled = _SWAP_TITLE.search(meminfo.stdout) if meminfo is not None else None
+    if titled is not None:
+        android["meminfo_swap"] = titled.group(1)
     offline = offline_cpus(by_id.get("cpu.topology"))
     if offline:
         android["offline_cpus"] = offline

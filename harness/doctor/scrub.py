@@ -5,8 +5,9 @@ First by allowlist: of ``getprop``'s listing only the properties that say what t
 ``ro.board.*``, ``ro.hardware*``) are kept. Then what identifies the phone or its owner is
 replaced everywhere (commands, answers, details) by a consistent pseudonym: the serial (as adb
 names it and as the phone's properties do), IMEIs, MAC and IP addresses, e-mail addresses, UUIDs
-(boot ids among them), ``POWER_SUPPLY_SERIAL_NUMBER``, and third-party package names (those
-``pm list packages -3`` lists, and the apps lmkd's lines name outside the system's namespaces).
+(boot ids among them), ``POWER_SUPPLY_SERIAL_NUMBER``, a host name other than ``localhost``
+(``uname -a``'s second word), and third-party package names (those ``pm list packages -3``
+lists, and the apps lmkd's lines name outside the system's namespaces).
 
 Pure: records in, records and a report out.
 """
@@ -134,6 +135,9 @@ def scrub(records: Sequence[ProbeRecord], serial: str) -> tuple[list[ProbeRecord
     serials = sorted({serial, *(values[k] for k in _SERIAL_PROPS if values.get(k))},
                      key=len, reverse=True)
     literals = [("serial", s) for s in serials if len(s) >= 4]
+    uname = next((r.stdout.split() for r in records if r.id == "uname"), [])
+    if len(uname) > 1 and uname[1] != "localhost" and len(uname[1]) >= 4:
+        literals.append(("host", uname[1]))
     literals += [("app", name) for name in third_party_packages(records)]
     names = _Pseudonyms()
     dropped = 0

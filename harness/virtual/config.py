@@ -32,6 +32,9 @@ OOM_VICTIMS = ("engine", "system_server")
 MEMORY_MODELS = ("cgroup", "simulated")
 MEMORY_MODEL_CHOICES = ("auto", *MEMORY_MODELS)
 THERMAL_HALS = ("2.0", "1.0", "not_ready")
+# how dumpsys meminfo titles its swap column: SwapPss (Android 10+ on kernels with SwapPss),
+# Swap (10+ without it), Swapped (before 10)
+MEMINFO_SWAP_TITLES = ("SwapPss", "Swap", "Swapped")
 AFFINITIES = ("honoured", "ignored")
 CHARGING = ("none", "usb", "ac")
 PLUG_TYPES = {"none": 0, "ac": 1, "usb": 2}  # BatteryManager.BATTERY_PLUGGED_*
@@ -112,6 +115,7 @@ class AndroidRules:
     offline_cpus: tuple[int, ...] = ()
     dumpsys_meminfo_native: bool = True  # false: "No process found for: <pid>"
     thermal_hal: str = "2.0"  # 2.0 | 1.0 | not_ready
+    meminfo_swap: str = "SwapPss"  # MEMINFO_SWAP_TITLES: dumpsys meminfo's swap column
     thermal_status_stuck: bool = False  # Thermal Status stays 0 whatever the heat
     logcat_ring_lines: int = 4000  # per buffer
     affinity: str = "honoured"  # or ignored: the engine's own affinity calls change nothing
@@ -132,6 +136,7 @@ class AndroidRules:
             offline_cpus=tuple(int(c) for c in data.get("offline_cpus", ())),
             dumpsys_meminfo_native=bool(data.get("dumpsys_meminfo_native", True)),
             thermal_hal=str(data.get("thermal_hal", "2.0")),
+            meminfo_swap=str(data.get("meminfo_swap", "SwapPss")),
             thermal_status_stuck=bool(data.get("thermal_status_stuck", False)),
             logcat_ring_lines=int(data.get("logcat_ring_lines", 4000)),
             affinity=str(data.get("affinity", "honoured")),

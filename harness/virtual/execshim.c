@@ -30,7 +30,8 @@
  *   HARNESS_PHONE_ENOENT   newline-separated device-path globs that do not exist
  *   HARNESS_PHONE_OTHERS   "denied": another process's smaps, smaps_rollup and io fail with
  *                          EACCES, as the shell lacks ptrace read access to them; a process is
- *                          the phone's when its environment names this phone's root
+ *                          the phone's when it is in the phone's memory cgroup, or (a phone
+ *                          without cgroups) when its environment names this phone's root
  *   HARNESS_PHONE_AFFINITY "ignored": a phone binary's affinity calls change nothing
  *   HARNESS_PHONE_CGROUPS  newline-separated cgroup.procs files the process joins at its start
  *                          (the phone's memory and blkio cgroups; its children inherit them)
@@ -64,6 +65,7 @@ typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 
 static char phone_root[PATH_MAX];
 static int others_denied;
+static int in_cgroups;
 static char phone_qemu[PATH_MAX];
 static unsigned phone_machine;
 static char deny_globs[PATH_MAX];
@@ -123,6 +125,7 @@ __attribute__((constructor)) static void phone_init(void) {
     phone_machine = machine ? (unsigned)strtoul(machine, NULL, 10) : 0;
     affinity_ignored = affinity && strcmp(affinity, "ignored") == 0 && phone_binary();
     const char *groups = getenv("HARNESS_PHONE_CGROUPS");
+    in_cgroups = groups && *groups;
     if (groups && *groups) {
         char pid[24];
         int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
@@ -309,8 +312,53 @@ static int in_globs(const char *globs, const char *path) {
     return 0;
 }
 
-/* /proc/<pid>/{smaps,smaps_rollup,io} of a process that is not the phone's: one whose
- * environment does not name this phone's root (read with the raw syscall, not the hooks). */
+/* A file read whole with the raw syscalls (not the hooks); its length, or -1. */
+static ssize_t read_raw(const char *path, char *buf, size_t size) {
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return -1;
+    }
+    size_t have = 0;
+    ssize_t got = 0;
+    while (have < size && (got = read(fd, buf + have, size - have)) > 0) {
+        have += (size_t)got;
+    }
+    close(fd);
+    return got < 0 ? -1 : (ssize_t)have;
+}
+
+/* The memory cgroup line of /proc/<pid>/cgroup (v1 "N:memory:/path", else v2 "0::/path"). */
+static int memory_cgroup(const char *proc, char *out, size_t size) {
+    char buf[8192];
+    ssize_t len = read_raw(proc, buf, sizeof buf - 1);
+    if (len <= 0) {
+        return -1;
+    }
+    buf[len] = '\0';
+    const char *line = strstr(buf, ":memory:");
+    if (line) {
+        while (line > buf && line[-1] != '\n') {
+            line--;
+        }
+    } else {
+        line = strncmp(buf, "0::", 3) == 0 ? buf : strstr(buf, "\n0::");
+        if (!line) {
+            return -1;
+        }
+        line += *line == '\n';
+    }
+    size_t n = strcspn(line, "\n");
+    if (n >= size) {
+        return -1;
+    }
+    memcpy(out, line, n);
+    out[n] = '\0';
+    return 0;
+}
+
+/* /proc/<pid>/{smaps,smaps_rollup,io} of a process that is not the phone's: outside the
+ * phone's memory cgroup, or (no cgroups) one whose environment does not name this phone's
+ * root. What cannot be told (a process gone, an environment not read) is not refused here. */
 static int foreign_process_file(const char *path) {
     int pid = 0, used = 0;
     char needle[PATH_MAX + 32], buf[65536];
@@ -322,19 +370,22 @@ static int foreign_process_file(const char *path) {
                                  && strcmp(name, "io"))) {
         return 0;
     }
-    snprintf(buf, sizeof buf, "/proc/%d/environ", pid);
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, buf, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        return 0;  /* gone: the open itself says so */
+    if (in_cgroups) {  /* the kernel's own record: no read of the process's memory */
+        char mine[PATH_MAX], theirs[PATH_MAX];
+        snprintf(buf, sizeof buf, "/proc/%d/cgroup", pid);
+        if (memory_cgroup("/proc/self/cgroup", mine, sizeof mine) == 0
+                && memory_cgroup(buf, theirs, sizeof theirs) == 0) {
+            return strcmp(mine, theirs) != 0;
+        }
+        return 0;
+    }
+    snprintf(needle, sizeof needle, "/proc/%d/environ", pid);
+    ssize_t have = read_raw(needle, buf, sizeof buf);
+    if (have <= 0) {
+        return 0;
     }
     int len = snprintf(needle, sizeof needle, "HARNESS_PHONE_ROOT=%s", phone_root) + 1;
-    size_t have = 0;
-    ssize_t got;
-    while (have < sizeof buf && (got = read(fd, buf + have, sizeof buf - have)) > 0) {
-        have += (size_t)got;
-    }
-    close(fd);
-    return memmem(buf, have, needle, (size_t)len) == NULL;
+    return memmem(buf, (size_t)have, needle, (size_t)len) == NULL;
 }
 
 /* The errno the phone fails this path with (matched as device path and host path), or 0. */

@@ -69,16 +69,19 @@ def _row(label: str, values: Iterable[int | None]) -> str:
 
 
 def meminfo_process(pid: int, name: str, rollup: Mapping[str, int], status: Mapping[str, int],
-                    sdk: int, uptime_ms: int, graphics_kb: int = 0) -> str:
+                    sdk: int, uptime_ms: int, graphics_kb: int = 0,
+                    swap_title: str = "SwapPss") -> str:
     """``dumpsys meminfo <pid>`` of a native process, numbers from its smaps_rollup/status.
 
-    ``graphics_kb`` is the process's GPU memory as a memtrack HAL reports it (0: none, or no
-    memtrack HAL): a ``GL mtrack`` row (Pss Total, Private Dirty and Rss Total) and the App
-    Summary's ``Graphics:``. A phone's GPU memory is outside smaps, and its TOTAL is smaps' Pss
-    plus memtrack's graphics. A virtual phone's GPU (lavapipe) allocates it in the process's
-    own heap, already inside smaps' Pss: it is taken out of Native Heap (never below 0), so
-    TOTAL stays smaps' Pss while the GPU memory is resident, and counts what is not resident
-    yet on top (a phone's driver gives the pages at allocation).
+    ``swap_title`` heads the swap column (``SwapPss``, ``Swap`` or ``Swapped`` Dirty, as the
+    phone's release and kernel print it). ``graphics_kb`` is the process's GPU memory as a
+    memtrack HAL reports it (0: none, or no memtrack HAL): a ``GL mtrack`` row (Pss Total,
+    Private Dirty and Rss Total) and the App Summary's ``Graphics:``. A phone's GPU memory is
+    outside smaps, and its TOTAL is smaps' Pss plus memtrack's graphics. A virtual phone's GPU
+    (lavapipe) allocates it in the process's own heap, already inside smaps' Pss: it is taken
+    out of Native Heap (never below 0), so TOTAL stays smaps' Pss while the GPU memory is
+    resident, and counts what is not resident yet on top (a phone's driver gives the pages at
+    allocation).
     """
     rss = rollup.get("Rss", 0)
     pss = rollup.get("Pss", 0)
@@ -120,7 +123,7 @@ def meminfo_process(pid: int, name: str, rollup: Mapping[str, int], status: Mapp
         "",
         f"** MEMINFO in pid {pid} [{name[:15]}] **",
     ]
-    heads = [("Pss", "Total"), ("Private", "Dirty"), ("Private", "Clean"), ("SwapPss", "Dirty")]
+    heads = [("Pss", "Total"), ("Private", "Dirty"), ("Private", "Clean"), (swap_title, "Dirty")]
     if with_rss:
         heads.append(("Rss", "Total"))
     heads += [("Heap", "Size"), ("Heap", "Alloc"), ("Heap", "Free")]

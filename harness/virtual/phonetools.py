@@ -109,7 +109,8 @@ def _meminfo(args: Sequence[str]) -> int:
         rollup = {"Rss": rss, "Pss": rss * 4 // 5, "Anonymous": rss * 3 // 5,
                   "Private_Dirty": rss * 3 // 5, "Private_Clean": rss // 10}
         sys.stdout.write(formats.meminfo_process(int(app["pid"]), str(app["name"]), rollup, {},
-                                                 config.sdk, _uptime_ms()))
+                                                 config.sdk, _uptime_ms(),
+                                                 swap_title=config.android.meminfo_swap))
         return 0
     chosen = [s for s in members if (target.isdigit() and s.pid == int(target)) or s.comm == target
               or s.comm == target[-15:] or s.comm == target[:15]]
@@ -122,7 +123,8 @@ def _meminfo(args: Sequence[str]) -> int:
         status = formats.kb_fields(procs.read_text(f"/proc/{stat.pid}/status"))
         sys.stdout.write(formats.meminfo_process(stat.pid, stat.comm, rollup, status,
                                                  config.sdk, _uptime_ms(),
-                                                 _graphics_kb(config, stat.pid)))
+                                                 _graphics_kb(config, stat.pid),
+                                                 config.android.meminfo_swap))
     return 0
 
 

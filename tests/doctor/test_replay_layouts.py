@@ -140,3 +140,21 @@ def test_the_stock_and_permissive_profiles_say_so() -> None:
     virtual = Path(__file__).resolve().parents[2] / "devices" / "virtual"
     assert load_profile_file(virtual / "stock.yaml").android.denied() == AndroidRules().denied()
     assert load_profile_file(virtual / "permissive.yaml").android.denied() == ()
+
+
+@pytest.mark.parametrize("title", ["SwapPss", "Swap", "Swapped"])
+def test_meminfos_swap_column_is_replayed_as_titled_and_still_parses(title: str) -> None:
+    from harness.android.meminfo import parse_meminfo
+
+    rollup = {"Rss": 4000, "Pss": 3000, "Anonymous": 2500, "SwapPss": 120,
+              "Private_Dirty": 2400, "Private_Clean": 100}
+    sdk = 29 if title == "Swapped" else 33
+    text = formats.meminfo_process(4242, "llama-bench", rollup, {"VmStk": 100}, sdk, 1000,
+                                   swap_title=title)
+    header = text.splitlines()[4]
+    assert header.split()[:4] == ["Pss", "Private", "Private", title]
+    android = replay_profile({"android": {}}, [_record("meminfo.dumpsys", text)])["android"]
+    assert android["meminfo_swap"] == title
+    found = parse_meminfo(text)
+    assert found is not None and found.swap_pss_kb == 120 and found.pss_kb == 3000
+    assert (found.rss_kb is None) == (sdk < 30)
