@@ -24,8 +24,8 @@ EMAIL = "jane.doe+phone@example.org"
 MAC = "3C:5A:B4:01:02:03"
 APP = "com.canary.banking"
 HOST = "janes-workstation"
-CANARIES = (SERIAL, IMEI, EMAIL, MAC.lower(), MAC, APP, HOST, "192.168.1.23", "fe80::1c2a:3bff:fe4d:5e6f",
-            "6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f", "SN-BATTERY-0042")
+CANARIES = (SERIAL, IMEI, EMAIL, MAC.lower(), MAC, APP, HOST, "192.168.1.23",
+            "fe80::1c2a:3bff:fe4d:5e6f", "6f1c2d3e-4a5b-4c6d-8e7f-9a0b1c2d3e4f", "SN-BATTERY-0042")
 
 PROPS = f"""[gsm.version.baseband]: [A546BXXS8CXD1]
 [persist.sys.timezone]: [Europe/Berlin]
@@ -99,7 +99,8 @@ def test_golden_before_and_after() -> None:
         "12-07 10:00:01.000  1000  1000 I wifi: connected mac-1 ip ip-1 ip-2\n"
         "12-07 10:00:02.000  1000  1000 I account: email-1 imei imei-1\n")
     assert by["id"].stderr == "adb -s serial-1 shell id\n"
-    assert by["uname"].stdout == "Linux host-1 6.1.0-28-amd64 #1 SMP PREEMPT_DYNAMIC x86_64 Toybox\n"
+    assert by["uname"].stdout == ("Linux host-1 6.1.0-28-amd64 #1 SMP PREEMPT_DYNAMIC x86_64 "
+                                  "Toybox\n")
     # untouched: what is not an identifier
     assert by["meminfo"].stdout == records()[1].stdout
     assert report.props_dropped == 7
