@@ -105,7 +105,7 @@ def build_demo_site(paths: DemoPaths) -> Path:
     from harness.site.build import build_site
     from harness.store import read_arrow
 
-    started = read_arrow(paths.results, "trials", columns=["started_at"]).to_pandas()
+    started = read_arrow(paths.results, "trials", columns=["started_at", "run_id"]).to_pandas()
     latest = str(nights(started).max())
     staged = paths.root / ".cache" / f"{paths.name}-site-reports"
     shutil.rmtree(staged, ignore_errors=True)

@@ -370,9 +370,17 @@ def paired_groups(frame: pd.DataFrame, baseline: str, candidate: str,
 
 
 def nights(frame: pd.DataFrame) -> pd.Series:
-    """The night (UTC calendar date of ``started_at``, ``YYYY-MM-DD``) of each trial; each
-    distinct date is formatted once, so a million trials cost one vectorised floor."""
+    """The night (``YYYY-MM-DD``) of each trial: the UTC date its run started (the run's
+    earliest trial in ``frame``), so a nightly run that crosses midnight is one night in
+    history, alerts, noise and the dashboard; a trial without a run id is its own date. Take it
+    over every trial before filtering: a frame that kept only a run's trials after midnight
+    (one phone's, say) would date them to the next day. Vectorised: one floor and one grouped
+    minimum, each distinct date formatted once."""
     days = pd.to_datetime(frame["started_at"], utc=True).dt.floor("D")
+    if "run_id" in frame.columns and len(frame):
+        codes, _ = pd.factorize(frame["run_id"].astype(object), use_na_sentinel=True)
+        earliest = days.groupby(codes, sort=False).transform("min")
+        days = days.where(codes < 0, earliest)
     codes, unique = pd.factorize(days)
     labels = np.array([f"{d:%Y-%m-%d}" for d in unique] + [None], dtype=object)
     return pd.Series(labels[codes], index=frame.index, dtype=object)

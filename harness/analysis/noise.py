@@ -187,14 +187,16 @@ def cell_samples(frame: pd.DataFrame, metrics: Sequence[str] = DEFAULT_METRICS, 
     labels: dict[tuple[str, str, str], str] = {}
     if frame.empty:
         return samples, labels
-    kept = frame[usable_mask(frame, include_throttled)]
+    mask = usable_mask(frame, include_throttled)
+    kept = frame[mask]
     if kept.empty:
         return samples, labels
     by = ["device_serial", "config_id", "engine", "_night", "build_id"]
     # only the keys and the metrics are grouped (not the store's hundred-odd columns); each
     # group takes its rows by position, and a cell's label is read from its first trial once
     narrow = kept[["device_serial", "config_id", "build_id"]].reset_index(drop=True).assign(
-        engine=engine_column(kept).astype(str).to_numpy(), _night=nights(kept).to_numpy())
+        engine=engine_column(kept).astype(str).to_numpy(),
+        _night=nights(frame).to_numpy()[mask.to_numpy(dtype=bool)])  # runs' nights, unfiltered
     columns = {m: kept[METRIC_COLUMNS[m]].to_numpy(dtype=np.float64, na_value=np.nan)
                for m in names}
     grouped = narrow.groupby(by, sort=True, observed=True)

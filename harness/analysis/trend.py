@@ -165,7 +165,8 @@ def nightly_history(
     find_changes: Callable[[Sequence[NightPoint]], Sequence[Change]] | None = None,
 ) -> list[Series]:
     """Nightly medians and change points of every device x config x engine (optionally
-    filtered), sorted by device, config and engine.
+    filtered), sorted by device, config and engine. A ``night`` column, when ``trials`` has
+    one, is each trial's night (``frames.nights`` of the whole store).
 
     ``find_changes`` replaces the detection with the same parameters for a series' points (the
     site passes one that remembers each series' answer by its points).
@@ -176,11 +177,13 @@ def nightly_history(
     """
     name = metric_name(metric)
     column = METRIC_COLUMNS[name]
+    if "night" not in trials:  # each run's night from all its trials, before any filter
+        trials = trials.assign(night=nights(trials).to_numpy())
     rows = _selected(usable(trials, include_throttled), device, config_id, builds,
                      exclude_builds, engines)
     if rows.empty:
         return []
-    rows = rows.assign(night=nights(rows).to_numpy(), engine=engine_column(rows).to_numpy())
+    rows = rows.assign(engine=engine_column(rows).to_numpy())
     firsts = rows.drop_duplicates(_KEYS).set_index(_KEYS)
     out = []
     for key, points in sorted(_series_points(rows, column).items()):

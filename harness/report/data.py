@@ -30,6 +30,7 @@ from harness.analysis.frames import (
     best_medians,
     engine_column,
     medians,
+    nights,
     thermal_summary,
     usable,
     usable_mask,
@@ -149,10 +150,8 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     df["config"] = _group_labels(df, ["config_id"], lambda c: named[c])
     df["kv"] = _group_labels(df, ["type_k", "type_v"],
                              lambda k, v: str(k) if k == v else f"{k}/{v}")
-    days = df["started_at"].dt.tz_convert(None).to_numpy().astype("datetime64[D]")
-    unique_days, inverse = np.unique(days, return_inverse=True)
-    df["night"] = pd.Categorical.from_codes(inverse.ravel(),
-                                            categories=[str(d) for d in unique_days])
+    night = nights(df)  # the night its run started: a run across midnight is one night
+    df["night"] = pd.Categorical(night, categories=sorted(night.dropna().unique()))
     return df
 
 
@@ -452,17 +451,19 @@ def _distinct(keys: pd.DataFrame, labels: pd.Series) -> dict[tuple[str, str], st
 
 
 _MORE = re.compile(r"^and \d+ more$")
+_NUMBERED = re.compile(r"\b(thermal_zone|cooling_device|cpu|policy)\d+\b")  # one row for all
 
 
 def refusals(df: pd.DataFrame) -> tuple[Refusal, ...]:
     """Per device, each thing its shell could not read and in how many trials, most first (a
-    trial lists at most a dozen: "and N more" is not a thing)."""
+    trial lists at most a dozen: "and N more" is not a thing; numbered nodes of one kind, the
+    thermal zones say, are one row: ``thermal_zone*/temp``)."""
     if "unreadable" not in df:
         return ()
     counts: Counter[tuple[str, str]] = Counter()
     for device, text in zip(df["device"], df["unreadable"], strict=True):
         if isinstance(text, str) and text:
-            for what in dict.fromkeys(text.split("; ")):
+            for what in dict.fromkeys(_NUMBERED.sub(r"\1*", part) for part in text.split("; ")):
                 if not _MORE.match(what):
                     counts[(str(device), what)] += 1
     return tuple(Refusal(device, what, n) for (device, what), n in

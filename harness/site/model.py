@@ -60,8 +60,8 @@ from harness.site.tables import METRICS
 
 SCHEMA_VERSION = 2
 #: What ``nightly_history`` reads of the trials besides a metric and the configuration.
-HISTORY_READS = ("device_serial", "config_id", "engine", "build_id", "started_at", "outcome",
-                 "throttled", "valid", "config_not_applied")
+HISTORY_READS = ("device_serial", "config_id", "engine", "build_id", "started_at", "run_id",
+                 "outcome", "throttled", "valid", "config_not_applied")
 COMPARED_NIGHTS = 30
 TABLE_NIGHTS = 120  # a configuration page's table: its newest nights (the chart has them all)
 STRIP_NIGHTS = 30
@@ -358,7 +358,7 @@ class SiteModel:
         """Per metric, ``harness history``'s series (computed on first use: the build starts
         the recommendations first, so they run beside it)."""
         if not hasattr(self, "_history"):
-            reads = [c for c in dict.fromkeys((*HISTORY_READS, *CONFIG_COLUMNS))
+            reads = [c for c in dict.fromkeys((*HISTORY_READS, "night", *CONFIG_COLUMNS))
                      if c in self.frame]
             self._history = {m: nightly_history(self.frame[[*reads, m]], m,
                                                 exclude_builds=self.references,

@@ -200,8 +200,9 @@ def test_json_list_of_floors(store: Path, data: ReportData) -> None:
 def test_recent_trials_keeps_the_floors(store: Path) -> None:
     """The report reads only each cell's recent nights; the floors are those of all trials."""
     frame = load_trials(store)
-    extra = frame.assign(started_at=frame["started_at"] - 30 * DAY,
-                         tg_tps=frame["tg_tps"] * 3.0)  # an older, different month
+    extra = frame.assign(started_at=frame["started_at"] - 30 * DAY,  # an older month's runs
+                         run_id=frame["run_id"].astype(str) + "-older",
+                         tg_tps=frame["tg_tps"] * 3.0)
     both = pd.concat([extra, frame], ignore_index=True)
     assert floors(both, nights_back=NIGHTS) == {
         (f.device, f.config_id, f.engine, f.metric): f
