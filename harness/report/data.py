@@ -40,7 +40,7 @@ from harness.analysis.validity_table import output_checks
 from harness.errors import StoreError
 from harness.labels import CONFIG_COLUMNS, distinct_labels, knob_text, varied_knobs
 from harness.memory import quant_rank
-from harness.records import OUTCOMES
+from harness.records import FAILED, NOT_ATTEMPTED, OUTCOMES
 from harness.report import floors, trends, workloads
 from harness.report.load import find_trial_ids, load_samples, load_trials
 from harness.report.model import (
@@ -201,13 +201,15 @@ def summarise(df: pd.DataFrame) -> Summary:
         ["size", lambda b: ", ".join(sorted({str(x) for x in b.unique()}))])
     engine_rows = tuple(CountRow(str(e), int(r.iloc[0]), str(r.iloc[1]))
                         for e, r in engines.iterrows())
-    failed = df[~df["ok"]]
+    # what ran, or tried to, and failed: a cell the plan, engine or phone ruled out is not one
+    failed = df[df["outcome"].isin(FAILED)]
     listed = failed.nlargest(MAX_FAILURES, "started_at") if len(failed) else failed
     return Summary(
         trials=len(df), runs=tuple(sorted(str(r) for r in df["run_id"].unique())),
         first=df["started_at"].min().to_pydatetime(), last=df["started_at"].max().to_pydatetime(),
         devices=devices, builds=build_rows, models=model_rows, outcomes=outcomes,
         failures=_failure_rows(listed), failures_total=len(failed), engines=engine_rows,
+        not_attempted=int(df["outcome"].isin(NOT_ATTEMPTED).sum()),
         output=output_checks(df))
 
 

@@ -60,6 +60,7 @@ class Summary:
     failures_total: int
     engines: tuple[CountRow, ...] = ()  # trials per engine (the engine that ran them)
     output: OutputChecks = field(default_factory=OutputChecks)  # states over the ok trials
+    not_attempted: int = 0  # trials ruled out before they ran (unsupported, skipped): no failure
 
 
 @dataclass(frozen=True)

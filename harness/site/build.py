@@ -304,7 +304,9 @@ def build_site(results: Path, out: Path, *, reports: Path | None = None,
 
 def _write(model: SiteModel, memo: DiskMemo, out: Path, old: dict[str, str], title: str,
            base_url: str | None, files: dict[str, Path]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Write every output whose digest changed, then the manifest; prune the memo."""
+    """Write every output whose digest changed, remove the pages of subjects the store no
+    longer holds (only pages the manifest names: the site's own), then the manifest; prune
+    the memo."""
     pages: dict[str, str] = {}
     written, unchanged = [], []
     out.mkdir(parents=True, exist_ok=True)
@@ -316,11 +318,14 @@ def _write(model: SiteModel, memo: DiskMemo, out: Path, old: dict[str, str], tit
             continue
         write_atomic(out / path, make())
         written.append(path)
-    kept = {p: d for p, d in old.items() if p not in pages and (out / p).is_file()}
+    inside = out.resolve()
+    for gone in sorted(set(old) - set(pages)):  # its subject left the store: so does the page
+        target = (out / gone).resolve()
+        if target.is_relative_to(inside) and target != inside:
+            target.unlink(missing_ok=True)
     manifest = {"generator": GENERATOR, "schema_version": SCHEMA_VERSION,
                 "render_version": RENDER_VERSION, "latest_night": model.latest,
-                "references": list(model.references),
-                "pages": dict(sorted({**kept, **pages}.items()))}
+                "references": list(model.references), "pages": dict(sorted(pages.items()))}
     text = json.dumps(manifest, indent=1) + "\n"
     target = out / MANIFEST
     if not target.is_file() or target.read_text(encoding="utf-8") != text:

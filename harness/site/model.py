@@ -40,12 +40,15 @@ site built every night holds them all), and says so when it does not.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
+import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -54,11 +57,24 @@ import pandas as pd
 from harness.analysis.ab import BuildComparison, compare_builds
 from harness.analysis.frames import GROUP_READS
 from harness.analysis.trend import Change, NightPoint, Series, changes_of, nightly_history
-from harness.labels import CONFIG_COLUMNS
+from harness.labels import CONFIG_COLUMNS, config_label
 from harness.site import paths, tables
 from harness.site.tables import METRICS
+from harness.store import SCHEMA_VERSION as STORE_SCHEMA
 
 SCHEMA_VERSION = 2
+
+
+@functools.cache
+def code_key() -> str:
+    """What every memo key carries besides its inputs: the harness's own source (every module
+    an answer can come from: analysis, planner, store) and the store's schema version, so an
+    answer computed by other code is never served (as asv keys results by benchmark code)."""
+    package = Path(__file__).resolve().parents[1]
+    found = hashlib.sha256(f"{SCHEMA_VERSION}/{STORE_SCHEMA}".encode())
+    for path in sorted(package.rglob("*.py")):
+        found.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    return found.hexdigest()[:16]
 #: What ``nightly_history`` reads of the trials besides a metric and the configuration.
 HISTORY_READS = ("device_serial", "config_id", "engine", "build_id", "started_at", "run_id",
                  "outcome", "throttled", "valid", "config_not_applied")
@@ -108,10 +124,10 @@ class DictMemo:
         return self.values.get(key)
 
 
-def digest(value: Any) -> str:
-    """SHA-256 of ``value`` as canonical JSON."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str,
-                      allow_nan=False)
+def digest(value: Any, code: str = "") -> str:
+    """SHA-256 of ``value`` as canonical JSON (a memo key: with ``code_key()``)."""
+    text = code + json.dumps(value, sort_keys=True, separators=(",", ":"), default=str,
+                             allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -192,6 +208,8 @@ def bisect_line(good: str, bad: str, cell_id: str, serial: str) -> str:
 
 #: The engine whose builds ``harness bisect`` compiles and measures (llama.cpp's llama-bench).
 BISECTED_ENGINE = "llama-bench"
+#: A build id that names a llama.cpp revision: a release tag (b4100) or a commit.
+REVISION = re.compile(r"b\d+|[0-9a-f]{7,40}")
 
 
 def bisect_advice(before: str, after: str, commits: tuple[str | None, str | None],
@@ -215,6 +233,12 @@ def bisect_advice(before: str, after: str, commits: tuple[str | None, str | None
                 f"both nights ran build {before} and its trials recorded no single llama.cpp "
                 "commit per night: nothing names the revisions to bisect")}
         good, bad = before, after
+        names = [b for b in (good, bad) if not REVISION.fullmatch(b)]
+        if names:
+            return {"bisect": None, "bisect_note": (
+                f"the trials recorded no llama.cpp commit, and build {names[0]} is not a "
+                "revision git knows (a tag such as b4100 or a commit): nothing names the "
+                "revisions to bisect")}
     return {"bisect": bisect_line(good, bad, cell_id, serial), "bisect_note": None}
 
 
@@ -270,7 +294,8 @@ class SiteModel:
     def _remembered_changes(self, points: Sequence[NightPoint]) -> list[Change]:
         """A series' change points, remembered by its points (most series of a new morning
         gained a night, but a phone that did not run keeps its answer)."""
-        key = "changes-" + digest([[p.night, p.median, p.n, p.build] for p in points])
+        key = "changes-" + digest([[p.night, p.median, p.n, p.build] for p in points],
+                                  code_key())
 
         def compute() -> list[dict[str, Any]]:
             return [{**c.__dict__, "p_value": c.p_value if math.isfinite(c.p_value) else None}
@@ -379,6 +404,16 @@ class SiteModel:
             self._series = self._series_keys()
         return self._series
 
+    def config_name(self, config_id: str) -> str:
+        """A configuration's label (``tiny Q4_K_M ctx512 ...``), from its first trial; a
+        configuration that never ran ok is named so too, not by its hash."""
+        if not hasattr(self, "_config_names"):
+            columns = [c for c in CONFIG_COLUMNS if c in self.frame]
+            first = self.frame.drop_duplicates("config_id")
+            self._config_names = {str(c): config_label(row) for c, row in zip(
+                first["config_id"], first[columns].to_dict("records"), strict=True)}
+        return self._config_names.get(config_id, config_id)
+
     def config_link(self, serial: str, config_id: str, engine: str) -> str | None:
         if (serial, config_id, engine) not in self.series:
             return None
@@ -404,8 +439,8 @@ class SiteModel:
         against those at ``base_at`` (None when ``compute_missing`` is off and the memo lacks
         them). Rows are taken whole only when the memo lacks the answer."""
         digests = [self._rows_digest(at) for at in (base_at, cand_at)]
-        key = "compare-" + digest([*digests, base_label, cand_label, title, list(METRICS),
-                                   SCHEMA_VERSION])
+        key = "compare-" + digest([*digests, base_label, cand_label, title, list(METRICS)],
+                                  code_key())
 
         def compute() -> list[dict[str, Any]]:
             base, cand = self.frame.iloc[base_at], self.frame.iloc[cand_at]
@@ -483,7 +518,7 @@ class SiteModel:
             build = self.today_build(serial)
             at = self._device_trials[serial]
             self._recommend_keys[serial] = build, "recommend-" + digest(
-                [self._rows_digest(at[self._build_ids[at] == build]), build, SCHEMA_VERSION])
+                [self._rows_digest(at[self._build_ids[at] == build]), build], code_key())
         return self._recommend_keys[serial]
 
     def recommendations_missing(self) -> list[tuple[str, str, str]]:
@@ -659,6 +694,7 @@ class SiteModel:
                 rows["trials"], rows["builds"], rows["error"], strict=True):
             failures.append({
                 "device": self.device_link(str(serial)), "config_id": str(config_id),
+                "label": self.config_name(str(config_id)),
                 "engine": str(engine), "outcome": str(outcome), "trials": int(trials),
                 "builds": list(builds), "error": "" if pd.isna(error) else str(error),
                 "path": self.config_link(str(serial), str(config_id), str(engine))})

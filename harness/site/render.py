@@ -98,7 +98,7 @@ def device_charts(data: dict[str, Any]) -> dict[str, Markup]:
         unit="°C")
     share = svg.Chart(labels=labels, lines=(
         svg.Line("throttled share", tuple(r.get("throttled_share") for r in rows),
-                 colour="#c62828"),))
+                 colour="#c62828"),), axis=(0.0, 1.0))  # a share: never outside 0 to 1
     strip = svg.strip([("absent", f"{r['night']}: no trials") if not r["present"] else
                        ("bad" if r["failed"] else "warn" if r["throttled"] or r["invalid"]
                         else "ok", f"{r['night']}: {r['trials']} trials, {r['failed']} failed, "

@@ -43,6 +43,7 @@ class Chart:
     marks: tuple[Marks, ...] = ()
     vlines: tuple[tuple[int, str], ...] = field(default_factory=tuple)  # (x, tooltip)
     unit: str = ""
+    axis: tuple[float, float] | None = None  # a fixed value range (a share: 0 to 1)
 
 
 def _fmt(value: float) -> str:
@@ -53,6 +54,8 @@ def _fmt(value: float) -> str:
 
 
 def _range(chart: Chart) -> tuple[float, float]:
+    if chart.axis is not None:
+        return chart.axis
     values = [v for line in chart.lines for v in line.values if v is not None]
     values += [v for m in chart.marks for _, v in m.points]
     values = [v for v in values if math.isfinite(v)]

@@ -11,6 +11,7 @@ import pytest
 
 from harness import store
 from harness.errors import ConfigError, StoreError
+from harness.records import FAILED, NOT_ATTEMPTED
 from harness.report import ReportOptions, build_report_data
 from harness.report.data import prepare
 from harness.report.load import load_trials
@@ -30,7 +31,11 @@ def test_summary_counts_equal_what_was_written(
     summary = report_data.summary
     assert summary.trials == written.trials == synth_spec.trials == 3 * 12 * 3 * 12
     assert {o.name: o.trials for o in summary.outcomes} == written.outcomes
-    assert summary.failures_total == written.trials - written.outcomes["ok"]
+    failed = sum(n for outcome, n in written.outcomes.items() if outcome in FAILED)
+    ruled_out = sum(n for outcome, n in written.outcomes.items() if outcome in NOT_ATTEMPTED)
+    assert summary.failures_total == failed
+    assert summary.not_attempted == ruled_out
+    assert failed + ruled_out == written.trials - written.outcomes["ok"]
     assert {f.outcome for f in summary.failures} >= {"oom_killed", "crashed", "timeout"}
     assert [d.trials for d in summary.devices] == [12 * 3 * 12] * 3
     assert [(b.name, b.trials) for b in summary.builds] == [("b4100", 648), ("b4101", 648)]

@@ -123,3 +123,27 @@ def test_recommendations_from_the_build_process_pool_are_the_ones_made_inline(
         text = page.read_text(encoding="utf-8")
         assert text == (tmp_path / "pooled" / "devices" / page.name).read_text(encoding="utf-8")
         assert "harness recommend --device SYN000" in text and " --build b410" in text
+
+
+def test_a_memo_made_by_other_code_is_not_served(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memo keys carry the harness's source hash: a fix to the analysis recomputes every
+    remembered answer (change points, comparisons) instead of serving the old ones."""
+    store, site = tmp_path / "results", tmp_path / "site"
+    write_synthetic_store(store, SPEC)
+    build_site(store, site, recommend=False)
+    cache = site / build.CACHE
+    before = {p.name for p in cache.glob("*.json")}
+    assert any(n.startswith("changes-") for n in before)
+    assert any(n.startswith("compare-") for n in before)
+    # the same code: every answer is served from the memo
+    build_site(store, site, recommend=False)
+    assert {p.name for p in cache.glob("*.json")} == before
+    monkeypatch.setattr(model, "code_key", lambda: "analysis-fixed")
+    calls = []
+    real = model.changes_of
+    monkeypatch.setattr(model, "changes_of", lambda points: calls.append(1) or real(points))
+    build_site(store, site, recommend=False)
+    after = {p.name for p in cache.glob("*.json")}
+    assert calls, "no change point was computed again"
+    assert not before & after  # none of the old answers is kept, or served

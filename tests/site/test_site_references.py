@@ -87,6 +87,12 @@ def test_bisect_advice_between_commits_and_when_there_is_nothing_to_bisect() -> 
         same["bisect_note"]
     other = bisect_advice("a", "b", ("1", "2"), "mnn-llm-bench", "c1", "S")
     assert other["bisect"] is None and "mnn-llm-bench" in str(other["bisect_note"])
+    # build ids that are no revision (a farm's names for its builds): a note, not a command
+    named = bisect_advice("host-release", "host-slow", (None, None), "llama-bench", "c1", "S")
+    assert named["bisect"] is None
+    assert "build host-release is not a revision git knows" in str(named["bisect_note"])
+    half = bisect_advice("b4100", "host-slow", (None, "bbb222"), "llama-bench", "c1", "S")
+    assert half["bisect"] is None and "host-slow" in str(half["bisect_note"])
 
 
 def test_a_build_id_reused_every_night_is_bisected_between_its_nights_commits(
