@@ -58,7 +58,10 @@ def read_texts(folder: Path) -> TextPhone:
     if not meta_path.is_file():
         raise ConfigError(f"{meta_path}: no such file (a folder of texts needs a phone.yaml "
                           "naming the phone: see docs/real-phones.md)")
-    meta = yaml.safe_load(meta_path.read_text())
+    try:
+        meta = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{meta_path}: not YAML ({str(error).splitlines()[0]})") from error
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
         raise ConfigError(f"{meta_path}: must be a mapping with a name")
     unknown = set(meta) - PHONE_KEYS
@@ -71,7 +74,10 @@ def read_texts(folder: Path) -> TextPhone:
         if probe not in BY_ID:
             raise ConfigError(f"{path}: no probe named {probe!r} (the file's name is the "
                               f"probe id, e.g. thermal.hal.txt; harness doctor --json lists them)")
-        first, _, text = path.read_text().partition("\n")
+        try:
+            first, _, text = path.read_text(encoding="utf-8").partition("\n")
+        except UnicodeDecodeError as error:
+            raise ConfigError(f"{path}: not UTF-8 text ({error.reason})") from error
         if not first.startswith(CITATION):
             raise ConfigError(f"{path}: the first line must say where the text was published "
                               f"({CITATION}...)")

@@ -109,6 +109,9 @@ def test_gpu_memory_only_in_gpuservice_parses_to_its_totals() -> None:
 def test_a_folder_that_is_not_texts_of_a_phone_is_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"phone\.yaml: no such file"):
         read_texts(tmp_path)
+    (tmp_path / "phone.yaml").write_text("name: [x\n")
+    with pytest.raises(ConfigError, match=r"phone\.yaml: not YAML"):
+        read_texts(tmp_path)
     (tmp_path / "phone.yaml").write_text("name: x\n")
     (tmp_path / "thermal.txt").write_text("# SOURCE: here\nThermal Status: 0\n")
     with pytest.raises(ConfigError, match=r"thermal\.txt: no probe named 'thermal'"):
