@@ -5,7 +5,8 @@ test fixtures) become a capture bundle that ``harness sim start --from-capture``
 folder holds one ``<probe id>.txt`` per answer (``thermal.hal.txt`` is ``dumpsys
 thermalservice``; ids as ``harness doctor --json`` names them), each starting with a line
 ``# SOURCE: ...`` that says where the text was published, and a ``phone.yaml``: the bundle's
-``name``, a ``description``, and ``profile:`` for what the texts do not say and a virtual phone
+``name``, a ``description``, ``texts:`` for answers kept elsewhere (probe id -> a path relative
+to the folder, same first line), and ``profile:`` for what the texts do not say and a virtual phone
 needs (RAM, CPU clusters), each value with its source in a comment. Probes without a text are
 left out of the bundle, not invented. ``read_texts`` is the edge; the rest is pure.
 """
@@ -30,7 +31,7 @@ from harness.errors import ConfigError
 
 CITATION = "# SOURCE: "
 PHONE = "phone.yaml"
-PHONE_KEYS = {"name", "description", "profile", "expected"}
+PHONE_KEYS = {"name", "description", "texts", "profile", "expected"}
 
 
 @dataclass(frozen=True)
@@ -68,12 +69,19 @@ def read_texts(folder: Path) -> TextPhone:
     if unknown:
         raise ConfigError(f"{meta_path}: unknown key {sorted(unknown)[0]!r} "
                           f"(known: {', '.join(sorted(PHONE_KEYS))})")
+    listed = meta.get("texts") or {}
+    if not isinstance(listed, dict):
+        raise ConfigError(f"{meta_path}: texts must map probe ids to paths")
+    paths = {path.name[: -len(".txt")]: path for path in sorted(folder.glob("*.txt"))}
+    paths.update({str(k): folder / str(v) for k, v in listed.items()})
     records, sources = [], {}
-    for path in sorted(folder.glob("*.txt")):
-        probe = path.name[: -len(".txt")]
+    for probe, path in paths.items():
         if probe not in BY_ID:
             raise ConfigError(f"{path}: no probe named {probe!r} (the file's name is the "
                               f"probe id, e.g. thermal.hal.txt; harness doctor --json lists them)")
+        if not path.is_file():
+            raise ConfigError(f"{meta_path}: {probe}: no such file {path} (the reference "
+                              "samples live in ../shared beside the repository)")
         try:
             first, _, text = path.read_text(encoding="utf-8").partition("\n")
         except UnicodeDecodeError as error:
