@@ -10,8 +10,8 @@ a morning computes only the comparisons whose rows changed.
 
 Rules the pages show:
 
-* a **night** is the UTC date of ``started_at`` (``frames.nights``); the store's nights are the
-  dates with any trial;
+* a **night** is its run's: the UTC date of the run's earliest trial (``frames.nights``), so a
+  run across midnight is one night; the store's nights are the nights with any trial;
 * a phone is **missing** when the store has nights after its last one; missing for
   ``MISSING_FLAG_NIGHTS`` (2) or more nights is flagged on the index and its page;
 * a phone's **battery temperature trends up** when the least-squares slope of its nightly
@@ -40,41 +40,32 @@ site built every night holds them all), and says so when it does not.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import json
 import math
-import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from harness.analysis.ab import BuildComparison, compare_builds
+from harness.analysis.ab import compare_builds
 from harness.analysis.frames import GROUP_READS
 from harness.analysis.trend import Change, NightPoint, Series, changes_of, nightly_history
 from harness.labels import CONFIG_COLUMNS, config_label
 from harness.site import paths, tables
+from harness.site.bisect import bisect_advice
+from harness.site.facts import (
+    TREND_NIGHTS,
+    DeviceFacts,
+    battery_trend,
+    flagged_json,
+    rounded,
+    trend_flagged,
+)
+from harness.site.memo import SCHEMA_VERSION, DictMemo, Memo, code_key, digest
 from harness.site.tables import METRICS
-from harness.store import SCHEMA_VERSION as STORE_SCHEMA
 
-SCHEMA_VERSION = 2
-
-
-@functools.cache
-def code_key() -> str:
-    """What every memo key carries besides its inputs: the harness's own source (every module
-    an answer can come from: analysis, planner, store) and the store's schema version, so an
-    answer computed by other code is never served (as asv keys results by benchmark code)."""
-    package = Path(__file__).resolve().parents[1]
-    found = hashlib.sha256(f"{SCHEMA_VERSION}/{STORE_SCHEMA}".encode())
-    for path in sorted(package.rglob("*.py")):
-        found.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
-    return found.hexdigest()[:16]
 #: What ``nightly_history`` reads of the trials besides a metric and the configuration.
 HISTORY_READS = ("device_serial", "config_id", "engine", "build_id", "started_at", "run_id",
                  "outcome", "throttled", "valid", "config_not_applied")
@@ -83,9 +74,6 @@ TABLE_NIGHTS = 120  # a configuration page's table: its newest nights (the chart
 STRIP_NIGHTS = 30
 MISSING_FLAG_NIGHTS = 2
 MISSING_LOOKBACK = 7
-TREND_NIGHTS = 14
-TREND_SLOPE_C = 0.1
-TREND_RISE_C = 1.0
 FLAGGED_SHOWN = 50
 #: The trial columns the site reads (pages, comparisons, change points); a recommendation
 #: reads its own rows whole (``recommend_json``).
@@ -98,148 +86,6 @@ COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((
     *CONFIG_COLUMNS)))
 _ROW_COLUMNS = ("trial_id", "device_serial", "config_id", "build_id", "engine", "outcome",
                 "throttled", "valid", "tg_tps", "pp_tps", "battery_temp_c", "max_temp_c")
-
-
-class Memo(Protocol):
-    """A store of computed JSON values by key (the build keeps one on disk)."""
-
-    def get(self, key: str, compute: Callable[[], Any]) -> Any: ...
-
-    def peek(self, key: str) -> Any | None:
-        """The value stored under ``key``, or None (nothing is computed)."""
-
-
-class DictMemo:
-    """A ``Memo`` in memory (tests, one-off builds)."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-
-    def get(self, key: str, compute: Callable[[], Any]) -> Any:
-        if key not in self.values:
-            self.values[key] = compute()
-        return self.values[key]
-
-    def peek(self, key: str) -> Any | None:
-        return self.values.get(key)
-
-
-def digest(value: Any, code: str = "") -> str:
-    """SHA-256 of ``value`` as canonical JSON (a memo key: with ``code_key()``)."""
-    text = code + json.dumps(value, sort_keys=True, separators=(",", ":"), default=str,
-                             allow_nan=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _num(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _round(value: Any, digits: int = 4) -> float | None:
-    number = _num(value)
-    return None if number is None else round(number, digits)
-
-
-@dataclass(frozen=True)
-class DeviceFacts:
-    serial: str
-    name: str
-    manufacturer: str
-    soc: str
-    sdk: str
-    ram_bytes: int | None
-    first_night: str
-    last_night: str
-    missing_nights: int  # store nights after its last one
-
-    @property
-    def display(self) -> str:
-        return f"{self.name} ({self.serial})" if self.name and self.name != self.serial \
-            else self.serial
-
-
-def battery_trend(temps: Sequence[float | None]) -> tuple[float | None, float | None]:
-    """(slope °C per night, fitted rise over the window) of the last ``TREND_NIGHTS`` values."""
-    window = [t for t in temps if t is not None][-TREND_NIGHTS:]
-    if len(window) < 5:
-        return None, None
-    x = np.arange(len(window), dtype=np.float64)
-    slope = float(np.polyfit(x, np.asarray(window, dtype=np.float64), 1)[0])
-    return slope, slope * (len(window) - 1)
-
-
-def trend_flagged(slope: float | None, rise: float | None) -> bool:
-    return slope is not None and rise is not None and slope >= TREND_SLOPE_C \
-        and rise >= TREND_RISE_C
-
-
-def flagged_json(result: BuildComparison, title: str) -> dict[str, Any]:
-    """A comparison as the pages show it: counts and the regression/improvement cells."""
-    flagged = []
-    for cell in result.worst_first():
-        c = cell.comparison
-        if c.verdict not in ("regression", "improvement"):
-            continue
-        flagged.append({
-            "device": cell.key.device, "config_id": cell.key.config_id, "label": cell.label,
-            "engine": result.candidate_engine, "metric": cell.metric, "verdict": c.verdict,
-            "ratio": _round(c.ratio), "ci_low": _round(c.ci_low), "ci_high": _round(c.ci_high),
-            "n_baseline": int(c.n_baseline), "n_candidate": int(c.n_candidate),
-            "p_adjusted": _round(c.p_adjusted, 6),
-            "median_baseline": _round(cell.median_baseline),
-            "median_candidate": _round(cell.median_candidate)})
-    return {"title": title, "baseline": result.baseline, "candidate": result.candidate,
-            "engine": result.candidate_engine, "verdicts": result.verdict_counts(),
-            "flagged": flagged}
-
-
-def bisect_line(good: str, bad: str, cell_id: str, serial: str) -> str:
-    """A copy-ready ``harness bisect`` command for one change point (every value quoted)."""
-    q = shlex.quote
-    return (f"harness bisect --source LLAMA_CPP_CHECKOUT --good {q(good)} --bad {q(bad)} "
-            f"--cell {q(cell_id)} --results RESULTS --devices {q(serial)}")
-
-
-#: The engine whose builds ``harness bisect`` compiles and measures (llama.cpp's llama-bench).
-BISECTED_ENGINE = "llama-bench"
-#: A build id that names a llama.cpp revision: a release tag (b4100) or a commit.
-REVISION = re.compile(r"b\d+|[0-9a-f]{7,40}")
-
-
-def bisect_advice(before: str, after: str, commits: tuple[str | None, str | None],
-                  engine: str, cell_id: str, serial: str) -> dict[str, str | None]:
-    """What a change point between builds ``before`` and ``after`` lets a person bisect: a
-    ``harness bisect`` line between the two builds' llama.cpp commits (their build ids when the
-    trials recorded no single commit: ids such as b4100 are llama.cpp tags), or, when there is
-    nothing to bisect, why not (``bisect`` None, ``bisect_note`` the reason)."""
-    if engine != BISECTED_ENGINE:
-        return {"bisect": None, "bisect_note": f"harness bisect compiles llama.cpp's "
-                f"{BISECTED_ENGINE}; this series ran {engine}: nothing to bisect here"}
-    good, bad = commits
-    if good is not None and good == bad:
-        return {"bisect": None, "bisect_note": (
-            f"{before} and {after} were built from the same llama.cpp commit ({good[:12]}): "
-            "the change is not in its source (build flags, toolchain or the phone), so there "
-            "is nothing to bisect")}
-    if good is None or bad is None:
-        if before == after:
-            return {"bisect": None, "bisect_note": (
-                f"both nights ran build {before} and its trials recorded no single llama.cpp "
-                "commit per night: nothing names the revisions to bisect")}
-        good, bad = before, after
-        names = [b for b in (good, bad) if not REVISION.fullmatch(b)]
-        if names:
-            return {"bisect": None, "bisect_note": (
-                f"the trials recorded no llama.cpp commit, and build {names[0]} is not a "
-                "revision git knows (a tag such as b4100 or a commit): nothing names the "
-                "revisions to bisect")}
-    return {"bisect": bisect_line(good, bad, cell_id, serial), "bisect_note": None}
 
 
 class SiteModel:
@@ -560,8 +406,8 @@ class SiteModel:
             trials, failed, hot, bad, battery, temp = present[night]
             out.append({"night": night, "present": True, "trials": trials, "failed": failed,
                         "throttled": hot, "invalid": bad,
-                        "throttled_share": _round(hot / max(trials, 1), 4),
-                        "battery_temp_c": _round(battery, 2), "max_temp_c": _round(temp, 2)})
+                        "throttled_share": rounded(hot / max(trials, 1), 4),
+                        "battery_temp_c": rounded(battery, 2), "max_temp_c": rounded(temp, 2)})
         self._device_night_cache[serial] = out
         return out
 
@@ -612,7 +458,7 @@ class SiteModel:
             configs.append({
                 "label": s.label, "config_id": config_id, "engine": engine,
                 "path": paths.config_page(serial, config_id, engine),
-                "last_night": s.points[-1].night, "last_median": _round(s.points[-1].median),
+                "last_night": s.points[-1].night, "last_median": rounded(s.points[-1].median),
                 "changes": sum(len(x.changes) for x in by_metric.values())})
         return {
             "kind": "device", "serial": serial, "name": facts.name, "display": facts.display,
@@ -620,7 +466,7 @@ class SiteModel:
             "ram_bytes": facts.ram_bytes, "first_night": facts.first_night,
             "last_night": facts.last_night, "missing_nights": facts.missing_nights,
             "flags": self.device_flags(serial, night_rows), "nights": night_rows,
-            "trend": {"slope": _round(slope), "rise": _round(rise)},
+            "trend": {"slope": rounded(slope), "rise": rounded(rise)},
             "configs": configs, "recommendation": self.recommendation(serial),
         }
 
@@ -644,21 +490,21 @@ class SiteModel:
             values: list[float | None] = [None] * len(axis)
             builds: list[str | None] = [None] * len(axis)
             for p in s.points:
-                values[pos[p.night]] = _round(p.median)
+                values[pos[p.night]] = rounded(p.median)
                 builds[pos[p.night]] = p.build
             marks = {}
             for kind in ("hot", "bad"):
                 column = f"{kind}_{metric}"
                 medians = per[column].to_numpy(dtype=np.float64, na_value=np.nan) \
                     if column in per else np.full(len(axis), np.nan)
-                marks[kind] = [[int(i), _round(medians[i])] for i in
+                marks[kind] = [[int(i), rounded(medians[i])] for i in
                                np.flatnonzero(~np.isnan(medians))]
             changes = [{
                 "index": pos[c.night_after], "night_before": c.night_before,
                 "night_after": c.night_after, "build_before": c.build_before,
-                "build_after": c.build_after, "magnitude": _round(c.magnitude),
-                "before_mean": _round(c.before_mean), "after_mean": _round(c.after_mean),
-                "p_value": _round(c.p_value, 12), "describe": c.describe(metric),
+                "build_after": c.build_after, "magnitude": rounded(c.magnitude),
+                "before_mean": rounded(c.before_mean), "after_mean": rounded(c.after_mean),
+                "p_value": rounded(c.p_value, 12), "describe": c.describe(metric),
                 **self.bisect(serial, config_id, engine, c),
                 "build_path": paths.build_page(c.build_after),
             } for c in s.changes]
@@ -744,7 +590,7 @@ class SiteModel:
                         "label": s.label, "engine": s.engine, "metric": metric,
                         "night_before": c.night_before, "night_after": c.night_after,
                         "build_before": c.build_before, "build_after": c.build_after,
-                        "magnitude": _round(c.magnitude), "describe": c.describe(metric),
+                        "magnitude": rounded(c.magnitude), "describe": c.describe(metric),
                         "path": paths.config_page(s.device, s.config_id, s.engine),
                         **self.bisect(s.device, s.config_id, s.engine, c)})
         return sorted(out, key=lambda c: (-abs(c["magnitude"] or 0), c["device"]["serial"],
@@ -803,7 +649,7 @@ def recommend_json(frame: pd.DataFrame, serial: str, build: str) -> dict[str, An
     except HarnessError as error:
         return {"picks": [], "note": str(error)}
     picks = [{"rank": p.rank, "label": p.label, "config_id": p.config_id, "build": p.build_id,
-              "engine": p.engine, "tg_tps": _round(p.tg_tps), "pp_tps": _round(p.pp_tps),
+              "engine": p.engine, "tg_tps": rounded(p.tg_tps), "pp_tps": rounded(p.pp_tps),
               "peak_bytes": p.peak_bytes, "headroom_bytes": p.headroom_bytes,
               "source": p.source, "explanation": p.explanation} for p in rec.picks[:10]]
     return {"picks": picks, "note": memory.source, "rejected": len(rec.rejected),

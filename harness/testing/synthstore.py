@@ -170,120 +170,198 @@ def _predicted_bytes(spec: SynthSpec, grid: _Grid) -> np.ndarray:
     return (weights + kv_cache + compute + 80e6).astype(np.int64)
 
 
-def _night_table(spec: SynthSpec, grid: _Grid, night: int, builds: list[int],
-                 rng: np.random.Generator, force_failures: bool) -> tuple[pa.Table, pa.Table]:
-    """Trials and samples of one night, every column a vectorised draw."""
+@dataclass(frozen=True)
+class _Night:
+    """One night's trial rows: which device, config, build and repetition each row is."""
+
+    dev: np.ndarray
+    cfg: np.ndarray
+    bld: np.ndarray
+    rep: np.ndarray
+    phones: list[tuple[str, str, str, int, float]]
+    names: list[str]
+    serials: np.ndarray
+    ram: np.ndarray
+    speed: np.ndarray
+    run_id: str
+    day0: datetime
+
+    @property
+    def n(self) -> int:
+        return int(self.dev.size)
+
+
+def _night_rows(spec: SynthSpec, grid: _Grid, night: int, builds: list[int]) -> _Night:
     d_n, c_n, r_n = spec.devices, grid.quant.size, spec.reps
     dev, cfg, bld, rep = (a.ravel() for a in np.meshgrid(
         np.arange(d_n), np.arange(c_n), np.asarray(builds), np.arange(r_n), indexing="ij"))
-    n = dev.size
     phones = [_PHONES[i % len(_PHONES)] for i in range(d_n)]
     names = [spec.device_names[i % len(spec.device_names)] if spec.device_names else p[0]
              for i, p in enumerate(phones)]
-    serials = np.asarray([f"SYN{i:04d}" for i in range(d_n)])
-    ram = np.asarray([p[3] * GIB for p in phones], dtype=np.int64)
-    speed = np.asarray([p[4] for p in phones])
-    build_ids = np.asarray(spec.builds)
-    # each build its own (made-up) llama.cpp commit, as tagged releases have
-    commits = np.asarray([hashlib.sha1(b.encode()).hexdigest() for b in spec.builds])
-    run_id = f"night-{spec.start + timedelta(days=night):%Y%m%d}"
-    day0 = datetime.combine(spec.start + timedelta(days=night), datetime.min.time(), UTC)
-    spacing = min(20.0, 20 * 3600 / n)
-    order = rng.permutation(n)  # A/B interleaved run order within the night
-    started = np.datetime64(day0.replace(tzinfo=None) + timedelta(hours=1), "us") + (
-        order * spacing * 1e6).astype("timedelta64[us]")
+    day = spec.start + timedelta(days=night)
+    return _Night(
+        dev=dev, cfg=cfg, bld=bld, rep=rep, phones=phones, names=names,
+        serials=np.asarray([f"SYN{i:04d}" for i in range(d_n)]),
+        ram=np.asarray([p[3] * GIB for p in phones], dtype=np.int64),
+        speed=np.asarray([p[4] for p in phones]), run_id=f"night-{day:%Y%m%d}",
+        day0=datetime.combine(day, datetime.min.time(), UTC))
 
+
+@dataclass(frozen=True)
+class _Speeds:
+    throttled: np.ndarray
+    slow: np.ndarray
+    noise_tg: np.ndarray
+    tg: np.ndarray
+    pp: np.ndarray
+
+
+def _speeds(spec: SynthSpec, grid: _Grid, rows: _Night, is_regressed: np.ndarray,
+            rng: np.random.Generator) -> _Speeds:
+    """Decode and prefill throughput of each row: device × bits × context × KV × threads ×
+    build, throttled rows about 30% slower, lognormal noise."""
+    n, cfg, speed = rows.n, rows.cfg, rows.speed[rows.dev]
     bpw = np.array([BITS_PER_WEIGHT.get(q, 5.0) for q in grid.quant])[cfg]
     ctx = grid.n_ctx[cfg]
     kv_q = (grid.kv[cfg] != "f16")
-    thr = grid.threads[cfg]
-    thr_factor = np.minimum(thr, 6) / 4.0
-    regressed = (build_ids[bld] == spec.regressed_build)
+    thr_factor = np.minimum(grid.threads[cfg], 6) / 4.0
     throttled = rng.random(n) < spec.throttle_rate
     noise_tg = rng.lognormal(0.0, spec.cv, n)
     noise_pp = rng.lognormal(0.0, spec.cv, n)
     slow = np.where(throttled, 0.7, 1.0)
-    tg = (speed[dev] * 60.0 / bpw * (1 - 0.04 * np.log2(ctx / 512)) * np.where(kv_q, 0.97, 1.0)
-          * thr_factor ** 0.5 * np.where(regressed, 1 - spec.regression, 1.0) * slow * noise_tg)
-    pp = (speed[dev] * 420.0 * np.where(np.char.startswith(grid.quant[cfg], "Q4_0"), 1.2, 1.0)
+    tg = (speed * 60.0 / bpw * (1 - 0.04 * np.log2(ctx / 512)) * np.where(kv_q, 0.97, 1.0)
+          * thr_factor ** 0.5 * np.where(is_regressed, 1 - spec.regression, 1.0) * slow
+          * noise_tg)
+    pp = (speed * 420.0 * np.where(np.char.startswith(grid.quant[cfg], "Q4_0"), 1.2, 1.0)
           * (1 - 0.06 * np.log2(ctx / 512)) * thr_factor * slow * noise_pp
-          * np.where(regressed, 1 - spec.regression / 2, 1.0))
-    predicted = _predicted_bytes(spec, grid)[cfg]
-    peak_pss = (predicted * rng.lognormal(0.02, 0.02, n)).astype(np.int64)
+          * np.where(is_regressed, 1 - spec.regression / 2, 1.0))
+    return _Speeds(throttled, slow, noise_tg, tg, pp)
 
+
+_FAILURES = (
+    ("oom_killed", "killed by the low-memory killer",
+     "lowmemorykiller: Kill 'llama-bench' (4242), uid 2000, oom_score_adj 0, to free {} kB"),
+    ("crashed", "engine exited with signal 11 (SIGSEGV)",
+     "ggml_backend_cpu: segmentation fault in ggml_vec_dot_q4_K_q8_K (peak {} kB)"),
+    ("timeout", "no result within 900 s", "last stderr: llama_decode: n_past = {} kB"),
+)
+
+
+def _outcomes(spec: SynthSpec, rows: _Night, predicted: np.ndarray, peak_pss: np.ndarray,
+              order: np.ndarray, force_failures: bool, rng: np.random.Generator,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(outcome, error, evidence) of each row: big cells on small phones fail more often."""
+    n = rows.n
     outcome = np.full(n, "ok", dtype=object)
-    pressure = np.clip(predicted / (ram[dev] * 0.55), 0, 2)  # big cells on small phones die more
+    pressure = np.clip(predicted / (rows.ram[rows.dev] * 0.55), 0, 2)
     fail = rng.random(n) < spec.fail_rate * pressure
     kinds = rng.choice(np.asarray(["oom_killed", "crashed", "timeout"], dtype=object), n,
                        p=[0.6, 0.25, 0.15])
     outcome[fail] = kinds[fail]
     if force_failures and n >= 3:
         outcome[order[:3]] = ["oom_killed", "crashed", "timeout"]
-    ok = outcome == "ok"
     error = np.full(n, None, dtype=object)
     evidence = np.full(n, None, dtype=object)
-    for kind, err, ev in (
-        ("oom_killed", "killed by the low-memory killer",
-         "lowmemorykiller: Kill 'llama-bench' (4242), uid 2000, oom_score_adj 0, to free {} kB"),
-        ("crashed", "engine exited with signal 11 (SIGSEGV)",
-         "ggml_backend_cpu: segmentation fault in ggml_vec_dot_q4_K_q8_K (peak {} kB)"),
-        ("timeout", "no result within 900 s", "last stderr: llama_decode: n_past = {} kB"),
-    ):
+    for kind, err, ev in _FAILURES:
         hit = outcome == kind
         error[hit] = err
         evidence[hit] = [ev.format(v // 1024) for v in peak_pss[hit]]
+    return outcome, error, evidence
 
-    max_temp = 39 + 4 * speed[dev] + 3 * (ctx / 4096) + rng.normal(0, 1.2, n)
-    max_temp = np.where(throttled, np.maximum(max_temp, 47) + rng.uniform(0, 4, n), max_temp)
-    thermal = np.where(throttled, 2 + (rng.random(n) < 0.3), (max_temp > 44).astype(np.int64))
-    wall = 20 + 200 / speed[dev] * bpw / 4.5 * (ctx / 2048) ** 0.5 * np.where(throttled, 1.4, 1)
-    f = lambda v: np.where(ok, v, np.nan)  # noqa: E731 - no measurement when the trial failed
-    trial_ids = pc.binary_join_element_wise(
-        pa.array(np.full(n, run_id)), pa.array(serials[dev]),
-        pa.array(grid.config_id[cfg]), pa.array(build_ids[bld]), pa.array(rep.astype(str)), "/")
-    ok_pss = np.where(outcome == "timeout", peak_pss, np.where(ok, peak_pss, -1))
-    columns: dict[str, object] = {
-        "run_id": np.full(n, run_id), "trial_id": trial_ids,
-        "job_id": pc.binary_join_element_wise(pa.array(serials[dev]),
-                                              pa.array(grid.config_id[cfg]), "/"),
-        "cell_id": pc.binary_join_element_wise(pa.array(grid.config_id[cfg]),
-                                               pa.array(build_ids[bld]), "@"),
-        "config_id": grid.config_id[cfg], "rep": rep, "started_at": started, "wall_s": wall,
-        "device_serial": serials[dev], "device_model": np.asarray(names, dtype=object)[dev],
-        "device_manufacturer": np.asarray([p[1] for p in phones], dtype=object)[dev],
-        "device_soc": np.asarray([p[2] for p in phones], dtype=object)[dev],
-        "device_sdk": np.full(n, 34), "device_ram_bytes": ram[dev],
+
+def _thermals(grid: _Grid, rows: _Night, sp: _Speeds, rng: np.random.Generator,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(max temperature, max thermal status, wall seconds) of each row."""
+    n, cfg, speed = rows.n, rows.cfg, rows.speed[rows.dev]
+    ctx = grid.n_ctx[cfg]
+    bpw = np.array([BITS_PER_WEIGHT.get(q, 5.0) for q in grid.quant])[cfg]
+    max_temp = 39 + 4 * speed + 3 * (ctx / 4096) + rng.normal(0, 1.2, n)
+    max_temp = np.where(sp.throttled, np.maximum(max_temp, 47) + rng.uniform(0, 4, n), max_temp)
+    thermal = np.where(sp.throttled, 2 + (rng.random(n) < 0.3), (max_temp > 44).astype(np.int64))
+    wall = 20 + 200 / speed * bpw / 4.5 * (ctx / 2048) ** 0.5 * np.where(sp.throttled, 1.4, 1)
+    return max_temp, thermal, wall
+
+
+def _join(*parts: object, sep: str) -> pa.Array:
+    return pc.binary_join_element_wise(*(pa.array(p) for p in parts), sep)
+
+
+def _identity_columns(spec: SynthSpec, grid: _Grid, rows: _Night, started: np.ndarray,
+                      ) -> dict[str, object]:
+    """The columns that say which trial a row is: ids, phone, build, model and knobs."""
+    n, dev, cfg, bld, rep = rows.n, rows.dev, rows.cfg, rows.bld, rows.rep
+    build_ids = np.asarray(spec.builds)
+    # each build its own (made-up) llama.cpp commit, as tagged releases have
+    commits = np.asarray([hashlib.sha1(b.encode()).hexdigest() for b in spec.builds])
+    bpw = np.array([BITS_PER_WEIGHT.get(q, 5.0) for q in grid.quant])[cfg]
+    serial = rows.serials[dev]
+    return {
+        "run_id": np.full(n, rows.run_id),
+        "trial_id": _join(np.full(n, rows.run_id), serial, grid.config_id[cfg], build_ids[bld],
+                          rep.astype(str), sep="/"),
+        "job_id": _join(serial, grid.config_id[cfg], sep="/"),
+        "cell_id": _join(grid.config_id[cfg], build_ids[bld], sep="@"),
+        "config_id": grid.config_id[cfg], "rep": rep, "started_at": started,
+        "device_serial": serial, "device_model": np.asarray(rows.names, dtype=object)[dev],
+        "device_manufacturer": np.asarray([p[1] for p in rows.phones], dtype=object)[dev],
+        "device_soc": np.asarray([p[2] for p in rows.phones], dtype=object)[dev],
+        "device_sdk": np.full(n, 34), "device_ram_bytes": rows.ram[dev],
         "build_id": build_ids[bld], "build_engine": np.full(n, "llama.cpp"),
         "build_version": build_ids[bld], "build_commit": commits[bld],
         "build_abi": np.full(n, "arm64-v8a"), "model_name": np.full(n, spec.model),
         "model_sha256": np.full(n, "ab" * 32), "quant": grid.quant[cfg],
         "model_n_params": np.full(n, spec.n_params),
         "model_file_bytes": (spec.n_params * bpw / 8).astype(np.int64),
-        "n_ctx": ctx, "n_prompt": np.full(n, 256), "n_gen": np.full(n, 64),
+        "n_ctx": grid.n_ctx[cfg], "n_prompt": np.full(n, 256), "n_gen": np.full(n, 64),
         "n_depth": np.zeros(n, np.int64), "type_k": grid.kv[cfg], "type_v": grid.kv[cfg],
-        "flash_attn": np.full(n, "auto"), "threads": thr, "affinity": np.full(n, "big"),
-        "mmap": np.ones(n, bool), "n_batch": np.full(n, 2048), "n_ubatch": np.full(n, 512),
-        "outcome": outcome, "error": error, "pp_tps": f(pp), "tg_tps": f(tg),
-        "ttft_ms": f(256 / pp * 1000),
+        "flash_attn": np.full(n, "auto"), "threads": grid.threads[cfg],
+        "affinity": np.full(n, "big"), "mmap": np.ones(n, bool), "n_batch": np.full(n, 2048),
+        "n_ubatch": np.full(n, 512),
+    }
+
+
+def _night_table(spec: SynthSpec, grid: _Grid, night: int, builds: list[int],
+                 rng: np.random.Generator, force_failures: bool) -> tuple[pa.Table, pa.Table]:
+    """Trials and samples of one night, every column a vectorised draw."""
+    rows = _night_rows(spec, grid, night, builds)
+    n, cfg = rows.n, rows.cfg
+    spacing = min(20.0, 20 * 3600 / n)
+    order = rng.permutation(n)  # A/B interleaved run order within the night
+    started = np.datetime64(rows.day0.replace(tzinfo=None) + timedelta(hours=1), "us") + (
+        order * spacing * 1e6).astype("timedelta64[us]")
+    is_regressed = np.asarray(spec.builds)[rows.bld] == spec.regressed_build
+    sp = _speeds(spec, grid, rows, is_regressed, rng)
+    predicted = _predicted_bytes(spec, grid)[cfg]
+    peak_pss = (predicted * rng.lognormal(0.02, 0.02, n)).astype(np.int64)
+    outcome, error, evidence = _outcomes(spec, rows, predicted, peak_pss, order,
+                                         force_failures, rng)
+    ok = outcome == "ok"
+    max_temp, thermal, wall = _thermals(grid, rows, sp, rng)
+    f = lambda v: np.where(ok, v, np.nan)  # noqa: E731 - no measurement when the trial failed
+    ok_pss = np.where(outcome == "timeout", peak_pss, np.where(ok, peak_pss, -1))
+    columns: dict[str, object] = {
+        **_identity_columns(spec, grid, rows, started), "wall_s": wall,
+        "outcome": outcome, "error": error, "pp_tps": f(sp.pp), "tg_tps": f(sp.tg),
+        "ttft_ms": f(256 / sp.pp * 1000),
         "peak_pss_bytes": pa.array(ok_pss, mask=ok_pss < 0),
         "peak_rss_bytes": pa.array((ok_pss * 1.06).astype(np.int64), mask=ok_pss < 0),
         "peak_swap_bytes": pa.array(np.zeros(n, np.int64), mask=ok_pss < 0),
         "predicted_peak_bytes": predicted, "max_temp_c": max_temp,
-        "max_thermal_status": thermal, "throttled": throttled,
+        "max_thermal_status": thermal, "throttled": sp.throttled,
         "cooldown_waited_s": rng.exponential(20, n), "start_thermal_status": np.zeros(n, np.int64),
         "start_temp_c": max_temp - 6, "battery_level": rng.integers(60, 100, n),
         "battery_temp_c": 30 + rng.normal(0, 1, n), "evidence": evidence,
     }
     trials = _as_table("trials", columns, n)
-    samples = _samples(spec, trials, peak_pss, predicted, throttled, max_temp, wall, rng)
+    samples = _samples(spec, trials, peak_pss, predicted, sp.throttled, max_temp, wall, rng)
     if not (spec.sustained_configs or spec.energy or spec.validity):
         return trials, samples
     extra = np.random.default_rng([spec.seed, night, 6])  # the default stream stays untouched
     if spec.sustained_configs:
-        chosen = np.flatnonzero((cfg < spec.sustained_configs) & (rep == 0))
-        base_tg = tg[chosen] / slow[chosen] / noise_tg[chosen]
+        chosen = np.flatnonzero((cfg < spec.sustained_configs) & (rows.rep == 0))
+        base_tg = sp.tg[chosen] / sp.slow[chosen] / sp.noise_tg[chosen]
         more_trials, more_samples = _sustained(spec, trials, chosen, base_tg,
-                                               speed[dev[chosen]], day0, extra)
+                                               rows.speed[rows.dev[chosen]], rows.day0, extra)
         trials = pa.concat_tables([trials, more_trials])
         samples = pa.concat_tables([samples, more_samples])
     if spec.validity:

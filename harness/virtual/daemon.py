@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -158,6 +159,30 @@ class Connection:
         stream.task = asyncio.create_task(run())
 
 
+async def _every(period_s: float, step: Callable[[], None], what: str) -> None:
+    """Run ``step`` every ``period_s`` for ever; a failing step is logged and the loop goes on."""
+    while True:
+        try:
+            step()
+        except Exception as error:  # one bad step must not stop the killer or the heat model
+            print(f"{what} failed: {error!r}", file=sys.stderr, flush=True)
+        await asyncio.sleep(period_s)
+
+
+def _shut_down(phone: Phone, services: subprocess.Popen[bytes],
+               drop_all: Callable[[], None]) -> None:
+    """The phone's processes, tools, connections and resources, ended in that order."""
+    phone.signal_sessions(signal.SIGCONT)
+    phone.kill_everything()
+    zygote.stop(services)
+    drop_all()
+    release(phone.config)  # its cgroups and its own disk (harness sim stop does it too)
+    why = phone.sandbox.state / STOPPED_WHY
+    if why.exists():  # a shell could not join the phone's cgroups (execshim.c)
+        print(why.read_text().strip(), file=sys.stderr, flush=True)
+    (phone.sandbox.state / "ready").unlink(missing_ok=True)
+
+
 async def serve(phone_dir: Path, port: int, config: PhoneConfig) -> None:
     sandbox = Sandbox(phone_dir)
     phone = Phone(sandbox, config)
@@ -204,25 +229,10 @@ async def serve(phone_dir: Path, port: int, config: PhoneConfig) -> None:
     # to every shell, and no shell could even trap it. Caught here, it is reset at their exec.
     loop.add_signal_handler(signal.SIGHUP, lambda: None)
 
-    async def monitor() -> None:
-        while True:
-            try:
-                phone.tick()
-            except Exception as error:  # keep the killer and the heat model alive
-                print(f"monitor tick failed: {error!r}", file=sys.stderr, flush=True)
-            await asyncio.sleep(TICK_S)
-
-    async def guard() -> None:  # the simulated memory model between ticks (Phone.guard)
-        while True:
-            try:
-                phone.guard()
-            except Exception as error:
-                print(f"memory guard failed: {error!r}", file=sys.stderr, flush=True)
-            await asyncio.sleep(GUARD_S)
-
-    tasks.add(asyncio.create_task(monitor()))
+    # the killer and the heat model; the simulated memory model between ticks (Phone.guard)
+    tasks.add(asyncio.create_task(_every(TICK_S, phone.tick, "monitor tick")))
     if phone.groups is None:
-        tasks.add(asyncio.create_task(guard()))
+        tasks.add(asyncio.create_task(_every(GUARD_S, phone.guard, "memory guard")))
     tasks.add(asyncio.create_task(phone.throttle_loop()))
     tasks.add(asyncio.create_task(phone.uptime_loop()))
     (sandbox.state / "ready").write_text(str(port))
@@ -232,15 +242,7 @@ async def serve(phone_dir: Path, port: int, config: PhoneConfig) -> None:
         server.close()
         for task in tasks:
             task.cancel()
-        phone.signal_sessions(signal.SIGCONT)
-        phone.kill_everything()
-        zygote.stop(services)
-        drop_all()
-        release(phone.config)  # its cgroups and its own disk (harness sim stop does it too)
-        why = sandbox.state / STOPPED_WHY
-        if why.exists():  # a shell could not join the phone's cgroups (execshim.c)
-            print(why.read_text().strip(), file=sys.stderr, flush=True)
-        (sandbox.state / "ready").unlink(missing_ok=True)
+        _shut_down(phone, services, drop_all)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,6 +68,123 @@ def _row(label: str, values: Iterable[int | None]) -> str:
     return f"{label:>13}{cells}"
 
 
+@dataclass(frozen=True)
+class _Columns:
+    """One native process's ``dumpsys meminfo`` figures (kB), GPU memory moved out of its heap."""
+
+    pss: int
+    rss_not_anon: int
+    pss_file: int
+    priv_clean: int
+    stack: int
+    swap: int
+    graphics: int
+    heap: int
+    heap_dirty: int
+    heap_rss: int
+    other: int
+    system: int
+    pss_total: int
+    rss_total: int
+    dirty_total: int
+
+
+def _columns(rollup: Mapping[str, int], status: Mapping[str, int], graphics_kb: int) -> _Columns:
+    rss = rollup.get("Rss", 0)
+    pss = rollup.get("Pss", 0)
+    anon = rollup.get("Anonymous", 0)
+    pss_anon = rollup.get("Pss_Anon", min(pss, anon))
+    pss_file = rollup.get("Pss_File", max(0, pss - pss_anon))
+    stack = min(status.get("VmStk", 0), pss_anon)
+    priv_dirty = rollup.get("Private_Dirty", 0)
+    graphics = max(0, graphics_kb)
+    heap_in_smaps = max(0, pss_anon - stack)
+    heap_dirty_in_smaps = max(0, priv_dirty - stack)
+    heap_rss_in_smaps = max(0, anon - stack)
+    # the GPU's share of each column, taken out of the native heap where it is counted
+    moved, moved_dirty, moved_rss = (min(graphics, heap_in_smaps),
+                                     min(graphics, heap_dirty_in_smaps),
+                                     min(graphics, heap_rss_in_smaps))
+    return _Columns(
+        pss=pss, rss_not_anon=max(0, rss - anon), pss_file=pss_file,
+        priv_clean=rollup.get("Private_Clean", 0), stack=stack,
+        swap=rollup.get("SwapPss", rollup.get("Swap", 0)), graphics=graphics,
+        heap=heap_in_smaps - moved, heap_dirty=heap_dirty_in_smaps - moved_dirty,
+        heap_rss=heap_rss_in_smaps - moved_rss, other=max(0, pss - pss_anon - pss_file),
+        system=max(0, pss - heap_in_smaps - pss_file - stack),
+        pss_total=pss - moved + graphics, rss_total=rss - moved_rss + graphics,
+        dirty_total=priv_dirty - moved_dirty + graphics)
+
+
+def _category_table(c: _Columns, swap_title: str, with_rss: bool) -> list[str]:
+    """The per-category rows of ``dumpsys meminfo <pid>``, headings to TOTAL."""
+    # label, pss, private dirty, private clean, swap, rss
+    table = [
+        ("Native Heap", c.heap, c.heap_dirty, 0, c.swap, c.heap_rss),
+        ("Dalvik Heap", 0, 0, 0, 0, 0),
+        ("Stack", c.stack, c.stack, 0, 0, c.stack),
+        (".so mmap", c.pss_file, 0, c.priv_clean, 0, c.rss_not_anon),
+    ]
+    if c.graphics:  # dumpsys leaves out the rows that are all zero
+        table.append(("GL mtrack", c.graphics, c.graphics, 0, 0, c.graphics))
+    table.append(("Unknown", c.other, 0, 0, 0, 0))
+    heads = [("Pss", "Total"), ("Private", "Dirty"), ("Private", "Clean"), (swap_title, "Dirty")]
+    if with_rss:
+        heads.append(("Rss", "Total"))
+    heads += [("Heap", "Size"), ("Heap", "Alloc"), ("Heap", "Free")]
+    lines = [" " * 13 + "".join(f"{a:>9}" for a, _ in heads),
+             " " * 13 + "".join(f"{b:>9}" for _, b in heads),
+             " " * 13 + "   ------" * len(heads)]
+    for label, p, pd, pc, sw, r in table:
+        values: list[int | None] = [p, pd, pc, sw]
+        if with_rss:
+            values.append(r)
+        if label in ("Native Heap", "Dalvik Heap"):
+            lines.append(_row(label, [*values, 0, 0, 0]))
+        else:
+            lines.append(_row(label, values).rstrip())
+    totals: list[int | None] = [c.pss_total, c.dirty_total, c.priv_clean, c.swap]
+    if with_rss:
+        totals.append(c.rss_total)
+    lines.append(_row("TOTAL", [*totals, 0, 0, 0]))
+    return lines
+
+
+def _app_summary(c: _Columns, with_rss: bool) -> list[str]:
+    """The ``App Summary`` block: Pss and, from Android 11 (SDK 30), Rss."""
+    if with_rss:
+        return [
+            " ", " App Summary",
+            "                       Pss(KB)                        Rss(KB)",
+            "                        ------                         ------",
+            f"           Java Heap:{0:>9}{0:>31}",
+            f"         Native Heap:{c.heap:>9}{c.heap_rss:>31}",
+            f"                Code:{c.pss_file:>9}{c.rss_not_anon:>31}",
+            f"               Stack:{c.stack:>9}{c.stack:>31}",
+            f"            Graphics:{c.graphics:>9}{c.graphics:>31}",
+            f"       Private Other:{0:>9}",
+            f"              System:{c.system:>9}",
+            f"             Unknown:{'':>9}{0:>31}",
+            " ",
+            f"           TOTAL PSS:{c.pss_total:>9}            TOTAL RSS:{c.rss_total:>9}"
+            f"       TOTAL SWAP PSS:{c.swap:>9}",
+        ]
+    return [
+        " ", " App Summary",
+        "                       Pss(KB)",
+        "                        ------",
+        f"           Java Heap:{0:>9}",
+        f"         Native Heap:{c.heap:>9}",
+        f"                Code:{c.pss_file:>9}",
+        f"               Stack:{c.stack:>9}",
+        f"            Graphics:{c.graphics:>9}",
+        f"       Private Other:{0:>9}",
+        f"              System:{c.system:>9}",
+        " ",
+        f"               TOTAL:{c.pss_total:>9}       TOTAL SWAP PSS:{c.swap:>9}",
+    ]
+
+
 def meminfo_process(pid: int, name: str, rollup: Mapping[str, int], status: Mapping[str, int],
                     sdk: int, uptime_ms: int, graphics_kb: int = 0,
                     swap_title: str = "SwapPss") -> str:
@@ -83,97 +200,16 @@ def meminfo_process(pid: int, name: str, rollup: Mapping[str, int], status: Mapp
     resident, and counts what is not resident yet on top (a phone's driver gives the pages at
     allocation).
     """
-    rss = rollup.get("Rss", 0)
-    pss = rollup.get("Pss", 0)
-    anon = rollup.get("Anonymous", 0)
-    pss_anon = rollup.get("Pss_Anon", min(pss, anon))
-    pss_file = rollup.get("Pss_File", max(0, pss - pss_anon))
-    stack = min(status.get("VmStk", 0), pss_anon)
-    swap = rollup.get("SwapPss", rollup.get("Swap", 0))
-    priv_dirty = rollup.get("Private_Dirty", 0)
-    priv_clean = rollup.get("Private_Clean", 0)
-    graphics = max(0, graphics_kb)
-    heap_in_smaps = max(0, pss_anon - stack)
-    heap_dirty_in_smaps = max(0, priv_dirty - stack)
-    heap_rss_in_smaps = max(0, anon - stack)
-    # the GPU's share of each column, taken out of the native heap where it is counted
-    moved, moved_dirty, moved_rss = (min(graphics, heap_in_smaps),
-                                     min(graphics, heap_dirty_in_smaps),
-                                     min(graphics, heap_rss_in_smaps))
-    heap = heap_in_smaps - moved
-    other = max(0, pss - pss_anon - pss_file)
+    columns = _columns(rollup, status, graphics_kb)
     with_rss = sdk >= 30
-    # label, pss, private dirty, private clean, swap, rss
-    table = [
-        ("Native Heap", heap, heap_dirty_in_smaps - moved_dirty, 0, swap,
-         heap_rss_in_smaps - moved_rss),
-        ("Dalvik Heap", 0, 0, 0, 0, 0),
-        ("Stack", stack, stack, 0, 0, stack),
-        (".so mmap", pss_file, 0, priv_clean, 0, max(0, rss - anon)),
-    ]
-    if graphics:  # dumpsys leaves out the rows that are all zero
-        table.append(("GL mtrack", graphics, graphics, 0, 0, graphics))
-    table.append(("Unknown", other, 0, 0, 0, 0))
-    pss_total = pss - moved + graphics
-    rss_total = rss - moved_rss + graphics
-    dirty_total = priv_dirty - moved_dirty + graphics
     lines = [
         "Applications Memory Usage (in Kilobytes):",
         f"Uptime: {uptime_ms} Realtime: {uptime_ms}",
         "",
         f"** MEMINFO in pid {pid} [{name[:15]}] **",
+        *_category_table(columns, swap_title, with_rss),
+        *_app_summary(columns, with_rss),
     ]
-    heads = [("Pss", "Total"), ("Private", "Dirty"), ("Private", "Clean"), (swap_title, "Dirty")]
-    if with_rss:
-        heads.append(("Rss", "Total"))
-    heads += [("Heap", "Size"), ("Heap", "Alloc"), ("Heap", "Free")]
-    lines.append(" " * 13 + "".join(f"{a:>9}" for a, _ in heads))
-    lines.append(" " * 13 + "".join(f"{b:>9}" for _, b in heads))
-    lines.append(" " * 13 + "   ------" * len(heads))
-    for label, p, pd, pc, sw, r in table:
-        values: list[int | None] = [p, pd, pc, sw]
-        if with_rss:
-            values.append(r)
-        if label in ("Native Heap", "Dalvik Heap"):
-            values += [0, 0, 0]
-        lines.append(_row(label, values).rstrip() if label not in ("Native Heap", "Dalvik Heap")
-                     else _row(label, values))
-    totals: list[int | None] = [pss_total, dirty_total, priv_clean, swap]
-    if with_rss:
-        totals.append(rss_total)
-    lines.append(_row("TOTAL", [*totals, 0, 0, 0]))
-    lines += [" ", " App Summary"]
-    system = max(0, pss - heap_in_smaps - pss_file - stack)
-    if with_rss:
-        lines += [
-            "                       Pss(KB)                        Rss(KB)",
-            "                        ------                         ------",
-            f"           Java Heap:{0:>9}{0:>31}",
-            f"         Native Heap:{heap:>9}{heap_rss_in_smaps - moved_rss:>31}",
-            f"                Code:{pss_file:>9}{max(0, rss - anon):>31}",
-            f"               Stack:{stack:>9}{stack:>31}",
-            f"            Graphics:{graphics:>9}{graphics:>31}",
-            f"       Private Other:{0:>9}",
-            f"              System:{system:>9}",
-            f"             Unknown:{'':>9}{0:>31}",
-            " ",
-            f"           TOTAL PSS:{pss_total:>9}            TOTAL RSS:{rss_total:>9}"
-            f"       TOTAL SWAP PSS:{swap:>9}",
-        ]
-    else:
-        lines += [
-            "                       Pss(KB)",
-            "                        ------",
-            f"           Java Heap:{0:>9}",
-            f"         Native Heap:{heap:>9}",
-            f"                Code:{pss_file:>9}",
-            f"               Stack:{stack:>9}",
-            f"            Graphics:{graphics:>9}",
-            f"       Private Other:{0:>9}",
-            f"              System:{system:>9}",
-            " ",
-            f"               TOTAL:{pss_total:>9}       TOTAL SWAP PSS:{swap:>9}",
-        ]
     return "\n".join(lines) + "\n \n"
 
 
