@@ -7,6 +7,11 @@ the same weights, or of other weights), may define TTFT differently (LiteRT-LM's
 the first decode step), and may report their own means over several runs instead of one run
 per trial. ``differences`` names each of these in one sentence, so a reader weighs a verdict
 between engines knowing what it compares.
+
+The compute device is part of a config, and each engine names its own: LiteRT-LM's ``gpu`` is its
+GPU delegate, llama.cpp's ``Vulkan0`` its Vulkan backend. Configurations that the two sides ran
+alike but for their device are therefore not paired; ``differences`` says how many, and on which
+device each engine ran them, so "nothing compared" on a GPU is not a silent answer.
 """
 
 from __future__ import annotations
@@ -15,16 +20,53 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from harness import knobs
 from harness.analysis.frames import Side, usable
+from harness.labels import CONFIG_COLUMNS
 
 _COLUMNS = ("model_sha256", "model_file", "model_converted_from", "ttft_definition",
             "engine_aggregate_n")
 
 
-def _side(frame: pd.DataFrame, side: Side, configs: Iterable[str]) -> pd.DataFrame:
-    rows = frame[(frame["build_id"] == side.build) & (frame["engine"] == side.engine)
-                 & frame["config_id"].isin(list(configs))]
+def _side(frame: pd.DataFrame, side: Side, configs: Iterable[str] | None = None) -> pd.DataFrame:
+    rows = frame[(frame["build_id"] == side.build) & (frame["engine"] == side.engine)]
+    if configs is not None:
+        rows = rows[rows["config_id"].isin(list(configs))]
     return usable(rows)
+
+
+_DEVICE = knobs.BY_NAME["compute_device"].column
+_BUT_DEVICE = tuple(c for c in ("device_serial", *CONFIG_COLUMNS) if c != _DEVICE)
+
+
+def _devices_by_rest(rows: pd.DataFrame) -> dict[tuple[str, ...], set[str]]:
+    """Per (phone, configuration but its device), the devices the rows ran it on."""
+    if rows.empty or _DEVICE not in rows.columns:
+        return {}
+    present = [c for c in _BUT_DEVICE if c in rows.columns]
+    keys = rows[present].astype(str).itertuples(index=False, name=None)
+    devices = rows[_DEVICE].fillna(knobs.CPU_DEVICE).astype(str)
+    out: dict[tuple[str, ...], set[str]] = {}
+    for key, device in zip(keys, devices, strict=True):
+        out.setdefault(tuple(key), set()).add(device)
+    return out
+
+
+def backend_apart(frame: pd.DataFrame, base: Side, cand: Side) -> str | None:
+    """The sentence for configurations both engines ran, each on a device of its own naming
+    (none in common): not paired, since those are two backends, not one configuration."""
+    if base.engine == cand.engine:
+        return None
+    a, b = _devices_by_rest(_side(frame, base)), _devices_by_rest(_side(frame, cand))
+    apart = [key for key in a if key in b and not a[key] & b[key]]
+    if not apart:
+        return None
+    ran_a = sorted(set().union(*(a[k] for k in apart)))
+    ran_b = sorted(set().union(*(b[k] for k in apart)))
+    return (f"backends differ on {len(apart)} configurations the two sides ran alike but for "
+            f"their device: {base.engine} ran them on {', '.join(ran_a)}, {cand.engine} on "
+            f"{', '.join(ran_b)}, each engine's own backend, so they are not paired and none "
+            "of them is compared")
 
 
 def _values(rows: pd.DataFrame, column: str) -> list[str]:
@@ -46,10 +88,11 @@ def differences(frame: pd.DataFrame, base: Side, cand: Side,
     if base.engine == cand.engine:
         return ()
     configs = list(configs)
+    backends = backend_apart(frame, base, cand)
+    found = [backends] if backends else []
     a, b = _side(frame, base, configs), _side(frame, cand, configs)
     if a.empty or b.empty:
-        return ()
-    found = []
+        return tuple(found)
     pairs = a.groupby("config_id")["model_sha256"].agg(set).to_dict()
     other = b.groupby("config_id")["model_sha256"].agg(set).to_dict()
     apart = sorted(c for c in pairs if c in other and not (pairs[c] & other[c]))

@@ -40,9 +40,11 @@ token:``, ``Sampling time over``) goes to stderr with the posix PAL (``I 00:00:0
 executorch:stats.h:NN] ...``) but to logcat with the android PAL (the ``android`` CMake preset):
 it is read only when stdout holds no complete PyTorchObserver line. Besides the report, stderr
 gives ``Resetting threadpool with num threads = K`` (kept as ``n_threads``) and ``RSS after
-finishing text generation: X MiB`` (``get_rss_bytes`` is getrusage's ru_maxrss: the process's
-peak RSS; kept as ``rss_after_generation_mib`` and used as ``peak_bytes``, else the JSON's
-``gpu_peak_usage_mb``).
+<stage>: X MiB`` lines (after loading model, after prompt prefill, after finishing text
+generation; ``get_rss_bytes`` is getrusage's ru_maxrss, the process's peak so far). The largest
+of the launch's lines is its peak (``rss_peak_mib``, used as ``peak_bytes``, else the JSON's
+``gpu_peak_usage_mb``): not the first, which a warm-up generation, or an earlier stage, prints
+smaller, and not only the end-of-generation line, which a run cut short never prints.
 
 The command line. ``--seq_len`` is the total length: the new runner generates ``min(seq_len,
 max_context_len) - n_prompt_tokens`` tokens, the first sampled from the prefill's logits and
@@ -115,7 +117,7 @@ _SUMMARY: dict[str, re.Pattern[str]] = {
 _SUMMARY_NEEDS = ("prompt_tokens", "prompt_evaluation_s", "generated_s",
                   "time_to_first_generated_token_s")
 _THREADS = re.compile(r"Resetting threadpool (?:with num threads = |to )(\d+)")
-_RSS_END = re.compile(rf"RSS after finishing text generation: {_NUM} MiB")
+_RSS = re.compile(rf"RSS after [^:\n]+: {_NUM} MiB")
 
 # (prompt_tps, gen_tps, ttft_s, load_s) of one report
 Figures = tuple[float | None, float | None, float | None, float | None]
@@ -125,7 +127,7 @@ Figures = tuple[float | None, float | None, float | None, float | None]
 class ExecutorchRecord:
     """One generation's report: the PyTorchObserver JSON (its own keys), or the stderr summary
     (keys named after its labels, in seconds and tokens/second); plus what stderr said of the
-    launch (``n_threads``, ``rss_after_generation_mib``)."""
+    launch (``n_threads``, ``rss_peak_mib``)."""
 
     values: dict[str, Any]
     raw: str
@@ -258,14 +260,14 @@ def parse_output(output: EngineOutput) -> list[ExecutorchRecord]:
     said of the launch. Truncated or unreadable reports are dropped."""
     records = observer_records(output.stdout) or summary_records(output.stderr)
     threads = [int(m.group(1)) for m in _THREADS.finditer(output.stderr)]
-    rss = [float(m.group(1)) for m in _RSS_END.finditer(output.stderr)]
+    rss = [float(m.group(1)) for m in _RSS.finditer(output.stderr)]
     out = []
     for index, record in enumerate(records):
         values = dict(record.values)
         if threads:
             values["n_threads"] = threads[min(index, len(threads) - 1)]
-        if index < len(rss):
-            values["rss_after_generation_mib"] = rss[index]
+        if rss:
+            values["rss_peak_mib"] = max(rss)
         out.append(ExecutorchRecord(values, record.raw))
     return out
 
@@ -375,8 +377,9 @@ def _summary_figures(data: dict[str, Any]) -> Figures:
 
 
 def _peak_bytes(data: dict[str, Any]) -> int | None:
-    """The process's peak RSS the runner logged at the end, else the CUDA tracker's peak."""
-    for key in ("rss_after_generation_mib", "gpu_peak_usage_mb"):
+    """The process's peak RSS the runner logged (stores from before ``rss_peak_mib`` kept
+    the end-of-generation line), else the CUDA tracker's peak."""
+    for key in ("rss_peak_mib", "rss_after_generation_mib", "gpu_peak_usage_mb"):
         mib = _number(data.get(key))
         if mib is not None and mib > 0:
             return round(mib * MIB)

@@ -29,9 +29,10 @@ unless ``values`` says otherwise.
 ``gen_tps_sd``, each a key path / pattern or ``{expr: ..., unit: ...}`` over captures;
 ``ttft_definition``; ``aggregate`` (what marks the tool's summary) and ``per_repetition``.
 For jsonl a source is a dotted key path (``stats.decode.tps``, ``runs.0.tps``); for regex a
-pattern with one group (compiled multi-line, so ``^`` is a line start), the n-th match of each
-being repetition n. Everything is checked when the file is loaded (``harness.engines.
-generic_yaml``); an error names the file and key.
+pattern with one group (compiled multi-line, so ``^`` is a line start); the matches are cut
+into repetitions by the order a repetition prints its lines (``repetition_blocks``), so a
+repetition missing a line lacks that figure alone. Everything is checked when the file is
+loaded (``harness.engines.generic_yaml``); an error names the file and key.
 """
 
 from __future__ import annotations
@@ -233,20 +234,16 @@ class GenericEngine:
     def _regex_records(self, text: str, aggregate: bool) -> list[GenericRecord]:
         sources = {**{name: m.source for name, m in self.metrics.items() if m.source},
                    **{name: m.source for name, m in self.captures.items()}}
-        found = {name: list(re.finditer(source, text, re.MULTILINE))
-                 for name, source in sources.items()}
         records = []
-        for rep in range(max((len(matches) for matches in found.values()), default=0)):
+        for block in repetition_blocks(text, sources):
             values: dict[str, Any] = {}
-            raw = []
-            for name, matches in found.items():
-                if rep < len(matches):
-                    value = number(matches[rep].group(1))
-                    if value is not None:
-                        values[name] = value
-                    raw.append(matches[rep].group(0))
+            for name, match in block:
+                value = number(match.group(1))
+                if value is not None:
+                    values[name] = value
             if values:
-                records.append(GenericRecord(values, "\n".join(raw), aggregate))
+                raw = "\n".join(match.group(0) for _, match in block)
+                records.append(GenericRecord(values, raw, aggregate))
         return records
 
     def _parse_jsonl(self, text: str) -> list[GenericRecord]:
@@ -311,6 +308,52 @@ class GenericEngine:
             gen_tps_sd=figures.get("gen_tps_sd"),
             ttft_definition=self.ttft_definition if ttft is not None else None,
             load_s=figures.get("load"), peak_bytes=round(peak) if peak is not None else None)
+
+
+Match = tuple[str, "re.Match[str]"]  # (pattern name, its match)
+
+
+def repetition_blocks(text: str, sources: Mapping[str, str]) -> list[list[Match]]:
+    """Every match of every pattern, in text order, cut into one block per repetition.
+
+    A repetition prints its lines in one order, its layout; a match whose pattern comes no later
+    in the layout than the previous match's starts the next repetition. So a line one repetition
+    lacks leaves that repetition without the figure, instead of shifting every later
+    repetition's figure one place (as pairing the n-th match of each pattern would). The layout
+    is read from the text itself (``_layout``); matches at one offset keep the declared order.
+    """
+    names = list(sources)
+    found = [(name, match) for _, _, name, match in sorted(
+        (match.start(), names.index(name), name, match)
+        for name, source in sources.items()
+        for match in re.finditer(source, text, re.MULTILINE))]
+    layout = _layout(found)
+    blocks: list[list[Match]] = []
+    last = len(layout)
+    for name, match in found:
+        if layout[name] <= last:
+            blocks.append([])
+        blocks[-1].append((name, match))
+        last = layout[name]
+    return blocks
+
+
+def _layout(found: Sequence[Match]) -> dict[str, int]:
+    """Each pattern's place in a repetition: the order of the first run of matches holding every
+    pattern once (runs are cut where a pattern repeats, a sure repetition boundary), else the
+    order the patterns first appear in. A repetition that lacks its first line then still
+    starts a new block, which cutting at repeats alone would glue to the one before."""
+    first: dict[str, int] = {}
+    run: list[str] = []
+    for name, _ in found:
+        first.setdefault(name, len(first))
+    for name, _ in found:
+        if name in run:
+            run = []
+        run.append(name)
+        if len(run) == len(first):
+            return {pattern: place for place, pattern in enumerate(run)}
+    return first
 
 
 def _is_aggregate(record: Record) -> bool:

@@ -48,6 +48,10 @@ conversation creation included), else the sum of the printed phases. ``peak_byte
 turns' ``Processed <n> tokens``; ``n_threads`` is the ``number_of_threads`` of the CPU config the
 tool logs with its ``executor_settings`` (CPU backend only).
 
+Devices: a cell names LiteRT-LM's own backend, ``device: gpu`` or ``device: npu`` (none is the
+CPU), never a llama.cpp device name: ``--backend=gpu`` is LiteRT's GPU delegate whatever GPU API
+it uses, so storing it as ``Vulkan0`` would file it beside llama.cpp's Vulkan trials.
+
 The command line (flags from ``runtime/engine/shared_flags.cc`` and
 ``runtime/engine/litert_lm_advanced_main.cc``)::
 
@@ -321,6 +325,26 @@ def measure_records(records: Sequence[LiteRtLmRecord]) -> list[Measurement]:
     return out
 
 
+def backend_for(engine: str, compute_device: str) -> tuple[str | None, str | None]:
+    """(``--backend``'s word, None) for a device knob value, or (None, why it cannot run).
+
+    LiteRT-LM's devices are its own words: none (the CPU), ``gpu`` (LiteRT's GPU delegate) and
+    ``npu``. A llama.cpp device name (Vulkan0, GPUOpenCL, HTP0) is refused, not mapped: the
+    trial would be stored under llama.cpp's device while it ran on another backend.
+    """
+    if compute_device == knobs.CPU_DEVICE:
+        return "cpu", None
+    if compute_device in BACKENDS[1:]:
+        return compute_device, None
+    family = device_family(compute_device)
+    if family in BACKENDS[1:]:
+        return None, (f"{engine}'s --backend={family} is LiteRT's own {family} delegate, not "
+                      f"llama.cpp's {compute_device}; name the device {family} (LiteRT-LM's "
+                      f"word) so these trials are not stored under llama.cpp's device")
+    return None, (f"{engine} has no backend for device {compute_device}; its devices are none "
+                  f"(the CPU), {' and '.join(BACKENDS[1:])}")
+
+
 @dataclass(frozen=True)
 class LiteRtLm:
     """The LiteRT-LM benchmark adapter (``Engine`` protocol).
@@ -338,10 +362,9 @@ class LiteRtLm:
         reason = context_reason(cell)
         if reason:
             return reason
-        family = device_family(cell.compute_device)
-        if family not in BACKENDS:
-            return (f"{self.name} has no backend for device {cell.compute_device}; its "
-                    f"backends are {', '.join(BACKENDS)} (devices none, GPU and NPU names)")
+        family, reason = backend_for(self.name, cell.compute_device)
+        if reason:
+            return reason
         offload = knobs.offload_problem(cell.compute_device, cell.n_gpu_layers)
         if offload:
             return offload
@@ -394,7 +417,7 @@ class LiteRtLm:
         require_supported(self, cell)
         if cpu_mask:
             raise EngineError(f"{self.name} cannot pin threads (no CPU mask flag)")
-        backend = device_family(cell.compute_device) or "cpu"
+        backend = backend_for(self.name, cell.compute_device)[0] or "cpu"
         argv = [binary_path, f"--model_path={model_path}", f"--backend={backend}"]
         if backend == "cpu":  # the flag sets the CPU backend's threads only
             argv.append(f"--num_cpu_threads={cell.threads}")

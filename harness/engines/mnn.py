@@ -7,8 +7,11 @@ the file's last change in the snapshot whose head is 4d40bdbd7efb), and at 00d54
 **Command line.** ``-m DIR/config.json`` (the model folder's config; a positional path is an
 "invalid parameter" and the tool exits -1; the path needs a ``/``, the folder's name is the
 table's ``model``), ``-a cpu|metal|cuda|opencl|hexagon`` (any other name, ``vulkan`` included,
-silently becomes the CPU), ``-t`` threads (on OpenCL MNN ORs 64|512 into it: a GPU mode, not
-threads), ``-c`` precision (0 normal, 1 high, 2 low, the default; printed Normal/High/Low),
+silently becomes the CPU), ``-t`` threads (on OpenCL not threads: ``Llm::initRuntime`` in
+``transformers/llm/engine/src/llm.cpp``, bc85588f29e4, ORs 64|512 into it, and
+``OpenCLBackend::setGpuMode`` in ``source/backend/opencl/core/OpenCLBackend.cpp`` reads its low
+bits 1/2/4/8/16 as the tuning level none/heavy/wide/normal/fast), ``-c`` precision (0
+normal, 1 high, 2 low, the default; printed Normal/High/Low),
 ``-p``/``-n`` (defaults 512 and 128 whenever not given, so both are always passed),
 ``-pg P,G``, ``-rep`` (default 5; only its first value counts), ``-mmp 0|1`` (read as a C++
 bool: digits only), ``-load true|false`` (default false, whatever ``--help`` says),
@@ -28,7 +31,10 @@ empty cache, rate P / prefill time), ``-n G`` a row ``tgG`` (G decode steps afte
 prompt whose prefill is not counted, rate G / decode time; llama-bench's ``tg`` at depth 0), both
 in a ``t/s`` column ``"%.2f ± %.2f"``. A decode step's time is detokenising plus the forward
 pass, not the sampling; a model that samples an end token early has fewer steps timed, yet the
-``tg`` rate still divides G (only the ``-pg`` row counts the tokens generated). ``-p 0``
+``tg`` rate still divides G (only the ``-pg`` row counts the tokens generated). The table prints
+no token count, so the records carry no ``prompt_tokens``/``generated_tokens``: the label's P and
+G are what was asked, and reporting them as counts would let the trial's engine-report check
+pass by construction. ``-p 0``
 makes no row; ``-n 0`` makes none from 5bc51d0b4 (2026-07-30) on, and before that a ``pp0+tg0``
 row of ``nan`` (dropped here). ``-pg P,G`` is a ``ppP+tgG`` row: from 5bc51d0b4 one run whose
 decode continues from the prompt's cache, in a ``speed(tok/s)`` column
@@ -63,7 +69,10 @@ any line framed by ``|`` after a header and its separator row, and nothing else.
 block-buffered into a pipe, so a killed tool loses its unflushed rows, and a row cut by a flush
 boundary is dropped.
 
-**What a cell maps to.** threads -> -t, n_prompt/n_gen -> -p/-n, repetitions -> -rep, mmap ->
+**What a cell maps to.** threads -> -t on the CPU; on OpenCL -t is the adapter's
+``opencl_tuning`` (wide, 4, MNN's default) and a cell's threads must be 4 (a threads axis there
+would sweep tuning levels under the name of threads; the table's threads column, the -t value,
+is not read as a thread count), n_prompt/n_gen -> -p/-n, repetitions -> -rep, mmap ->
 -mmp (MNN's mmap puts its rearranged weights in files under ``./tmp`` in the launch's folder and
 maps those, not the model file as llama.cpp does), flash_attn -> -fa (auto: 1, MNN's default),
 device -> -a (none: cpu, an OpenCL device: opencl), precision -> -c from the adapter (2, MNN's
@@ -102,6 +111,12 @@ BINARY = "llm_bench"
 MNN_KV = "f16"  # the one KV type a cell may ask: MNN's unquantised cache (-qa 0)
 DEFAULT_PRECISION = 2  # -c 2, "low": fp16 where the backend computes in it (MNN's default)
 PRECISION_NAMES = {0: "Normal", 1: "High", 2: "Low"}  # as the table prints -c
+# MNN's OpenCL tuning levels (include/MNN/MNNForwardType.h, MNNGpuMode's low bits): what -t is
+# on -a opencl, where llm.cpp ORs 64|512 (buffer memory, batch recording) into the -t value
+OPENCL_TUNING = {"none": 1, "heavy": 2, "wide": 4, "normal": 8, "fast": 16}
+DEFAULT_OPENCL_TUNING = "wide"  # MNN's documented default level
+OPENCL_THREADS = 4  # the one threads value an OpenCL cell may carry (the matrix's default)
+OPENCL_BACKEND = "OPENCL"  # the table's backend column for -a opencl
 LOAD_RUNS = 3  # -load true times this many loads, whatever -rep says
 
 _NUMBER = r"([-+]?(?:nan|inf|\d+(?:\.\d*)?))"
@@ -169,11 +184,9 @@ class MnnRecord:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "raw"}
         data["columns"] = dict(self.columns)
         data["kind"] = self.kind
-        # the token counts the row's label asks (llm_bench prints no count of tokens actually
-        # generated); None for the side a pp or tg row does not run, so a trial's check of
-        # prompt_tokens/generated_tokens against the cell reads only what the row did
-        data["prompt_tokens"] = self.n_prompt or None
-        data["generated_tokens"] = self.n_gen or None
+        # no prompt_tokens/generated_tokens: the row's label is the -p/-n asked, not a count of
+        # tokens run (llm_bench prints none), so the trial's engine-report check has nothing of
+        # the tool's own to compare; an early end token goes unseen (see the module's note)
         return data
 
 
@@ -269,7 +282,9 @@ def _record(header: Sequence[str], cells: Sequence[str], raw: str,
         test=label, n_prompt=n_prompt, n_gen=n_gen, **rates,
         load_s=load[0] if load else None, load_s_sd=load[1] if load else None,
         model=values.get("model") or None, model_size_bytes=_model_size(values.get("modelSize")),
-        backend=values.get("backend") or None, n_threads=_int(values.get("threads")),
+        backend=values.get("backend") or None,
+        # on OpenCL the column is the -t value, a tuning level, not a thread count
+        n_threads=None if values.get("backend") == OPENCL_BACKEND else _int(values.get("threads")),
         precision=values.get("precision") or None, memory_mode=values.get("memory") or None,
         mmap=None if mmap is None else mmap == "true",
         flash_attn=values.get("flashAttention") or None,
@@ -376,10 +391,16 @@ class MnnLlmBench:
     dialect: MnnDialect = MnnDialect()
     name: str = NAME
     precision: int = DEFAULT_PRECISION  # -c: 0 normal, 1 high, 2 low
+    opencl_tuning: str = DEFAULT_OPENCL_TUNING  # -t on -a opencl: a key of OPENCL_TUNING
     load_time: bool = True  # -load true: the loadingTime(s) column (three loads per test)
 
     binary_name: ClassVar[str] = BINARY
     aggregate_only: ClassVar[bool] = True  # the table has mean ± sd only, never a run's figure
+
+    def __post_init__(self) -> None:
+        if self.opencl_tuning not in OPENCL_TUNING:
+            raise EngineError(f"opencl_tuning {self.opencl_tuning!r} is not an MNN tuning level; "
+                              f"use one of {', '.join(OPENCL_TUNING)}")
 
     def supports(self, cell: Cell) -> str | None:
         sustained = sustained_problem(self.name, cell)
@@ -433,6 +454,13 @@ class MnnLlmBench:
         if cell.flash_attn != "auto" and not self.dialect.flash_attn:
             return (f"this llm_bench has no -fa (MNN before daae35c04), so flash_attn "
                     f"{cell.flash_attn} cannot be asked; use auto (the build's own attention)")
+        if backend == "opencl" and cell.threads != OPENCL_THREADS:
+            return (f"on MNN's OpenCL backend -t is not a thread count: llm.cpp ORs 64|512 into "
+                    f"it and the backend reads its low bits as the tuning level (1 none, 2 "
+                    f"heavy, 4 wide, 8 normal, 16 fast), so a threads axis would sweep tuning "
+                    f"levels; {self.name} passes -t for its own opencl_tuning "
+                    f"({self.opencl_tuning}) and takes threads {OPENCL_THREADS} only on "
+                    f"{cell.compute_device}, not {cell.threads}")
         if cell.flash_attn != "auto" and backend == "opencl":
             return (f"MNN's OpenCL backend ignores -fa (only its CPU and Metal attention read "
                     f"the attention mode), so flash_attn {cell.flash_attn} cannot be asked on "
@@ -449,7 +477,8 @@ class MnnLlmBench:
             raise EngineError(f"llm_bench -m takes the path of the model folder's config.json "
                               f"(with its folder), not {model_path!r}")
         backend, _ = backend_for(cell.compute_device)
-        argv = [binary_path, "-m", model_path, "-a", str(backend), "-t", str(cell.threads),
+        threads = OPENCL_TUNING[self.opencl_tuning] if backend == "opencl" else cell.threads
+        argv = [binary_path, "-m", model_path, "-a", str(backend), "-t", str(threads),
                 "-c", str(self.precision), "-p", str(cell.n_prompt), "-n", str(cell.n_gen),
                 "-rep", str(cell.repetitions), "-mmp", "1" if cell.mmap else "0"]
         if self.dialect.flash_attn:

@@ -59,3 +59,24 @@ def test_files_of_unknown_origin_are_named_and_same_files_say_nothing(tmp_path: 
     same = frame.assign(model_sha256="ab" * 32)
     assert differences(same, Side("rel"), Side("mnn-3", MNN), {cell().config_id}) == ()
     assert differences(frame, Side("rel"), Side("rel"), {cell().config_id}) == ()
+
+
+def test_configurations_apart_only_in_their_device_name_the_backends(tmp_path: Path) -> None:
+    """llama.cpp's Vulkan0 and LiteRT-LM's gpu are two backends: named, never paired."""
+    litert = "litert-lm-advanced"
+    vulkan = cell(build="rel", compute_device="Vulkan0", n_gpu_layers=-1)
+    gpu = cell(build="litert-1", engine=litert, compute_device="gpu", n_gpu_layers=-1)
+    records = [trial(vulkan, rep=i, model_file="tiny-Q4_K_M.gguf") for i in range(3)]
+    records += [trial(gpu, rep=i, run_id="lit", model_file="tiny.litertlm") for i in range(3)]
+    records += [trial(cell(build="litert-1", engine=litert), rep=i, run_id="lit2")
+                for i in range(3)]  # on the CPU: a configuration llama-bench did not run
+    write(tmp_path, records)
+    frame = read_table(tmp_path, "trials")
+    result = compare_builds(frame, "rel", "litert-1", ["tg_tps"], candidate_engine=litert)
+    assert result.cells == ()
+    assert result.differences == (
+        f"backends differ on 1 configurations the two sides ran alike but for their device: "
+        f"llama-bench ran them on Vulkan0, {litert} on gpu, each engine's own backend, so they "
+        "are not paired and none of them is compared",)
+    same = differences(frame, Side("rel"), Side("rel"), {vulkan.config_id})
+    assert same == ()

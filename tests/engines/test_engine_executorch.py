@@ -2,12 +2,15 @@
 
 The outputs below are composed from the tool's format strings (pytorch/executorch
 extension/llm/runner/stats.h ``stats_to_json_string`` and ``print_report``, text_llm_runner.cpp's
-RSS log, llama/main.cpp's threadpool log, runtime/platform/default/posix.cpp's log prefix).
+RSS log, llama/main.cpp's threadpool log, runtime/platform/default/posix.cpp's log prefix);
+the RSS tests also read stderr the runner printed, from public READMEs (tests/engines/data/
+executorch_*.txt, each citing its source on its first line).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -129,7 +132,7 @@ def test_new_report_uses_the_printed_rates() -> None:
     assert data["prompt_tokens"] == 64
     assert data["generated_tokens"] == 32
     assert data["n_threads"] == 4
-    assert data["rss_after_generation_mib"] == 1234.5
+    assert data["rss_peak_mib"] == 1234.5
     assert data["aggregate_model_execution_time_ms"] == 1690
     [m] = ENGINE.measure(records)
     assert m.rep == 0 and m.aggregate_n is None
@@ -207,7 +210,8 @@ def test_two_reports_are_two_repetitions() -> None:
                         RSS_LINE.replace("1234.5", "1300.0"), SUMMARY])
     out = EngineOutput(ECHO + NEW_JSON + "\n" + ECHO + OLD_JSON + "\n", stderr)
     records = ENGINE.parse(out)
-    assert [r.as_dict()["rss_after_generation_mib"] for r in records] == [1234.5, 1300.0]
+    # ru_maxrss is the process's peak so far: the launch's largest line is its peak
+    assert [r.as_dict()["rss_peak_mib"] for r in records] == [1300.0, 1300.0]
     first, second = ENGINE.measure(records)
     assert (first.rep, second.rep) == (0, 1)
     assert first.prompt_tps == 520.325
@@ -280,3 +284,23 @@ def test_the_bos_counts_in_the_prompt() -> None:
     reason = engine.supports(dataclasses.replace(CELL, n_prompt=1))
     assert reason is not None and "besides its 1 BOS" in reason
     assert "--prompt=the" in engine.argv(dataclasses.replace(CELL, n_prompt=2), BIN, PTE)
+
+
+DATA = Path(__file__).parent / "data"
+MIB = 1024 * 1024
+
+
+def test_the_largest_rss_line_is_the_peak_not_the_first() -> None:
+    """Two generations in one process, each ending with its RSS line: 6940 MiB, then 8039."""
+    stderr = (DATA / "executorch_lora_readme_069b4a6.txt").read_text()
+    (m,) = ENGINE.measure(ENGINE.parse(EngineOutput(ECHO + NEW_JSON + "\n", stderr)))
+    assert m.peak_bytes == round(8039.152344 * MIB)
+
+
+def test_a_run_without_its_end_of_generation_line_keeps_its_earlier_rss_lines() -> None:
+    """Loading 1393.6 MiB, prefill 1468.1 MiB, and no 'finishing text generation' line."""
+    stderr = (DATA / "executorch_lora_readme_277d196.txt").read_text()
+    (record,) = ENGINE.parse(EngineOutput(ECHO + NEW_JSON + "\n", stderr))
+    assert record.as_dict()["rss_peak_mib"] == 1468.085938
+    (m,) = ENGINE.measure([record])
+    assert m.peak_bytes == round(1468.085938 * MIB)

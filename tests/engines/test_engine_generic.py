@@ -1,4 +1,7 @@
-"""The YAML-declared generic engine: loading with clear errors, argv templates, output mapping."""
+"""The YAML-declared generic engine: loading with clear errors, argv templates, output mapping.
+
+Most outputs are a made-up tool's; one is llama.cpp main's timings as a user's run printed them
+(tests/engines/data/llama_cpp_main_timings_issue34.txt, its source on its first line)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import pytest
 
 from harness.cell import Cell
 from harness.engines import get_engine
+from harness.engines.base import EngineOutput
 from harness.engines.generic_yaml import engine_from_dict, load_generic_engine
 from harness.errors import ConfigError
 
@@ -134,3 +138,47 @@ def test_load_mode_and_cache_need_the_placeholders_that_honour_them(
     assert "--load=none" in engine.argv(CELL, "/d/b", "/d/m")  # mmap false, said its way
     reason = engine.supports(dataclasses.replace(CELL, cache="warm"))
     assert reason is not None and "cannot honour a cache knob" in reason
+
+
+# One line per figure, as many tools print them; run 2 lost its prompt line.
+LINES_YAML = TOY_YAML.replace("""  prompt_tps: 'pp ([0-9.]+) tok/s'
+  gen_tps: 'tg ([0-9.]+) tok/s'
+  ttft: {pattern: 'prompt took ([0-9.]+) ms', scale: 0.001}
+""", """  prompt_tps: '^pp ([0-9.]+) tok/s'
+  gen_tps: '^tg ([0-9.]+) tok/s'
+""")
+
+
+def test_a_repetition_missing_a_line_does_not_shift_the_later_ones(tmp_path: Path) -> None:
+    path = tmp_path / "lines.yaml"
+    path.write_text(LINES_YAML)
+    engine = load_generic_engine(path)
+    text = ("pp 1000.0 tok/s\ntg 40.0 tok/s\n"
+            "tg 41.0 tok/s\n"  # run 2: its pp line is missing
+            "pp 1200.0 tok/s\ntg 42.0 tok/s\n")
+    got = [(m.rep, m.prompt_tps, m.gen_tps) for m in engine.measure(engine.parse(text))]
+    assert got == [(0, 1000.0, 40.0), (1, None, 41.0), (2, 1200.0, 42.0)]
+    lost_last = "pp 1000.0 tok/s\ntg 40.0 tok/s\npp 1100.0 tok/s\ntg 41.0 tok/s\npp 1200.0 tok/s\n"
+    got = [(m.prompt_tps, m.gen_tps) for m in engine.measure(engine.parse(lost_last))]
+    assert got == [(1000.0, 40.0), (1100.0, 41.0), (1200.0, None)]
+
+
+def test_llama_cpp_main_s_own_timings_declared_from_yaml() -> None:
+    """A generic declaration of llama.cpp's old main, read on the lines a user's run printed."""
+    engine = engine_from_dict({
+        "name": "llama-main", "argv": ["{binary}", "-m", "{model}", "-t", "{threads}"],
+        "output": {
+            "format": "regex", "stream": "stderr",
+            "captures": {
+                "prompt_tokens": r"prompt eval time =\s*[0-9.]+ ms /\s*([0-9]+) tokens",
+                "generated_tokens": r"^llama_print_timings:\s+eval time =\s*[0-9.]+ ms /\s*"
+                                    r"([0-9]+) runs"},
+            "prompt_tps": r"prompt eval time =.*?([0-9.]+) tokens per second\)",
+            "gen_tps": r"^llama_print_timings:\s+eval time =.*?([0-9.]+) tokens per second\)",
+            "load": {"pattern": r"load time =\s*([0-9.]+) ms", "unit": "ms"}}}, "inline")
+    text = (Path(__file__).parent / "data" / "llama_cpp_main_timings_issue34.txt").read_text()
+    (record,) = engine.parse(EngineOutput("", text))
+    assert (record.as_dict()["prompt_tokens"], record.as_dict()["generated_tokens"]) == (14, 490)
+    (m,) = engine.measure([record])
+    assert (m.prompt_tps, m.gen_tps) == (64.90, 21.59)
+    assert m.load_s == pytest.approx(0.21725)

@@ -5,12 +5,14 @@ and the cells it refuses.
 The samples are composed from the tool's format strings (runtime/engine/io_types.cc
 ``operator<<(ostream&, const BenchmarkInfo&)``, runtime/engine/litert_lm_lib.cc
 ``LogBenchmarkInfo``/``LogMemoryUsage``, runtime/executor/llm_executor_settings.cc); absl puts
-its prefix on the first line of each log message only.
+its prefix on the first line of each log message only. One block is the tool's own, from a public
+issue (tests/engines/data/litert_lm_issue1396.txt, its source on its first line).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,7 +36,7 @@ CELL = Cell(
     threads=4, affinity="all", flash_attn="auto", mmap=True, n_batch=512, n_ubatch=512,
     n_prompt=128, n_gen=32, repetitions=1, engine="litert-lm",
 )
-GPU_CELL = dataclasses.replace(CELL, compute_device="OpenCL0", n_gpu_layers=-1)
+GPU_CELL = dataclasses.replace(CELL, compute_device="gpu", n_gpu_layers=-1)
 
 PREAMBLE = """\
 I0723 17:45:57.000100    4321 litert_lm_lib.cc:494] Choose backend: cpu
@@ -160,7 +162,7 @@ def test_argv_gpu_cell_has_no_thread_flag() -> None:
 
 
 def test_argv_npu_and_iterations_for_several_repetitions() -> None:
-    cell = dataclasses.replace(CELL, compute_device="HTP0", n_gpu_layers=-1, repetitions=5)
+    cell = dataclasses.replace(CELL, compute_device="npu", n_gpu_layers=-1, repetitions=5)
     argv = LITERT_LM_ADVANCED.argv(cell, "b", "m")
     assert "--backend=npu" in argv
     assert argv[-1] == "--num_iterations=5"
@@ -311,8 +313,8 @@ def test_log_prefix_and_durations() -> None:
     ({"cache": "cold"}, "cache cold"),
     ({"n_gen": 0}, "n_gen 0"),
     ({"n_prompt": 1024}, "needs 1056 tokens of context"),
-    ({"compute_device": "Vulkan0"}, "n_gpu_layers 0 (a partial offload)"),
-    ({"compute_device": "Vulkan0", "n_gpu_layers": 10}, "n_gpu_layers 10"),
+    ({"compute_device": "gpu"}, "n_gpu_layers 0 (a partial offload)"),
+    ({"compute_device": "gpu", "n_gpu_layers": 10}, "n_gpu_layers 10"),
     ({"compute_device": "BLAS"}, "no backend for device BLAS"),
     ({"n_gpu_layers": -1}, "device none runs every layer on the CPU"),
 ])
@@ -329,3 +331,24 @@ def test_supports_plain_cells_and_sustained_only_with_iterations() -> None:
     reason = LITERT_LM.supports(sustained)
     assert reason is not None and "--num_iterations" in reason
     assert LiteRtLm(binary_name="litert_lm_main").supports(sustained) == reason
+
+
+@pytest.mark.parametrize(("device", "word"), [
+    ("Vulkan0", "gpu"), ("GPUOpenCL", "gpu"), ("OpenCL0", "gpu"), ("HTP0", "npu")])
+def test_a_llama_cpp_device_name_is_refused_with_litert_s_word(device: str, word: str) -> None:
+    """--backend=gpu is LiteRT's own delegate: filed as Vulkan0 it would sit with llama.cpp's."""
+    cell = dataclasses.replace(CELL, compute_device=device, n_gpu_layers=-1)
+    reason = LITERT_LM_ADVANCED.supports(cell)
+    assert reason is not None and f"name the device {word}" in reason and device in reason
+    with pytest.raises(EngineError, match="LiteRT's own"):
+        LITERT_LM_ADVANCED.argv(cell, "b", "m")
+    own = dataclasses.replace(cell, compute_device=word)
+    assert LITERT_LM_ADVANCED.supports(own) is None
+    assert f"--backend={word}" in LITERT_LM_ADVANCED.argv(own, "b", "m")
+
+
+def test_the_block_of_a_run_that_recorded_no_turns() -> None:
+    """The tool's own print (a build that ran no inference): init phases, no turn, no record."""
+    text = (Path(__file__).parent / "data" / "litert_lm_issue1396.txt").read_text()
+    assert parse_output(text) == []
+    assert LITERT_LM.measure(LITERT_LM.parse(EngineOutput("", text))) == []

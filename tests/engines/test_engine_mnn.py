@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +33,7 @@ from harness.engines.mnn import (
 )
 from harness.errors import EngineError
 
+DATA = Path(__file__).parent / "data"
 BIN = "/data/local/tmp/harness/builds/mnn/bin/llm_bench"
 CONFIG = "/data/local/tmp/harness/models/qwen2.5-0.5b-mnn/config.json"
 
@@ -184,9 +186,7 @@ def test_pp_and_tg_rows_with_the_loading_time_column() -> None:
     assert pp.mmap is None and pp.flash_attn is None and pp.memory_mode is None
     assert pp.raw.startswith("| qwen2.5-0.5b-mnn") and pp.raw.endswith("|")
     data = pp.as_dict()
-    assert data["prompt_tokens"] == 64 and data["generated_tokens"] is None  # a pp row
     assert data["n_threads"] == 4 and data["columns"]["t/s"] == "812.35 ± 5.67"
-    assert records[1].as_dict()["prompt_tokens"] is None
 
     (m,) = measure_records(records)
     assert (m.rep, m.prompt_tps, m.prompt_tps_sd, m.gen_tps, m.gen_tps_sd) == (
@@ -396,3 +396,60 @@ def test_flash_attention_needs_fa_in_the_build() -> None:
 ])
 def test_supported_cells(change: dict[str, object]) -> None:
     assert MnnLlmBench().supports(dataclasses.replace(CELL, **change)) is None  # type: ignore[arg-type]
+
+
+# -- OpenCL's -t, token counts, and tables the real tool printed --------------------------------
+
+
+@pytest.mark.parametrize("threads", [1, 2, 8, 16])
+def test_an_opencl_cell_takes_no_threads_axis(threads: int) -> None:
+    """On -a opencl MNN reads -t's low bits as the tuning level: t1 would be none, t8 normal."""
+    reason = MnnLlmBench().supports(dataclasses.replace(OPENCL, threads=threads))
+    assert reason is not None and "not a thread count" in reason and "tuning" in reason
+    assert MnnLlmBench().supports(dataclasses.replace(CELL, threads=threads)) is None  # CPU
+
+
+def test_opencl_s_minus_t_is_the_adapter_s_tuning_level() -> None:
+    engine = MnnLlmBench(opencl_tuning="normal")
+    argv = engine.argv(OPENCL, BIN, CONFIG)
+    assert argv[argv.index("-t") + 1] == "8"  # MNN_GPU_TUNING_NORMAL, 1 << 3
+    cpu = engine.argv(dataclasses.replace(CELL, threads=6), BIN, CONFIG)
+    assert cpu[cpu.index("-t") + 1] == "6"  # the CPU's -t is the cell's threads
+    with pytest.raises(EngineError, match="not an MNN tuning level"):
+        MnnLlmBench(opencl_tuning="max")
+
+
+def test_an_opencl_row_s_threads_column_is_not_read_as_threads() -> None:
+    text = _table(PP_TG_FIELDS, [{"backend": "OPENCL", "test": "tg32", "t/s": _pm(20.5, 0.1),
+                                  "loadingTime(s)": _pm(2.0, 0.1)}])
+    (record,) = parse_output(text)
+    assert record.backend == "OPENCL" and record.columns["threads"] == "4"
+    assert record.n_threads is None and record.as_dict()["n_threads"] is None
+
+
+def test_records_report_no_token_counts_the_table_does_not_print() -> None:
+    """tg32 is what -n asked; a model that stopped at an end token ran fewer steps."""
+    for record in parse_output(PP_TG):
+        data = record.as_dict()
+        assert "prompt_tokens" not in data and "generated_tokens" not in data
+
+
+def test_the_table_in_mnn_s_docs() -> None:
+    records = parse_output((DATA / "mnn_llm_bench_docs.txt").read_text(), repetitions=3)
+    assert [(r.kind, r.test, r.shared_kv) for r in records] == [
+        ("pp", "pp512", False), ("tg", "tg128", False), ("pg", "pp512+tg128", True)]
+    assert records[0].backend == "METAL" and records[0].model_size_bytes == round(
+        355.68 * 1024**2)
+    assert (records[2].prefill_tps, records[2].decode_tps) == (5061.44, 293.40)
+    (m,) = measure_records(records)
+    assert (m.prompt_tps, m.gen_tps, m.aggregate_n) == (5073.12, 345.85, 3)
+
+
+def test_a_table_from_an_mnn_issue() -> None:
+    """A reporter's CPU run, with two columns of their own appended to each row."""
+    records = parse_output((DATA / "mnn_llm_bench_issue3806.txt").read_text())
+    assert [r.test for r in records] == ["pp512", "pp1024", "pp1536", "pp2048", "tg128"]
+    assert {(r.backend, r.n_threads, r.precision) for r in records} == {("CPU", 4, "Low")}
+    (m,) = measure_records(records)
+    assert (m.prompt_tps, m.prompt_tps_sd, m.gen_tps, m.gen_tps_sd) == (
+        344.09, 0.53, 45.58, 0.02)
