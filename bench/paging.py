@@ -7,6 +7,11 @@ host kernel enforces and whose own disk reads at 100 MB/s, then on the same phon
 four cells that page their weights. Per cell, the plan's ``predicted_paging_tg_tps`` (stored
 with every trial) over the median measured tg. Target: every cell within ±35 %.
 
+The phone's storage is limited in reads a second too (``storage.read_iops``), in a UFS 3.1
+phone's proportion to its bytes a second (``UFS``'s profile: 100,000 reads/s at 1,500 MB/s, 15 KB
+a read): a read pattern that a UFS 3.1 phone's reads a second would hold back is held back here
+too. The phone's reads and bytes read from its disk over the run (blkio) give the mean read.
+
 The moe model's expert hit rate (harness.paging_predict) was calibrated on this phone class
 with 128, 160 and 200 MB left to the engine. ``RAM_MB`` is 120, outside that range (a 136 MB
 phone turned out to hold the dense model's working set: it fitted): every cell is out of
@@ -16,13 +21,16 @@ sample.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from bench.common import ROOT, Figure, Lab
 
 PROFILE = ROOT / "devices" / "virtual" / "small-ram.yaml"
+UFS = ROOT / "devices" / "flagship-16gb.yaml"  # a UFS 3.1 phone: its reads a second per MB/s
 RAM_MB = 120
 SPEEDS = (100.0, 50.0)
 TARGET = 0.35
@@ -84,6 +92,36 @@ def figure(rows: list[dict[str, Any]]) -> Figure:
                   within == len(errors) >= 4, note)
 
 
+def read_iops_at(speed: float) -> int:
+    """Reads a second for a phone reading ``speed`` MB/s, in ``UFS``'s proportion."""
+    from harness.profiles import load_profile_file
+
+    ufs = load_profile_file(UFS)
+    if not ufs.storage_read_iops or not ufs.storage_read_mb_s:
+        raise SystemExit(f"{UFS}: storage.read_iops and storage.read_mb_s are both needed")
+    return round(speed * ufs.storage_read_iops / ufs.storage_read_mb_s)
+
+
+def _profile(lab: Lab, speed: float) -> Path:
+    """The small-RAM phone with reads a second in proportion to ``speed``."""
+    data = yaml.safe_load(PROFILE.read_text())
+    data["storage"] = {**data["storage"], "read_iops": read_iops_at(speed)}
+    path = lab.work / f"small-ram-{speed:g}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _mean_read_kib(phone_dir: str) -> float | None:
+    """The phone's mean read from its disk so far (KiB), from its blkio counts."""
+    from harness.virtual import cgroups
+    from harness.virtual.sandbox import Sandbox
+
+    config = yaml.safe_load((Sandbox(Path(phone_dir)).state / "config.json").read_text())
+    groups = cgroups.PhoneCgroups.from_json(config.get("cgroups"))
+    counts = cgroups.reads(groups) if groups else None
+    return counts[1] / counts[0] / 1024 if counts and counts[0] else None
+
+
 def measure(lab: Lab, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
     from harness import store
     from harness.device.adb import AdbDevice
@@ -95,12 +133,14 @@ def measure(lab: Lab, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
     data: dict[str, Any] = {"ram_mb": RAM_MB, "profile": str(PROFILE)}
     for speed in SPEEDS:  # one phone at a time: neither slows the other's storage or cores
         start = time.monotonic()
-        (phone,) = start_phones(str(PROFILE), 1, ram_mb=RAM_MB, home=lab.sim_home,
-                                abi="x86_64", storage_mb_s=speed)
+        (phone,) = start_phones(str(_profile(lab, speed)), 1, ram_mb=RAM_MB,
+                                home=lab.sim_home, abi="x86_64", storage_mb_s=speed)
         try:
             results = lab.work / f"paging-{speed:g}"
             lab.run(matrix, [AdbDevice(phone.serial)], results, reserve_bytes=0)
             rows += cell_rows(store.read_table(results, "trials"), speed)
+            data[f"read_iops_{speed:g}"] = phone.storage_read_iops
+            data[f"mean_read_kib_{speed:g}"] = _mean_read_kib(phone.path)
         finally:
             stop_phones([phone.serial], home=lab.sim_home)
         data[f"seconds_{speed:g}"] = time.monotonic() - start

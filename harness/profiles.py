@@ -80,6 +80,8 @@ class DeviceProfile:
     storage_read_mb_s: float | None = None
     storage_class: str | None = None
     storage_readahead_kb: int | None = None  # the flash's read_ahead_kb (None: 128, Linux's)
+    # random reads a second the flash serves at most (a ceiling, as read_mb_s is); None: no limit
+    storage_read_iops: int | None = None
     source: str = ""  # the file it came from
     gpu: GpuConfig | None = None  # a virtual phone's GPU (harness.virtual.config.parse_gpu)
     # the phone's zram swap (its disksize, MB of uncompressed pages): Android's default home for
@@ -208,10 +210,15 @@ STORAGE_CLASSES = ("ufs", "emmc", "nvme", "sd")
 
 
 def _storage(raw: Any, where: str) -> dict[str, Any]:
-    """``storage: {read_mb_s: 1500, class: ufs, readahead_kb: 128}`` (all optional)."""
+    """``storage: {read_mb_s: 1500, class: ufs, readahead_kb: 128, read_iops: 100000}`` (all
+    optional)."""
     if raw is None:
         return {}
-    data = _known(raw, {"read_mb_s", "class", "readahead_kb"}, where)
+    data = _known(raw, {"read_mb_s", "class", "readahead_kb", "read_iops"}, where)
+    iops = data.get("read_iops")
+    if iops is not None and (isinstance(iops, bool) or not isinstance(iops, int) or iops <= 0):
+        raise ConfigError(f"{where}.read_iops must be a positive whole number of reads a second, "
+                          f"got {iops!r}")
     readahead = data.get("readahead_kb")
     if readahead is not None and (isinstance(readahead, bool) or not isinstance(readahead, int)
                                   or not 4 <= readahead <= 65536):
@@ -226,7 +233,7 @@ def _storage(raw: Any, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}.class must be one of {', '.join(STORAGE_CLASSES)}, "
                           f"got {kind!r}")
     return {"storage_read_mb_s": float(speed) if speed is not None else None,
-            "storage_class": kind, "storage_readahead_kb": readahead}
+            "storage_class": kind, "storage_readahead_kb": readahead, "storage_read_iops": iops}
 
 
 def _bandwidth(value: Any, source: str) -> float | None:

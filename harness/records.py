@@ -227,6 +227,9 @@ class TrialRecord:
     engine_peak_bytes: int | None = None  # the engine's own peak memory figure
     model_file: str | None = None  # the model file's name as the engine was given it
     model_converted_from: str | None = None  # models.NAME.converted_from, for its own format
+    # added in schema 15 (older parts read it as null): why ``paging`` is null for a trial that
+    # decoded, with its figures: the phone's swap-ins (another process's too) decide the label
+    paging_unknown: str | None = None
 
 
 class TrialIdentity(Protocol):

@@ -22,7 +22,7 @@ from harness.labels import config_label
 from harness.run.paging_measure import file_reads
 from harness.units import MB
 
-SHOWN = ("paging", "cache", "load_mode", "read_bytes")
+SHOWN = ("paging", "cache", "load_mode", "read_bytes", "paging_unknown")
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,8 @@ class PagingRow:
     predicted_tg_tps: float | None  # the plan's storage-bound decode speed (before the trial)
     # of read_bytes_per_token, pages back from zram (the phone's swap-ins); None: not read
     swap_in_bytes_per_token: float | None = None
+    unknown: int = 0  # ok trials whose label the phone's swap-ins decide (paging_unknown)
+    unknown_reason: str = ""  # the first of those trials' reasons, with its figures
 
 
 def _share(part: float | None, whole: float | None) -> float | None:
@@ -76,6 +78,7 @@ def _row(key: tuple[str, ...], group: pd.DataFrame) -> PagingRow:
     if not isinstance(load_mode, str) or not load_mode:
         load_mode = "mmap" if bool(first.get("mmap", True)) else "none"
     cache = first.get("cache")
+    reasons = column(ok, "paging_unknown").dropna().astype(str)
     return PagingRow(
         device=key[0], config_id=key[1], build_id=key[2], engine=key[3],
         label=config_label(first), model=str(first.get("model_name")),
@@ -89,7 +92,8 @@ def _row(key: tuple[str, ...], group: pd.DataFrame) -> PagingRow:
         tg_tps=tg, storage_mb_s=speed,
         read_mb_s=file_read * tg / MB if file_read is not None and tg else None,
         predicted_tg_tps=median(column(group, "predicted_paging_tg_tps")),
-        swap_in_bytes_per_token=swap_in)
+        swap_in_bytes_per_token=swap_in, unknown=len(reasons),
+        unknown_reason=str(reasons.iloc[0]) if len(reasons) else "")
 
 
 def paging_table(trials: pd.DataFrame) -> tuple[PagingRow, ...]:
@@ -100,7 +104,8 @@ def paging_table(trials: pd.DataFrame) -> tuple[PagingRow, ...]:
     cache = column(trials, "cache").astype(object).isin(("cold", "warm"))
     mode = column(trials, "load_mode").astype(object).isin(("none", "dio", "mlock",
                                                             "mmap+mlock"))
-    wanted = (paging | cache | mode).to_numpy()
+    unknown = column(trials, "paging_unknown").notna()
+    wanted = (paging | unknown | cache | mode).to_numpy()
     if not wanted.any():
         return ()
     rows = [_row(key, group) for key, group in candidate_groups(trials, wanted)]

@@ -189,6 +189,10 @@ def _memory_words(phone: PhoneInfo) -> str:
         words += f" ({phone.memory_note})"
     if phone.storage_read_mb_s is not None:
         words += f"  storage: {phone.storage_read_mb_s:g} MB/s"
+        if phone.storage_read_iops is not None:
+            words += f", {phone.storage_read_iops} reads/s"
+    elif phone.storage_read_iops is not None:
+        words += f"  storage: {phone.storage_read_iops} reads/s"
     elif phone.storage_note:
         words += f"  storage: {phone.storage_note}"
     if phone.readahead_kb is not None:

@@ -47,7 +47,7 @@ TRIAL_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((
     "mmap", "model_file_bytes", "peak_pss_anon_bytes", "memory_model", "storage_read_mb_s",
     "load_mode", "cache", "cache_resident_bytes", "major_faults", "read_bytes",
     "read_bytes_per_token", "major_faults_per_token", "load_ms", "paging",
-    "predicted_paging_tg_tps", "swap_in_bytes", "swap_in_bytes_per_token",
+    "predicted_paging_tg_tps", "swap_in_bytes", "swap_in_bytes_per_token", "paging_unknown",
     # schema 11: where the model ran and what the phone said of its GPU (the Offload section)
     "gpu_emulated", "gpu_info", "devices_used", "gpu_driver", "offloaded_layers",
     "model_layers", "device_memory_bytes", "device_memory_source", "host_memory_bytes",

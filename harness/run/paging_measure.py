@@ -10,8 +10,13 @@ the decode window into per-token figures and the trial's ``paging`` label. Pure 
 A page swapped back in from zram is a block read and a major fault too (``harness.virtual.
 zram``): weights read from the model file are the engine's read bytes less the phone's swap-ins
 (/proc/vmstat ``pswpin``, every process's, so an upper bound on the engine's: what is left is at
-least what the engine read from files). Where the swap-ins were not read and the engine had swap
-in use, its reads cannot be told apart, and ``paging`` is unknown (None), not guessed.
+least what the engine read from files, and the engine's reads are at most what it read). So an
+engine that maps its weights is labelled on both bounds: where they disagree (the swap-ins, some
+of them perhaps another process's, are so large a share of the reads that they alone decide
+the label) ``paging`` is unknown (None), and ``unknown`` says why with the figures; so too where
+the swap-ins were not read and the engine had swap in use. An engine whose weights are not
+file pages (read into memory, or locked) reads none of them back while decoding: its label is
+the lower bound's.
 
 Per token: the slope of the series over the decode window (its last ``n_gen / tg_tps``
 seconds before the engine's end, from the last reading before it), times the seconds a token
@@ -55,13 +60,15 @@ class Paging:
     paging: bool | None = None
     swap_in_bytes: int | None = None  # the phone's swap-ins over the trial
     swap_in_bytes_per_token: float | None = None  # while decoding
+    unknown: str | None = None  # why ``paging`` is None though the reads were measured
 
     def columns(self) -> dict[str, object]:
         return {"major_faults": self.major_faults, "read_bytes": self.read_bytes,
                 "read_bytes_per_token": self.read_bytes_per_token,
                 "major_faults_per_token": self.major_faults_per_token, "paging": self.paging,
                 "swap_in_bytes": self.swap_in_bytes,
-                "swap_in_bytes_per_token": self.swap_in_bytes_per_token}
+                "swap_in_bytes_per_token": self.swap_in_bytes_per_token,
+                "paging_unknown": self.unknown}
 
 
 def _last(points: Sequence[Point], name: str) -> int | None:
@@ -97,8 +104,9 @@ def file_reads(read: float | None, swap_in: float | None) -> float | None:
 
 def analyse(points: Sequence[Point], end_ms: float | None, n_gen: int,
             tg_tps: float | None, model_bytes: int | None,
-            storage_mb_s: float | None = None) -> Paging:
-    """The paging columns of one trial; ``end_ms``: the engine's end since its launch."""
+            storage_mb_s: float | None = None, maps_weights: bool = True) -> Paging:
+    """The paging columns of one trial; ``end_ms``: the engine's end since its launch;
+    ``maps_weights``: its weights are file pages the kernel may reclaim (mmap, unlocked)."""
     faults, read = _last(points, "major_faults"), _last(points, "read_bytes")
     swapped_in = _span(points, "swap_in_bytes")
     per_token_bytes = per_token_faults = per_token_swap = None
@@ -111,13 +119,47 @@ def analyse(points: Sequence[Point], end_ms: float | None, n_gen: int,
         per_token_faults = fault_rate * token_s if fault_rate is not None else None
         swap_rate = _slope(points, "swap_in_bytes", start_ms, end_ms)
         per_token_swap = swap_rate * token_s if swap_rate is not None else None
-    if swapped_in is None and any(p.swap_kb for p in points):
-        paging = None  # swap in use, swap-ins unread: file reads cannot be told apart
-    else:
-        paging = label(file_reads(per_token_bytes, per_token_swap), file_reads(read, swapped_in),
-                       model_bytes, tg_tps, storage_mb_s)
+    swap_kb = max((p.swap_kb or 0 for p in points), default=0)
+    paging, unknown = label_with_swap(per_token_bytes, per_token_swap, read, swapped_in,
+                                      model_bytes, tg_tps, storage_mb_s, maps_weights)
+    if swapped_in is None and swap_kb and maps_weights:
+        paging, unknown = None, (f"the engine had {swap_kb} kB swapped out and the phone's "
+                                 "swap-ins were not read: its storage reads cannot be told "
+                                 "apart from pages back from swap")
     return Paging(faults, read, per_token_bytes, per_token_faults, paging,
-                  swapped_in, per_token_swap)
+                  swapped_in, per_token_swap, unknown)
+
+
+def label_with_swap(per_token_bytes: float | None, per_token_swap: float | None,
+                    read_bytes: float | None, swap_in_bytes: float | None,
+                    model_bytes: int | None, tg_tps: float | None = None,
+                    storage_mb_s: float | None = None,
+                    maps_weights: bool = True) -> tuple[bool | None, str | None]:
+    """The label on the engine's file reads, which lie between its reads less the phone's
+    swap-ins and its reads: (label, why unknown). Both bounds give the same label, or the
+    swap-ins decide it and it is unknown, with the figures."""
+    low = label(file_reads(per_token_bytes, per_token_swap), file_reads(read_bytes, swap_in_bytes),
+                model_bytes, tg_tps, storage_mb_s)
+    if not maps_weights:
+        return low, None  # its weights are not file pages: none of its reads are theirs
+    high = label(per_token_bytes, read_bytes, model_bytes, tg_tps, storage_mb_s)
+    if low == high or model_bytes is None:
+        return low, None
+    if per_token_bytes is not None:
+        figures = (per_token_bytes, per_token_swap or 0.0, PAGING_SHARE * model_bytes,
+                   "per generated token while decoding", f"{PAGING_SHARE:.0%} of the model")
+    else:
+        figures = (read_bytes or 0.0, swap_in_bytes or 0.0, PAGING_TOTAL * model_bytes,
+                   "over the trial", f"{PAGING_TOTAL:g} times the model")
+    return None, unknown_reason(*figures)
+
+
+def unknown_reason(read: float, swap_in: float, line: float, where: str, line_is: str) -> str:
+    """Why swap-ins leave the label unknown, with the figures (MB)."""
+    return (f"the engine read {read / MB:.1f} MB {where} and the phone swapped in "
+            f"{swap_in / MB:.1f} MB (every process's pages, /proc/vmstat pswpin): its file reads "
+            f"were between {(file_reads(read, swap_in) or 0.0) / MB:.1f} and {read / MB:.1f} MB, "
+            f"either side of the paging line ({line / MB:.1f} MB, {line_is})")
 
 
 def label(per_token_bytes: float | None, read_bytes: float | None, model_bytes: int | None,

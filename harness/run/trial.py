@@ -45,6 +45,7 @@ from harness.engines.llamalog import EngineMemoryLog, parse_memory_log
 from harness.errors import DeviceError, EngineError, HarnessError
 from harness.knobs import CPU_DEVICE
 from harness.matrix import EnergyPolicy, Requirements
+from harness.paging_predict import maps_weights
 from harness.records import (
     BuildMeta,
     DeviceMeta,
@@ -811,8 +812,9 @@ def _storage_columns(spec: TrialSpec, ctx: TrialContext, ticks: Sequence[Tick],
     cell = spec.cell
     result = paging_measure.analyse(points, end_ms, 0 if cell.sustained_s else cell.n_gen,
                             rates.gen_tps if rates else None, ctx.model_meta.file_bytes,
-                            ctx.device_meta.storage_read_mb_s)
-    columns = {**result.columns(), "paging": result.paging if ok else None}
+                            ctx.device_meta.storage_read_mb_s, maps_weights(cell))
+    columns = {**result.columns(), "paging": result.paging if ok else None,
+               "paging_unknown": result.unknown if ok else None}
     resident = found[0].resident_bytes if found else None
     cache, why = paging_measure.cache_outcome(cell.cache or None, resident,
                                               ctx.model_meta.file_bytes, cache_text)

@@ -187,9 +187,10 @@ def _make_dir(parent: Path, name: str) -> Path:
 
 
 def make(name: str, limit_bytes: int, read_bps: int | None, storage: Path,
-         swap_bytes: int = 0) -> PhoneCgroups:
+         swap_bytes: int = 0, read_iops: int | None = None) -> PhoneCgroups:
     """Make the phone's cgroups: a memory limit (with ``swap_bytes`` of swap on top: the phone's
-    zram), and a read throttle on the disk holding ``storage`` when ``read_bps``.
+    zram), and read throttles on the disk holding ``storage``: bytes a second when
+    ``read_bps``, reads a second when ``read_iops`` (the kernel holds a read to both).
 
     Raises CgroupError naming what failed; nothing half made is left behind.
     """
@@ -197,14 +198,17 @@ def make(name: str, limit_bytes: int, read_bps: int | None, storage: Path,
     if "memory" not in dirs:
         raise CgroupError("no cgroup v1 memory controller is mounted here (/proc/self/mounts); "
                           "start the phone with --memory-model simulated")
-    device = block_device(storage) if read_bps else None
-    if read_bps and device is None:
+    throttled = bool(read_bps or read_iops)
+    device = block_device(storage) if throttled else None
+    if throttled and device is None:
         raise CgroupError(f"{storage}: the phone's files are on no block device (tmpfs or "
                           "overlay?), so its storage speed cannot be throttled; put the sim "
-                          "home on a disk (HARNESS_HOME) or drop storage.read_mb_s")
-    if read_bps and "blkio" not in dirs:
+                          "home on a disk (HARNESS_HOME) or drop storage.read_mb_s and "
+                          "storage.read_iops")
+    if throttled and "blkio" not in dirs:
         raise CgroupError("no cgroup v1 blkio controller is mounted here, so the phone's "
-                          "storage speed cannot be throttled; drop storage.read_mb_s")
+                          "storage speed cannot be throttled; drop storage.read_mb_s and "
+                          "storage.read_iops")
     made: list[Path] = []
     try:
         memory = _make_dir(dirs["memory"], PREFIX + name)
@@ -227,16 +231,46 @@ def make(name: str, limit_bytes: int, read_bps: int | None, storage: Path,
         else:
             _write(memory / "memory.swappiness", "0", "the cgroup's swappiness")
         blkio = None
-        if read_bps and device is not None:
+        if throttled and device is not None:
             blkio = _make_dir(dirs["blkio"], PREFIX + name)
             made.append(blkio)
-            _write(blkio / "blkio.throttle.read_bps_device", f"{device} {read_bps}",
-                   f"the read throttle on {device}")
+            _throttle(blkio, device, read_bps, read_iops)
         return PhoneCgroups(memory, blkio, device)
     except BaseException:
         for path in reversed(made):
             remove_dir(path)
         raise
+
+
+def _throttle(blkio: Path, device: str, read_bps: int | None, read_iops: int | None) -> None:
+    if read_bps:
+        _write(blkio / "blkio.throttle.read_bps_device", f"{device} {read_bps}",
+               f"the read throttle on {device}")
+    if read_iops:
+        _write(blkio / "blkio.throttle.read_iops_device", f"{device} {read_iops}",
+               f"the reads-a-second throttle on {device}")
+
+
+def parse_serviced(text: str, device: str) -> int | None:
+    """The ``Read`` count of ``device`` in a ``blkio.throttle.io_serviced`` or
+    ``io_service_bytes`` file (lines ``MAJ:MIN Read N``); None when it has none."""
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[0] == device and fields[1] == "Read" \
+                and fields[2].isdigit():
+            return int(fields[2])
+    return None
+
+
+def reads(groups: PhoneCgroups) -> tuple[int, int] | None:
+    """(reads, bytes read) the phone's processes issued to its throttled disk so far; None when
+    its storage is not throttled or the kernel keeps no count."""
+    if groups.blkio is None or groups.device is None:
+        return None
+    count = parse_serviced(_read(groups.blkio / "blkio.throttle.io_serviced"), groups.device)
+    size = parse_serviced(_read(groups.blkio / "blkio.throttle.io_service_bytes"),
+                          groups.device)
+    return (count, size) if count is not None and size is not None else None
 
 
 def probe(storage: Path) -> str | None:

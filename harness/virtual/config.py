@@ -265,6 +265,7 @@ class PhoneConfig:
     storage_read_mb_s: float | None = None  # the storage's read speed (MB/s); None: the host's
     storage_note: str = ""  # why the storage speed is not what the profile asks
     storage_readahead_kb: int = 128  # the phone's own disk's read_ahead_kb
+    storage_read_iops: int | None = None  # the storage's random reads a second; None: no limit
     disk: Mapping[str, Any] | None = None  # disk.PhoneDisk.to_json(): /data on its own device
     disk_note: str = ""  # why /data is on the host's disk instead
     gpu: GpuConfig | None = None  # the profile's GPU, run on lavapipe (harness.virtual.gpu)
@@ -307,6 +308,8 @@ class PhoneConfig:
                                if data.get("storage_read_mb_s") is not None else None),
             storage_note=str(data.get("storage_note", "")),
             storage_readahead_kb=int(data.get("storage_readahead_kb", 128)),
+            storage_read_iops=(int(data["storage_read_iops"])
+                               if data.get("storage_read_iops") is not None else None),
             disk=dict(data["disk"]) if data.get("disk") else None,
             disk_note=str(data.get("disk_note", "")),
             cpu_nice=int(data["cpu_nice"]) if data.get("cpu_nice") is not None else None,

@@ -49,6 +49,7 @@ class PhoneInfo:
     memory_note: str = ""
     storage_read_mb_s: float | None = None  # None: not throttled (the host's disk speed)
     storage_note: str = ""
+    storage_read_iops: int | None = None  # None: reads a second not limited
     readahead_kb: int | None = None  # /data on the phone's own disk: its read_ahead_kb
     disk_note: str = ""  # why /data is on the host's disk instead
     stopped_why: str = ""  # a stopped phone that stopped itself: why (execshim.c)
@@ -302,10 +303,11 @@ def _with_cpu(config: PhoneConfig) -> PhoneConfig:
 def _info(config: PhoneConfig, name: str, port: int, pid: int, prof: DeviceProfile,
           phone_dir: Path, adb_port: int) -> PhoneInfo:
     throttled = config.storage_read_mb_s if not config.storage_note else None
+    iops = config.storage_read_iops if not config.storage_note else None
     return PhoneInfo(name, f"127.0.0.1:{port}", port, pid, prof.name, prof.model,
                      str(phone_dir), adb_port, abi=config.abi, memory_model=config.memory_model,
                      memory_note=config.memory_note, storage_read_mb_s=throttled,
-                     storage_note=config.storage_note,
+                     storage_note=config.storage_note, storage_read_iops=iops,
                      readahead_kb=config.storage_readahead_kb if config.disk else None,
                      disk_note=config.disk_note, cpu_note=config.cpu_note)
 

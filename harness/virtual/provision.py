@@ -31,16 +31,22 @@ MIB = 1024 * 1024
 def _props(config: PhoneConfig) -> dict[str, str]:
     props = dict(config.props)
     props["ro.harness.memory_model"] = config.memory_model
-    if config.storage_read_mb_s is not None and config.storage_note == "":
+    throttled = config.storage_note == ""
+    if config.storage_read_mb_s is not None and throttled:
         props["ro.harness.storage_read_mb_s"] = f"{config.storage_read_mb_s:g}"
     else:
         props.pop("ro.harness.storage_read_mb_s", None)
+    if config.storage_read_iops is not None and throttled:
+        props["ro.harness.storage_read_iops"] = str(config.storage_read_iops)
+    else:
+        props.pop("ro.harness.storage_read_iops", None)
     return props
 
 
 def _simulated(config: PhoneConfig, note: str) -> PhoneConfig:
     storage_note = ("not throttled: the simulated memory model has no page cache of its own"
-                    if config.storage_read_mb_s is not None else "")
+                    if config.storage_read_mb_s is not None or config.storage_read_iops is not None
+                    else "")
     blocked = reclaim.capable()
     note += ("; clean file pages are paged out before a kill" if blocked is None else
              f"; it cannot reclaim file pages ({blocked}): an mmap'd model bigger than the "
@@ -89,19 +95,22 @@ def provision(config: PhoneConfig, phone_dir: Path, requested: str = "auto",
     speed = config.storage_read_mb_s
     read_bps = round(speed * MB) if speed is not None else None
     storage_note = config.storage_note
-    if read_bps is not None and cgroups.block_device(data) is None:
+    # a storage left unthrottled (its note says why) is unthrottled in reads a second too
+    read_iops = config.storage_read_iops if not storage_note else None
+    if (read_bps or read_iops) and cgroups.block_device(data) is None:
         reason = (f"{data} is on no block device (tmpfs or overlay?), so its storage speed "
                   "cannot be throttled")
         if requested == "cgroup":
             disk.release(own)
             raise cgroups.CgroupError(f"virtual phone {config.name}: {reason}; put the sim home "
-                                      "on a disk (HARNESS_HOME) or drop storage.read_mb_s")
-        read_bps, storage_note = None, f"not throttled: {reason}"
+                                      "on a disk (HARNESS_HOME) or drop storage.read_mb_s and "
+                                      "storage.read_iops")
+        read_bps, read_iops, storage_note = None, None, f"not throttled: {reason}"
     swap = None
     try:
         swap = _zram(config)
         groups = cgroups.make(cgroup_name(phone_dir), config.limit_mb * MIB, read_bps, data,
-                              swap.size_bytes if swap else 0)
+                              swap.size_bytes if swap else 0, read_iops)
     except cgroups.CgroupError as error:
         disk.release(own)
         zram.remove(swap)
@@ -210,5 +219,6 @@ def config_from_profile(profile: DeviceProfile, name: str, ram_mb: int | None = 
         power_model=dict(getattr(profile, "power_model", {})),
         storage_read_mb_s=storage_mb_s if storage_mb_s is not None else profile.storage_read_mb_s,
         storage_readahead_kb=getattr(profile, "storage_readahead_kb", None) or 128,
+        storage_read_iops=getattr(profile, "storage_read_iops", None),
         gpu=gpu, zram_mb=getattr(profile, "zram_mb", 0),
     )

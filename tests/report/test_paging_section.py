@@ -82,3 +82,21 @@ def test_the_section_shows_them_escaped_and_only_when_there_is_something(
     write(plain, [trial(cell(), rep=i) for i in range(2)])
     quiet = build_report_data(ReportOptions(plain))
     assert not quiet.paging.present and '<section id="paging">' not in render_report(quiet)
+
+
+def test_trials_whose_swap_ins_decide_the_label_show_as_unknown_with_the_figures(
+        tmp_path: Path) -> None:
+    """paging null with its reason (paging_unknown): the row is shown, the reason escaped."""
+    mapped = cell(model="bench", quant="F16", n_ctx=256)
+    why = "the engine read 50.0 MB <per token> & the phone swapped in 49.0 MB"
+    write(tmp_path, [trial(mapped, rep=rep, paging=None, paging_unknown=why,
+                           model_file_bytes=FILE, read_bytes_per_token=50e6,
+                           swap_in_bytes_per_token=49e6, load_mode="mmap")
+                     for rep in range(2)])
+    (row,) = paging_table(read_table(tmp_path, "trials"))
+    assert (row.ok, row.paging, row.unknown, row.unknown_reason) == (2, 0, 2, why)
+    html = render_report(build_report_data(ReportOptions(tmp_path)))
+    start = html.index('<section id="paging">')
+    section = html[start:html.index("</section>", start)]
+    assert ("0 (2 unknown: the engine read 50.0 MB &lt;per token&gt; &amp; the phone swapped "
+            "in 49.0 MB)") in section

@@ -87,10 +87,11 @@ def test_swap_ins_are_reads_but_not_paging() -> None:
               for t in range(2000, 6001, 500)]
     load = [Point(p.t_ms, p.major_faults, p.read_bytes, 0, 0) for p in load]
     swapped = analyse([*load, *decode], end_ms=6000, n_gen=8, tg_tps=2.0,
-                      model_bytes=150 * MB)
+                      model_bytes=150 * MB, maps_weights=False)
     assert swapped.read_bytes_per_token == pytest.approx(50 * MB)  # what /proc/PID/io says
     assert swapped.swap_in_bytes_per_token == pytest.approx(50 * MB)
     assert swapped.swap_in_bytes == 400 * MB and swapped.paging is False
+    assert swapped.unknown is None
     # the same reads, half of them from the model file: paging
     half = analyse(_with_swap([*load, *decode], 0.5), end_ms=6000, n_gen=8, tg_tps=2.0,
                    model_bytes=150 * MB)
@@ -100,7 +101,47 @@ def test_swap_ins_are_reads_but_not_paging() -> None:
 def test_swap_in_use_with_swap_ins_unread_leaves_paging_unknown() -> None:
     decode = [Point(p.t_ms, p.major_faults, p.read_bytes, None, 4096)
               for p in _series(100, 0, 4000)]
-    assert analyse(decode, end_ms=4000, n_gen=8, tg_tps=2.0, model_bytes=150 * MB).paging is None
+    unread = analyse(decode, end_ms=4000, n_gen=8, tg_tps=2.0, model_bytes=150 * MB)
+    assert unread.paging is None and unread.unknown is not None
+    assert "4096 kB swapped out" in unread.unknown
     # no swap in use: the reads are the file's, as before the swap-ins were read
     no_swap = [Point(p.t_ms, p.major_faults, p.read_bytes, None, 0) for p in decode]
     assert analyse(no_swap, end_ms=4000, n_gen=8, tg_tps=2.0, model_bytes=150 * MB).paging
+
+
+def _mapped_decode_with_swap(swap_mb_s: float) -> list[Point]:
+    """A mapped engine decoding at 2 tok/s and reading 100 MB/s, while the phone swaps in
+    ``swap_mb_s`` (a background app's pages, or the engine's own: /proc/vmstat cannot tell)."""
+    return [Point(t, t // 100, round(100 * MB * t / 1000), round(swap_mb_s * MB * t / 1000),
+                  1024) for t in range(0, 4001, 500)]
+
+
+def test_swap_ins_that_would_decide_the_label_leave_paging_unknown_with_the_figures() -> None:
+    # 50 MB read per token, 49 MB of swap-ins per token: the engine's file reads are between
+    # 1 MB (not paging: under 2% of 150 MB) and 50 MB (paging): the swap-ins decide, so unknown
+    result = analyse(_mapped_decode_with_swap(98), end_ms=4000, n_gen=8, tg_tps=2.0,
+                     model_bytes=150 * MB)
+    assert result.paging is None
+    assert result.columns()["paging_unknown"] == result.unknown
+    assert result.unknown is not None
+    for figure in ("50.0 MB per generated token", "swapped in 49.0 MB",
+                   "between 1.0 and 50.0 MB", "paging line (3.0 MB"):
+        assert figure in result.unknown, result.unknown
+    # swap-ins a small share: the file reads are over the line either way, paging
+    small = analyse(_mapped_decode_with_swap(10), end_ms=4000, n_gen=8, tg_tps=2.0,
+                    model_bytes=150 * MB)
+    assert small.paging is True and small.unknown is None
+    # weights read into memory are no file pages: the reads left are not theirs, not paging
+    read_in = analyse(_mapped_decode_with_swap(98), end_ms=4000, n_gen=8, tg_tps=2.0,
+                      model_bytes=150 * MB, maps_weights=False)
+    assert read_in.paging is False and read_in.unknown is None
+
+
+def test_swap_ins_deciding_the_total_rule_leave_paging_unknown() -> None:
+    # no decode window: 400 MB read over the trial, 300 MB of it swap-ins, a 150 MB model:
+    # 100..400 MB either side of 1.5 x the model (225 MB)
+    points = [Point(0, 0, 0, 0, 512), Point(500, 10, 400 * MB, 300 * MB, 512)]
+    result = analyse(points, end_ms=600, n_gen=2, tg_tps=20.0, model_bytes=150 * MB)
+    assert result.paging is None and result.unknown is not None
+    assert "400.0 MB over the trial" in result.unknown
+    assert "paging line (225.0 MB, 1.5 times the model)" in result.unknown

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from fixtures_phones import PhoneFactory, VirtualPhone
 
 from harness.errors import ConfigError
@@ -24,6 +25,7 @@ from harness.virtual.control import list_phones, stop_phones
 from harness.virtual.provision import cgroup_name
 
 MB = 1_000_000
+SMALL = Path(__file__).resolve().parents[2] / "devices" / "virtual" / "small-ram.yaml"
 
 
 def _cgroups_or_skip(tmp_path: Path) -> None:
@@ -103,6 +105,38 @@ def _timed_read(server: AdbServer, phone: VirtualPhone, path: str) -> float:
     assert run.returncode == 0, run.stderr
     start, end = (float(x) for x in run.stdout.split())
     return end - start
+
+
+def test_a_cold_read_is_held_to_the_profile_s_reads_a_second(
+        adb_server: AdbServer, virtual_phones: PhoneFactory, tmp_path: Path) -> None:
+    """400 MB/s but 200 reads a second: a 24 MB file read in readahead-sized (128 KB) requests
+    takes its requests / 200 seconds, ten times what its bytes alone would."""
+    _cgroups_or_skip(tmp_path)
+    iops, speed = 200, 400
+    data = yaml.safe_load(SMALL.read_text())
+    data.update(name="small-iops", storage={**data["storage"], "read_iops": iops,
+                                            "read_mb_s": speed})
+    profile = tmp_path / "small-iops.yaml"
+    profile.write_text(yaml.safe_dump(data))
+    (phone,) = virtual_phones(profile=str(profile), memory_model="cgroup")
+    shell = ("getprop ro.harness.storage_read_iops; getprop ro.harness.storage_read_mb_s")
+    run = adb_server.adb("-s", phone.serial, "shell", shell, timeout=60)
+    assert run.stdout.split() == [str(iops), str(speed)], run.stdout
+    config = json.loads((phone.sandbox / "state" / "config.json").read_text())
+    groups = cgroups.PhoneCgroups.from_json(config["cgroups"])
+    assert groups is not None and groups.blkio is not None and groups.device is not None
+    throttle = (groups.blkio / "blkio.throttle.read_iops_device").read_text().split()
+    assert throttle == [groups.device, str(iops)]
+    target = _push(adb_server, phone, _random_file(tmp_path / "cold.bin", 24), "cold.bin")
+    before = cgroups.reads(groups)
+    assert before is not None
+    seconds = _timed_read(adb_server, phone, target)
+    after = cgroups.reads(groups)
+    assert after is not None
+    requests, read = after[0] - before[0], after[1] - before[1]
+    assert read >= 24 * 2**20, (requests, read)  # the whole file came from the disk
+    assert requests / iops >= 5 * read / (speed * MB), (requests, read)  # reads/s binds
+    assert seconds >= 0.8 * requests / iops, (seconds, requests)
 
 
 def test_status_names_the_memory_model_and_stop_removes_the_cgroups(
