@@ -121,7 +121,8 @@ class TrialRecord:
     applied_affinity: str | None = None  # CPUs the engine's threads were allowed, e.g. "4-7"
     affinity_applied: bool | None = None  # applied within the requested mask; None: none asked
     threads_seen: int | None = None  # most threads the engine process had at once
-    config_not_applied: str | None = None  # why the cell's affinity/threads did not take effect
+    # why the cell's affinity/threads or its offload (the engine's log) did not take effect
+    config_not_applied: str | None = None
     cooldown_source: str | None = None  # what the cooldown gate decided on (COOLDOWN_SOURCES)
     cooldown_unmet: str | None = None  # why the gate was still not satisfied when it gave up
     screen_on: bool | None = None  # pre-flight, before the cooldown gate

@@ -18,8 +18,10 @@ Where the model runs is always said: ``-dev`` (the cell's device, ``none`` for t
 ``-ngl`` (its offloaded layers) are passed on every command line. llama-bench's own defaults are
 ``-ngl -1`` (every layer) on the first device, so a build with Vulkan, OpenCL or Hexagon would
 otherwise run a "CPU" cell on the GPU; and ``-ngl 0`` alone still sends large batched ops to a
-device that is present. A build too old for ``-dev`` runs CPU cells with ``-ngl 0`` and refuses
-device cells. ``backends`` in the JSONL describes the build; ``devices`` the test's devices.
+device that is present. A build too old for ``-dev`` refuses device cells, and runs CPU cells
+with ``-ngl 0`` only when it has no GPU backend compiled in. ``backends`` in the JSONL describes
+the build; ``devices`` the test's devices (an echo of ``-dev``: where the model really ran is
+read from the log, ``harness.run.offload``).
 """
 
 from __future__ import annotations
@@ -189,6 +191,8 @@ class LlamaBench:
 
     dialect: Dialect = Dialect()
     name: str = "llama-bench"
+    # the GPU/NPU backends the build has compiled in (its manifest's), () for a CPU build
+    gpu_backends: tuple[str, ...] = ()
 
     def supports(self, cell: Cell) -> str | None:
         common = common_problem(cell)
@@ -207,9 +211,16 @@ class LlamaBench:
         offload = knobs.offload_problem(cell.compute_device, cell.n_gpu_layers)
         if offload:
             return offload
-        if cell.compute_device != knobs.CPU_DEVICE and not self.dialect.device:
+        if self.dialect.device:
+            return None
+        if cell.compute_device != knobs.CPU_DEVICE:
             return (f"this llama-bench has no -dev/--device (an older build), so device "
                     f"{cell.compute_device} cannot be asked; use a newer build")
+        if self.gpu_backends:
+            return (f"this llama-bench has no -dev/--device (an older build) and has "
+                    f"{', '.join(self.gpu_backends)} compiled in: -ngl 0 alone still sends "
+                    "large batched ops to the device (docs/gpu.md), so the CPU cannot be asked; "
+                    "use a newer build or one without a GPU backend")
         return None
 
     def argv(

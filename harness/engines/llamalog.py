@@ -14,7 +14,11 @@ With a GPU or NPU backend the same lines name the device's buffers (``Vulkan0 mo
 size``, ``Vulkan0 KV buffer size``, ``Vulkan0 compute buffer size``; host-side ones are named
 ``CPU...`` or ``..._Host``), ``load_tensors: offloaded 9/9 layers to GPU`` says how many layers
 went there (llama.cpp counts the output layer), and the backend describes its device and driver
-(``ggml_vulkan: 0 = llvmpipe (LLVM 15.0.6, 256 bits) (llvmpipe) | uma: 1 | ...``).
+(``ggml_vulkan: 0 = llvmpipe (LLVM 15.0.6, 256 bits) (llvmpipe) | uma: 1 | ...``). Its debug
+lines say where each layer went, the output layer numbered after the repeating ones
+(``load_tensors: layer   8 assigned to device Vulkan0, is_swa = 0``); a load that fits the model
+to the device's memory first loads it without memory several times, so the last load's lines
+are the ones that ran.
 
 The same log has llama.cpp's load time (``llama_perf_context_print: load time = X ms``, after
 each test): from the start of the model's load until its first batch was evaluated, so it counts
@@ -38,6 +42,7 @@ _COMPUTE = re.compile(r"CPU compute buffer size\s*=\s*([0-9.]+)\s*MiB")
 # in older ones, spaces and all (``Adreno (TM) 750 KV buffer size``)
 _BUFFER = re.compile(r"^\w+:\s+(\S.*?) (model|KV|compute) buffer size\s*=\s*([0-9.]+)\s*MiB")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_ASSIGNED = re.compile(r"\blayer\s+(\d+) assigned to device (\S+?),")
 # the backend's line about its device and driver, across the builds a bisect can meet: newer
 # Vulkan's "ggml_vulkan: 0 = ...", older Vulkan's "Vulkan0: ... | uma: ...", OpenCL's "device:"
 # and "default device:" lines; llama.cpp's own "using device Vulkan0 (...) - N MiB free" only
@@ -69,11 +74,19 @@ class EngineMemoryLog:
     offloaded_layers: int | None = None  # "offloaded N/M layers to GPU": N
     model_layers: int | None = None  # and M
     driver: str | None = None  # the backend's line about its device and driver
+    buffer_names: tuple[str, ...] = ()  # every buffer's name, host ones too (CPU_Mapped, ...)
+    layer_devices: tuple[str, ...] = ()  # the last load's device per layer (the output last)
+
+
+def cpu_buffer(name: str) -> bool:
+    """The CPU backend's buffers: CPU, CPU_Mapped, CPU_REPACK, CPU_KLEIDIAI, ... and AMX (the
+    names of ggml-cpu's buffer types)."""
+    return name.startswith("CPU") or name == "AMX"
 
 
 def host_buffer(name: str) -> bool:
-    """Buffers in the host's memory: CPU, CPU_Mapped, CPU_REPACK, Vulkan_Host, ..."""
-    return name.startswith("CPU") or name.endswith("_Host")
+    """Buffers in the host's memory: the CPU's, and a device's pinned ones (Vulkan_Host, ...)."""
+    return cpu_buffer(name) or name.endswith("_Host")
 
 
 def _mib(text: str) -> int:
@@ -91,10 +104,16 @@ def parse_memory_log(text: str) -> EngineMemoryLog:
     offloaded: tuple[int, int] | None = None
     driver: str | None = None
     using: str | None = None
+    names: set[str] = set()
+    layers: dict[int, str] = {}
     for line in text.splitlines():
-        if (buf := _BUFFER.search(line.strip())) is not None and not host_buffer(buf.group(1)):
+        if (buf := _BUFFER.search(line.strip())) is not None:
+            names.add(buf.group(1))
+        if buf is not None and not host_buffer(buf.group(1)):
             key = (buf.group(1), buf.group(2))
             buffers[key] = max(buffers.get(key, 0), _mib(buf.group(3)))
+        if (assigned := _ASSIGNED.search(line)) is not None:
+            layers[int(assigned.group(1))] = assigned.group(2)
         if (off := _OFFLOADED.search(line)) is not None:
             offloaded = (int(off.group(1)), int(off.group(2)))
         if driver is None and (drv := _DRIVER.search(line.strip())) is not None:
@@ -122,4 +141,6 @@ def parse_memory_log(text: str) -> EngineMemoryLog:
         device_bytes=sum(buffers.values()) if buffers else None,
         device_buffers=tuple((n, k, b) for (n, k), b in sorted(buffers.items())),
         offloaded_layers=offloaded[0] if offloaded else None,
-        model_layers=offloaded[1] if offloaded else None, driver=driver or using)
+        model_layers=offloaded[1] if offloaded else None, driver=driver or using,
+        buffer_names=tuple(sorted(names)),
+        layer_devices=tuple(layers[i] for i in sorted(layers)))

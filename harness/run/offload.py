@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness import knobs
 from harness.android.meminfo import ProcessMemInfo
 from harness.cell import Cell
-from harness.engines.llamalog import EngineMemoryLog
+from harness.engines.llamalog import EngineMemoryLog, cpu_buffer
 from harness.run.state import GpuState, ProcessMemory
 
 
@@ -38,16 +39,65 @@ def engine_offload(records: Sequence[Any], log: EngineMemoryLog | None) -> dict[
     }
 
 
-def offload_mismatch(records: Sequence[Any], cell: Cell) -> str | None:
-    """The engine ran on other devices or with other layers than the cell asked: a mismatch."""
-    for record in records:
-        data = record.as_dict()
-        layers, devices = data.get("n_gpu_layers"), data.get("devices")
-        if layers is not None and str(layers) != str(cell.n_gpu_layers):
-            return f"asked n_gpu_layers={cell.n_gpu_layers}, engine ran n_gpu_layers={layers}"
-        if devices not in (None, "") and str(devices) != cell.compute_device:
-            return f"asked device={cell.compute_device}, engine ran devices={devices}"
-    return None
+#: llama.cpp's name of the CPU device
+CPU_NAME = "CPU"
+
+
+def asked_layers(cell: Cell, model_layers: int) -> int:
+    """The layers the cell offloads, counted as llama.cpp counts them (``model_layers`` is its
+    M: the repeating layers and the output layer): none on the CPU, else ``harness.knobs``'
+    repeating layers plus the output layer."""
+    if cell.compute_device == knobs.CPU_DEVICE:
+        return 0
+    repeating = knobs.offloaded_layers(cell.n_gpu_layers, model_layers - 1)
+    return repeating + int(knobs.output_offloaded(cell.n_gpu_layers))
+
+
+def offload_not_applied(cell: Cell, log: EngineMemoryLog | None) -> str | None:
+    """What the engine's log says it did, against what the cell asked; None when they agree or
+    the log says nothing of a model load (an engine that is not llama.cpp, a lost stderr).
+
+    llama-bench's JSON only echoes its ``-ngl``/``-dev``; the log is what the load did: its
+    ``offloaded N/M layers`` line, each layer's device and the buffers the weights went to. A
+    load that fits the model to the device's memory (llama.cpp's fit) offloads fewer layers
+    than asked while the JSON still echoes the request.
+    """
+    if log is None or not (log.buffer_names or log.layer_devices or log.model_layers):
+        return None
+    total = log.model_layers or len(log.layer_devices) or None
+    asked = asked_layers(cell, total) if total else None
+    said: list[str] = []
+    if asked is not None and log.offloaded_layers is not None \
+            and log.offloaded_layers != asked:
+        said.append(f"offloaded {log.offloaded_layers}/{total} layers")
+    on_device = [d for d in log.layer_devices if d != CPU_NAME]
+    if log.layer_devices and asked is not None and len(on_device) != asked:
+        said.append(f"{len(on_device)}/{len(log.layer_devices)} layers assigned to a device")
+    foreign = sorted({d for d in on_device if d != cell.compute_device})
+    if foreign:
+        said.append(f"layers on {', '.join(foreign)}")
+    said += _buffer_problems(cell, log)
+    if not said:
+        return None
+    where = "the CPU only" if cell.compute_device == knobs.CPU_DEVICE else cell.compute_device
+    layers = f"{asked}/{total}" if asked is not None else knobs.gpu_layers_text(
+        cell.n_gpu_layers)
+    return f"asked {layers} layers on {where}, the engine's log says {'; '.join(said)}"
+
+
+def _buffer_problems(cell: Cell, log: EngineMemoryLog) -> list[str]:
+    """The buffers against the cell: on the CPU only, every buffer is the CPU's (a device's
+    pinned host buffer, ``Vulkan_Host``, is the device's backend at work); with layers
+    offloaded, some weights are in a device's buffer; with none, none are."""
+    if cell.compute_device == knobs.CPU_DEVICE:
+        others = [n for n in log.buffer_names if not cpu_buffer(n)]
+        return [f"buffers on {', '.join(others)}"] if others else []
+    weights = sorted({n for n, kind, size in log.device_buffers if kind == "model" and size})
+    if cell.n_gpu_layers != 0 and log.buffer_names and not weights:
+        return [f"no weights on a device (buffers: {', '.join(log.buffer_names)})"]
+    if cell.n_gpu_layers == 0 and weights:
+        return [f"weights on {', '.join(weights)}"]
+    return []
 
 
 @dataclass(frozen=True)

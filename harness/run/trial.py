@@ -65,7 +65,7 @@ from harness.run.offload import (
     device_memory,
     engine_offload,
     gpu_throttled,
-    offload_mismatch,
+    offload_not_applied,
 )
 from harness.run.ondevice import Tick
 from harness.run.order import TrialSpec
@@ -242,7 +242,9 @@ def _check_engine_report(records: Sequence[Any], spec: TrialSpec) -> str | None:
 
     Engines beyond llama.cpp report the tokens they processed (``prompt_tokens``,
     ``generated_tokens``): a prompt of another length, or a generation that stopped early (an
-    end-of-sequence token), measured other work than the cell's.
+    end-of-sequence token), measured other work than the cell's. Where the model ran is not
+    read here: llama-bench's ``n_gpu_layers``/``devices`` only echo its flags, so the log is
+    checked instead (``harness.run.offload.offload_not_applied``, into ``config_not_applied``).
     """
     cell = spec.cell
     wanted = {"n_threads": cell.threads, "type_k": cell.type_k, "type_v": cell.type_v,
@@ -253,7 +255,7 @@ def _check_engine_report(records: Sequence[Any], spec: TrialSpec) -> str | None:
             got = data.get(key)
             if got is not None and got != value:
                 return f"asked {key}={value}, engine ran {key}={got}"
-    return offload_mismatch(records, cell)
+    return None
 
 
 def _new_kills(before: Baseline, after_text: str, pid: int | None) -> tuple[str | None,
@@ -695,7 +697,7 @@ class TrialRunner:
             affinity_applied=applied.affinity_applied if applied else None,
             threads_seen=applied.threads_seen if applied else None,
             # only a measurement can be mislabelled: a failed trial keeps its own outcome
-            config_not_applied=applied.not_applied if applied and ok else None,
+            config_not_applied=_not_applied(cell, applied, log) if ok else None,
             cooldown_source=gate.source if gate else None,
             cooldown_unmet=gate.reason if gate and not gate.ready else None,
             screen_on=pre.screen_on if pre else None,
@@ -714,6 +716,14 @@ class TrialRunner:
             predicted_host_bytes=ctx.predicted_host_bytes,
             **findings.measured,
         )
+
+
+def _not_applied(cell: Cell, applied: AffinityCheck | None,
+                 log: EngineMemoryLog | None) -> str | None:
+    """What of the cell did not take effect: its affinity or threads as the phone read them
+    back, its offload as the engine's log tells it (``harness.run.offload``)."""
+    said = [applied.not_applied if applied else None, offload_not_applied(cell, log)]
+    return "; ".join(s for s in said if s) or None
 
 
 def _engine_columns(ok: Measurement | None, any_: Measurement | None) -> dict[str, Any]:

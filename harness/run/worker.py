@@ -555,6 +555,9 @@ class DeviceWorker:
             engine = get_engine(cell.engine)
             if isinstance(engine, PyBench) and self._python is not None:
                 engine = PyBench(gpu_offload=self._python.gpu_offload)
+            if isinstance(engine, LlamaBench) and cell.build in self.prepared.builds:
+                engine = dataclasses.replace(
+                    engine, gpu_backends=self.prepared.builds[cell.build].manifest.backends)
             engine_files, where = self._engine_files(cell, engine)
             model_files, model_remote, model_meta = self._model_files(cell, engine)
             extra = list(model_files)

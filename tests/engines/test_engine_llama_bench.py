@@ -73,9 +73,21 @@ def test_offload_without_a_device_and_device_cells_on_old_builds_are_unsupported
     old = LlamaBench(Dialect(device=False))
     gpu = dataclasses.replace(CELL, compute_device="Vulkan0", n_gpu_layers=-1)
     assert "has no -dev/--device" in (old.supports(gpu) or "")
-    # a CPU cell still runs on an old build, with -ngl 0 and no -dev
+    # a CPU cell still runs on an old CPU build, with -ngl 0 and no -dev
     argv = old.argv(CELL, "lb", "m.gguf")
     assert "-dev" not in argv and argv[argv.index("-ngl") + 1] == "0"
+
+
+def test_an_old_gpu_build_cannot_run_the_cpu() -> None:
+    """Without -dev, -ngl 0 on a build with a GPU backend still computes on the device
+    (docs/gpu.md measured it; tests/run/test_offload.py has the log): not a CPU cell."""
+    old_vulkan = LlamaBench(Dialect(device=False), gpu_backends=("vulkan",))
+    said = old_vulkan.supports(CELL) or ""
+    assert "has no -dev/--device" in said and "vulkan compiled in" in said
+    with pytest.raises(EngineError):
+        old_vulkan.argv(CELL, "lb", "m.gguf")
+    # a newer build of the same backends names -dev none: the CPU it is
+    assert LlamaBench(gpu_backends=("vulkan",)).supports(CELL) is None
 
 
 def test_argv_in_the_older_dialect_uses_mmp_and_numeric_flash_attention() -> None:
