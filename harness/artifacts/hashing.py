@@ -12,7 +12,9 @@ import hashlib
 import threading
 from pathlib import Path
 
-BLOCK = 1 << 20  # bytes read at a time
+from harness.units import MIB
+
+BLOCK = MIB  # bytes read at a time
 
 _CACHE: dict[tuple[str, int, int], str] = {}
 _LOCK = threading.Lock()

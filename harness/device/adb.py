@@ -35,6 +35,7 @@ from harness.errors import (
     DeviceLostError,
     DeviceTimeoutError,
 )
+from harness.units import MIB
 
 DEVICE_TMP = "/data/local/tmp"
 _LOST_MARKERS = ("not found", "offline", "closed", "no devices", "disconnected")
@@ -165,7 +166,7 @@ def translate_error(error: BaseException, serial: str, what: str) -> DeviceError
 
 SYNC_CHUNK = 64 * 1024  # the sync protocol's largest DATA packet (v1; no sendrecv_v2 needed)
 SYNC_BATCH = 16  # DATA packets per socket write: 1 MiB, also the progress step
-PROGRESS_EVERY = 1 << 20  # report push progress per MiB, not per packet
+PROGRESS_EVERY = MIB  # report push progress per MiB, not per packet
 SYNC_TIMEOUT_S = 600.0  # socket timeout of a push, as adbutils' open_transport gives it
 _SYNC_HEADER = struct.Struct("<4sI")
 

@@ -24,9 +24,10 @@ from harness.device.base import (
 )
 from harness.device.facts import gather_facts
 from harness.errors import DeviceError, DeviceTimeoutError
+from harness.units import MIB
 
 LOCAL_SERIAL = "local"
-_CHUNK = 1 << 20
+_CHUNK = MIB
 
 
 class LocalDevice:

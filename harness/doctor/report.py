@@ -20,9 +20,10 @@ from harness.engines.devices import Capability as BuildDevices
 from harness.matrix import Requirements
 from harness.run.preflight import preflight_from_output, unmet_requirement
 from harness.run.probe import MARK
+from harness.units import GIB, KIB
 
 SCHEMA_VERSION = 1
-LOW_STORAGE_KB = 2 * 1024 * 1024  # under 2 GiB free, a model and a build may not fit
+LOW_STORAGE_KB = 2 * GIB // KIB  # under 2 GiB free, a model and a build may not fit
 HOT_STATUS = 2  # MODERATE: phones cap clocks from here on
 SHELL_DENIAL = "scontext=u:r:shell:s0"
 

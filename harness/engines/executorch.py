@@ -94,10 +94,10 @@ from harness.engines.base import (
     require_supported,
 )
 from harness.errors import EngineError
+from harness.units import MIB
 
 UPSTREAM = "pytorch/executorch@cff6f4dd32e630945b7188512c1f2b4f102b05ad"
 DEFAULT_SCALE = 1000  # SCALING_FACTOR_UNITS_PER_SECOND: the stamps are milliseconds
-MIB = 1024 * 1024
 
 _OBSERVER = re.compile(r"PyTorchObserver (\{.*)$")
 _NUM = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"

@@ -94,8 +94,8 @@ from harness.engines.base import (
     require_supported,
 )
 from harness.errors import EngineError
+from harness.units import MIB
 
-MIB = 1024 * 1024
 BACKENDS = ("cpu", "gpu", "npu")
 
 # absl's prefix on the first line of each log message: severity + MMDD, time, thread id, file:line]

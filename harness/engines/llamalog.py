@@ -31,7 +31,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-MiB = 1024 * 1024
+from harness.units import MIB
+
 _KV = re.compile(r"llama_kv_cache:\s+size\s*=\s*([0-9.]+)\s*MiB\s*"
                  r"\(\s*(\d+)\s+cells,\s*(\d+)\s+layers")
 _NEW_CONTEXT = re.compile(r"llama_context: constructing llama_context|llama_init_from_model:|"
@@ -90,7 +91,7 @@ def host_buffer(name: str) -> bool:
 
 
 def _mib(text: str) -> int:
-    return round(float(text) * MiB)
+    return round(float(text) * MIB)
 
 
 def parse_memory_log(text: str) -> EngineMemoryLog:

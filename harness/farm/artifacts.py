@@ -52,10 +52,11 @@ from harness.errors import ConfigError
 from harness.farm import FarmError
 from harness.farm.route import route_address, scheduler_endpoint
 from harness.farm.security import TLS_ENV, FarmTLS
+from harness.units import MIB
 
 CACHE_ENV = "HARNESS_FARM_CACHE"  # the agent passes its --cache to its workers through this
 ADDRESS_ENV = "HARNESS_ARTIFACT_ADDRESS"  # HOST[:PORT] the driver's artifact service binds
-BLOCK = 1 << 20
+BLOCK = MIB
 TIMEOUT_S = 60.0
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _PATH = re.compile(r"^/sha256/([0-9a-f]{64})$")

@@ -34,7 +34,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-MB = 1_000_000  # storage speeds are MB/s
+from harness.units import MB
+
 PAGING_SHARE = 0.02  # of the model file read from storage per generated token
 PAGING_TOTAL = 1.5  # times the model file read over the whole trial (no decode window)
 MIN_WINDOW_POINTS = 2

@@ -56,6 +56,7 @@ _PHONES = (  # (model, manufacturer, soc, ram GiB, speed factor)
     ("Pixel 7a", "Google", "Tensor G2", 8, 0.85),
 )
 Schedule = Literal["sequential", "interleaved"]
+ROW_GROUP_ROWS = 1_048_576  # rows per Parquet row group of a part file
 
 
 @dataclass(frozen=True)
@@ -569,7 +570,7 @@ def _write(root: Path, name: str, table: pa.Table, run_id: str, day: date) -> Pa
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"part-{run_id}-000000000000-{uuid.uuid4().hex[:8]}"
     tmp, final = folder / f".{stem}.parquet.tmp", folder / f"{stem}.parquet"
-    pq.write_table(table, tmp, compression="snappy", row_group_size=1 << 20)
+    pq.write_table(table, tmp, compression="snappy", row_group_size=ROW_GROUP_ROWS)
     os.replace(tmp, final)
     return final
 

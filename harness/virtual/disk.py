@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import ConfigError
+from harness.units import MIB
 
 IMAGE = "data.img"
 DEFAULT_READAHEAD_KB = 128  # the kernel's default for a disk; phones set 128-2048
@@ -106,7 +107,7 @@ def attach(phone_dir: Path, size_mb: int, readahead_kb: int) -> PhoneDisk:
         if mountpoint.is_dir():
             shutil.rmtree(mountpoint)
         with open(image, "wb") as handle:
-            handle.truncate(max(size_mb, 64) * 1024 * 1024)
+            handle.truncate(max(size_mb, 64) * MIB)
         _run("mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
              "-E", "lazy_itable_init=1", str(image))
     mountpoint.mkdir(parents=True, exist_ok=True)

@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.units import MIB
 from harness.virtual import balloons, cgroups, formats, logstore, procs, reclaim, thermal
 from harness.virtual import gpu as gpumodel
 from harness.virtual import power as powermodel
@@ -755,7 +756,7 @@ class Phone:
         return 0
 
     def storage_bytes(self) -> int:
-        return 0 if self.faults.disk_full else self.config.storage_mb * 1024 * 1024
+        return 0 if self.faults.disk_full else self.config.storage_mb * MIB
 
     # ----- throttling -------------------------------------------------------------------------
     def status(self) -> int:

@@ -19,13 +19,11 @@ from pathlib import Path
 
 from harness.errors import ConfigError
 from harness.profiles import DeviceProfile
-from harness.units import MB
+from harness.units import MB, MIB
 from harness.virtual import cgroups, disk, reclaim, storage, zram
 from harness.virtual.config import MEMORY_MODEL_CHOICES, ClusterConfig, PhoneConfig
 from harness.virtual.gpu import gpu_props
 from harness.virtual.userland import ABI_LISTS, ABI_MACHINES, ABI_QEMU, SHELLS, host_abi
-
-MIB = 1024 * 1024
 
 
 def _props(config: PhoneConfig) -> dict[str, str]:

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from harness.artifacts.llama_source import cache_root
 from harness.errors import ConfigError
-from harness.units import MB
+from harness.units import MB, MIB
 
-PROBE_BYTES = 64 * 1024 * 1024
+PROBE_BYTES = 64 * MIB
 PROBE_RUNS = 2
-CHUNK = 1024 * 1024
+CHUNK = MIB
 
 
 def _boot_id() -> str:
