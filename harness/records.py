@@ -227,6 +227,9 @@ class TrialRecord:
     engine_peak_bytes: int | None = None  # the engine's own peak memory figure
     model_file: str | None = None  # the model file's name as the engine was given it
     model_converted_from: str | None = None  # models.NAME.converted_from, for its own format
+    # the values of the knobs declared in harness.knobs alone (no column of their own): JSON,
+    # name -> value (None: every knob has its column; older parts read it as null)
+    knobs: str | None = None
 
 
 class TrialIdentity(Protocol):
