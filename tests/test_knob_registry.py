@@ -135,3 +135,14 @@ def test_a_knob_declared_once_reaches_schema_ids_label_store_and_argv() -> None:
     assert seen["stored"] == [1, 3]
     argv = seen["argv"]
     assert argv[argv.index("--toy") + 1] == "3"
+
+
+def test_a_generic_engine_names_knobs_not_the_cells_extra_pairs() -> None:
+    from harness.engines.generic_yaml import engine_from_dict
+    from harness.errors import ConfigError
+
+    output = {"format": "jsonl", "gen_tps": "tg"}
+    engine_from_dict({"name": "t", "argv": ["{binary}", "{n_ubatch}"], "output": output}, "t.yaml")
+    with pytest.raises(ConfigError, match=r"uses \{extra\}"):
+        engine_from_dict({"name": "t", "argv": ["{binary}", "{extra}"], "output": output},
+                         "t.yaml")
