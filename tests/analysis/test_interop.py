@@ -248,3 +248,18 @@ def test_the_export_says_the_backends_of_the_build(tmp_path: Path) -> None:
     unknown = export_records(frame)
     assert {(r["harness_build_id"], r["backends"]) for r in unknown} == {
         ("b1", "Vulkan"), ("b2", "CPU")}
+
+
+def test_export_command_reads_the_backends_from_the_builds_manifests(tmp_path: Path) -> None:
+    from harness.artifacts.builds import write_build
+
+    tool = tmp_path / "llama-bench"
+    tool.write_text("#!/bin/sh\n")
+    write_build(tmp_path / "builds", "b1", {"bin/llama-bench": tool}, engine="llama.cpp",
+                abi="arm64-v8a", version="1", backends=("vulkan",))
+    write(tmp_path / "s", [trial()])  # a CPU trial of a build with Vulkan compiled in
+    out = tmp_path / "x.jsonl"
+    result = run_analysis("export", "--format", "llama-bench-jsonl", "--results",
+                          str(tmp_path / "s"), "--builds", str(tmp_path / "builds"), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert {json.loads(line)["backends"] for line in out.read_text().splitlines()} == {"Vulkan"}
