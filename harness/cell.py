@@ -16,7 +16,7 @@ from typing import Any
 from harness import knobs
 from harness.labels import config_label
 
-KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
+KV_TYPES = knobs.KV_TYPES
 # the load modes and page-cache states, as the registry declares them
 LOAD_MODES, MAPPED_LOAD_MODES, CACHE_STATES = (knobs.LOAD_MODES, knobs.MAPPED_LOAD_MODES,
                                                knobs.CACHE_STATES)

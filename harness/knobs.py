@@ -10,8 +10,9 @@ are imported or asked: nothing derived from it is kept apart. A knob declared wi
 ``knobs`` column, a label names it with ``label``, llama-bench passes it with its flag
 (tests/test_knob_registry.py adds one). An older knob is also a field of ``Cell`` and
 ``TrialRecord`` (a test holds them to the registry); an engine that spells a value its own way
-maps it, and the memory predictor uses what changes memory. Not here yet: quant, n_ctx and kv
-(type_k/type_v), and the workload (n_prompt, n_gen, n_depth).
+maps it, and the memory predictor uses what changes memory. The matrix's kv axis sets two
+knobs (type_k, type_v: ``part``). Not here yet: quant (its list lives in harness.memory, which
+imports this module), and the workload (n_prompt, n_gen, n_depth).
 
 Parsers are pure: they return the normalised value or raise ``ValueError`` with the problem
 (``harness.matrix`` adds the file and key path).
@@ -140,6 +141,8 @@ MAPPED_LOAD_MODES = ("mmap", "mmap+mlock", "auto")  # auto maps on a CPU backend
 #: The model file's page cache when the engine starts: evicted (cold) or read once (warm).
 CACHE_STATES = ("cold", "warm")
 FLASH_ATTN = ("on", "off", "auto")
+#: llama.cpp's KV cache types
+KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 _MASK = re.compile(r"^0x[0-9a-fA-F]+$")
 
 
@@ -191,6 +194,9 @@ class Knob:
     # False: the Cell holds the value in ``Cell.extra`` and the store in its ``knobs`` column
     # (a knob declared here alone); True: a Cell field and a trials column of its own
     attribute: bool = True
+    # the knob's place in an axis that sets several knobs at once (kv: type_k 0, type_v 1); the
+    # matrix parses that axis as a whole, and the schema file describes it (None: an axis alone)
+    part: int | None = None
 
     def axis_schema(self) -> dict[str, Any]:
         """The schema of the axis: one value or a non-empty list of them."""
@@ -208,6 +214,15 @@ _PYBENCH = "llama-cpp-python"  # harness.engines.pybench's options
 _COUNT = {"type": "integer", "minimum": 1}
 
 KNOBS: tuple[Knob, ...] = (
+    # the context; the KV cache types (the matrix's kv: one type for both, or K/V)
+    Knob("n_ctx", "n_ctx", "n_ctx", None, count(1), "context length (tokens; required)", _COUNT,
+         quiet_in_ids=False),
+    Knob("type_k", "kv", "type_k", "f16", choice(KV_TYPES, "KV cache type"),
+         "KV cache type of K", {"enum": list(KV_TYPES)}, quiet_in_ids=False, part=0,
+         flags=((_LLAMA_BENCH, "-ctk"), (_GENERATE, "-ctk"), (_PYBENCH, "--type-k"))),
+    Knob("type_v", "kv", "type_v", "f16", choice(KV_TYPES, "KV cache type"),
+         "KV cache type of V", {"enum": list(KV_TYPES)}, quiet_in_ids=False, part=1,
+         flags=((_LLAMA_BENCH, "-ctv"), (_GENERATE, "-ctv"), (_PYBENCH, "--type-v"))),
     # the CPU threads, where they run, flash attention and mapping: always in the ids
     Knob("threads", "threads", "threads", 4, count(1), "CPU threads", _COUNT,
          quiet_in_ids=False,
@@ -262,7 +277,7 @@ def spec(name: str) -> Knob:
 
 def axes() -> tuple[str, ...]:
     """The matrix axes of the registry, in expansion order (after the older axes)."""
-    return tuple(k.axis for k in KNOBS)
+    return tuple(dict.fromkeys(k.axis for k in KNOBS))
 
 
 def columns() -> tuple[str, ...]:
@@ -271,13 +286,25 @@ def columns() -> tuple[str, ...]:
 
 
 def defaults() -> dict[str, Any]:
-    """What a matrix that leaves a knob's axis out gets: axis -> default."""
-    return {k.axis: k.default for k in KNOBS}
+    """What a matrix that leaves a knob's axis out gets: axis -> default (an axis of several
+    knobs: their defaults in order, e.g. kv ("f16", "f16"))."""
+    found: dict[str, Any] = {}
+    for knob in KNOBS:
+        found[knob.axis] = knob.default if knob.part is None else (
+            *found.get(knob.axis, ()), knob.default)
+    return found
+
+
+def axis_value(values: Mapping[str, Any], knob: Knob) -> Any:
+    """The knob's value in a combination of axis values (its part of an axis of several)."""
+    value = values[knob.axis]
+    return value if knob.part is None else value[knob.part]
 
 
 def schema_properties() -> dict[str, Any]:
-    """The registry's part of matrices/matrix.schema.json: axis -> schema of the axis."""
-    return {k.axis: k.axis_schema() for k in KNOBS}
+    """The registry's part of matrices/matrix.schema.json: axis -> schema of the axis (an axis
+    of several knobs is the file's own)."""
+    return {k.axis: k.axis_schema() for k in KNOBS if k.part is None}
 
 
 def flag(name: str, engine: str = _LLAMA_BENCH) -> str:

@@ -25,7 +25,6 @@ from harness.artifacts.ladder import LADDER_SIZES, SYNTHETIC_SIZES
 from harness.cell import (
     DEFAULT_ENGINE,
     DEVICE_PYTHON_BUILD,
-    KV_TYPES,
     MAPPED_LOAD_MODES,
     Cell,
 )
@@ -35,13 +34,12 @@ from harness.metrics import ADAPTIVE_METRICS
 
 # Axes in expansion order (the last one varies fastest).
 AXES = (
-    "engine", "build", "model", "quant", "n_ctx", "kv", *knobs.axes(),
+    "engine", "build", "model", "quant", *knobs.axes(),
 )
 REQUIRED_AXES = ("build", "model", "quant", "n_ctx")
 # Values of axes a matrix leaves out (llama.cpp's own defaults where it has one).
 AXIS_DEFAULTS: dict[str, Any] = {
     "engine": DEFAULT_ENGINE,
-    "kv": ("f16", "f16"),
     **knobs.defaults(),
 }
 WORKLOAD_KEYS = ("n_prompt", "n_gen", "n_depth", "sustained")
@@ -268,21 +266,20 @@ def _choice(check: _Checker, value: Any, where: str, allowed: tuple[str, ...], w
 
 
 def _kv_value(check: _Checker, value: Any, where: str) -> tuple[str, str]:
+    """``kv``: one type for K and V, ``K/V``, or ``{type_k: K, type_v: V}`` (the registry's
+    type_k and type_v, parts 0 and 1 of this axis)."""
+    k_type, v_type = knobs.spec("type_k"), knobs.spec("type_v")
     if isinstance(value, Mapping):
         check.keys(value, where, ("type_k", "type_v"))
         if set(value) != {"type_k", "type_v"}:
             raise check.fail(where, "a KV pair needs both type_k and type_v")
-        return (
-            _choice(check, value["type_k"], f"{where}.type_k", KV_TYPES, "KV cache type"),
-            _choice(check, value["type_v"], f"{where}.type_v", KV_TYPES, "KV cache type"),
-        )
+        return (_registered(check, value["type_k"], f"{where}.type_k", knob=k_type),
+                _registered(check, value["type_v"], f"{where}.type_v", knob=v_type))
     if isinstance(value, str) and "/" in value:
         k, _, v = value.partition("/")
-        return (
-            _choice(check, k, where, KV_TYPES, "KV cache type"),
-            _choice(check, v, where, KV_TYPES, "KV cache type"),
-        )
-    same = _choice(check, value, where, KV_TYPES, "KV cache type")
+        return (_registered(check, k, where, knob=k_type),
+                _registered(check, v, where, knob=v_type))
+    same = _registered(check, value, where, knob=k_type)
     return (same, same)
 
 
@@ -320,9 +317,9 @@ AXIS_PARSERS: dict[str, AxisParser] = {
     "build": lambda c, v, w: c.name(v, w, "build name"),
     "model": lambda c, v, w: c.name(v, w, "model name"),
     "quant": lambda c, v, w: _choice(c, v, w, QUANTS, "quant"),
-    "n_ctx": lambda c, v, w: c.integer(v, w, 1),
     "kv": _kv_value,
-    **{knob.axis: functools.partial(_registered, knob=knob) for knob in knobs.KNOBS},
+    **{knob.axis: functools.partial(_registered, knob=knob) for knob in knobs.KNOBS
+       if knob.part is None},
 }
 WORKLOAD_PARSERS: dict[str, AxisParser] = {
     "n_prompt": lambda c, v, w: c.integer(v, w, 0),
@@ -779,7 +776,6 @@ def _to_cell(combo: Mapping[str, Any], matrix: Matrix) -> Cell:
     values = {**AXIS_DEFAULTS, **combo}
     if values["load_mode"]:  # a load mode says whether the weights are mapped
         values["mmap"] = values["load_mode"] in MAPPED_LOAD_MODES
-    type_k, type_v = values["kv"]
     workload = matrix.workload
     engine = values["engine"]
     return Cell(
@@ -788,16 +784,14 @@ def _to_cell(combo: Mapping[str, Any], matrix: Matrix) -> Cell:
         build=DEVICE_PYTHON_BUILD if engine == "llama-cpp-python" else values["build"],
         model=values["model"],
         quant=values["quant"],
-        n_ctx=values["n_ctx"],
-        type_k=type_k,
-        type_v=type_v,
         n_prompt=values.get("n_prompt", workload.n_prompt),
         n_gen=values.get("n_gen", workload.n_gen),
         n_depth=_depth(values.get("n_depth", workload.n_depth), values, workload),
         repetitions=matrix.repetitions,
         sustained_s=float(values.get("sustained", workload.sustained_s)),
-        **{knob.name: values[knob.axis] for knob in knobs.KNOBS if knob.attribute},
-        extra=tuple((knob.name, values[knob.axis]) for knob in knobs.KNOBS if not knob.attribute),
+        **{knob.name: knobs.axis_value(values, knob) for knob in knobs.KNOBS if knob.attribute},
+        extra=tuple((knob.name, knobs.axis_value(values, knob)) for knob in knobs.KNOBS
+                    if not knob.attribute),
     )
 
 

@@ -144,8 +144,9 @@ def to_trials(records: Sequence[Mapping[str, Any]], *, run_id: str, device: str 
         cell = Cell(
             build=build, model=model_of(first), quant=quant_of(first),
             n_ctx=_int(first, "harness_n_ctx", n_prompt + n_gen + n_depth),
-            type_k=str(first.get("type_k") or "f16"),
-            type_v=str(first.get("type_v") or "f16"), threads=_int(first, "n_threads", 1),
+            type_k=str(first.get("type_k") or knobs.default("type_k")),
+            type_v=str(first.get("type_v") or knobs.default("type_v")),
+            threads=_int(first, "n_threads", 1),
             affinity=str(first.get("cpu_mask") or "all") if first.get("cpu_strict") else "all",
             flash_attn=_flash(first.get("flash_attn")), mmap=_mmap(first),
             n_batch=_int(first, "n_batch", knobs.default("n_batch")),

@@ -71,8 +71,8 @@ DEFAULTS: dict[str, Any] = {
     "load_mode": "mmap", "embeddings": 0, "no_op_offload": 0, "n_depth": 0, "stddev_ns": 0,
     "stddev_ts": 0.0, "n_cpu_moe": 0, "fit_target": 0, "fit_min_ctx": 0, "model_size": 0,
     "model_n_params": 0, "n_batch": knobs.default("n_batch"),
-    "n_ubatch": knobs.default("n_ubatch"), "n_threads": 1, "type_k": "f16",
-    "type_v": "f16", "n_prompt": 0, "n_gen": 0,
+    "n_ubatch": knobs.default("n_ubatch"), "n_threads": 1, "type_k": knobs.default("type_k"),
+    "type_v": knobs.default("type_v"), "n_prompt": 0, "n_gen": 0,
 }
 FLASH = {"on": 1, "off": 0, "auto": -1}
 #: ggml's names of the backends a build's manifest lists, in the order llama.cpp registers them

@@ -58,7 +58,8 @@ def load_command(model_path: str, cell: Cell) -> list[str]:
     flash, _ = flash_attn_setting(cell)
     return [sys.executable, "-m", "harness.engines.pybench", "--model", model_path,
             "--n-ctx", str(cell.n_ctx), flag("n_batch"), str(cell.n_batch),
-            flag("n_ubatch"), str(cell.n_ubatch), "--type-k", cell.type_k, "--type-v", cell.type_v,
+            flag("n_ubatch"), str(cell.n_ubatch), flag("type_k"), cell.type_k,
+            flag("type_v"), cell.type_v,
             flag("flash_attn"), str(flash), flag("load_mode"), cell.resolved_load_mode,
             "--swa-full" if cell.swa_full else "--no-swa-full", flag("threads"), "1",
             "--verbose", "--load-only"]

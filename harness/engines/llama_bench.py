@@ -184,7 +184,8 @@ def dialect_from_help(text: str) -> Dialect:
 
 
 # registry knobs whose llama-bench flag depends on the build's dialect (argv spells them)
-_SPELT = ("threads", "flash_attn", "load_mode", "compute_device", "n_gpu_layers")
+_SPELT = ("type_k", "type_v", "threads", "flash_attn", "load_mode", "compute_device",
+          "n_gpu_layers")
 
 
 @dataclass(frozen=True)
@@ -227,7 +228,7 @@ class LlamaBench:
         # the knobs llama-bench takes as they are (-b, -ub, ...), then those it spells its way
         argv += knobs.engine_args(cell.knob_values(), self.name, skip=_SPELT)
         argv += [knobs.flag("threads"), str(cell.threads)]
-        argv += ["-ctk", cell.type_k, "-ctv", cell.type_v]
+        argv += [knobs.flag("type_k"), cell.type_k, knobs.flag("type_v"), cell.type_v]
         if self.dialect.flash_attn_words:
             argv += [knobs.flag("flash_attn"), str(flash)]
         elif flash in ("on", "off"):

@@ -84,7 +84,8 @@ class PyBench:
             binary_path, "-m", "harness.engines.pybench", "--model", model_path,
             "--n-prompt", str(cell.n_prompt), "--n-gen", str(cell.n_gen),
             "--n-depth", str(cell.n_depth), "--n-ctx", str(cell.n_ctx),
-            flag("threads"), str(cell.threads), "--type-k", cell.type_k, "--type-v", cell.type_v,
+            flag("threads"), str(cell.threads), flag("type_k"), cell.type_k,
+            flag("type_v"), cell.type_v,
             flag("flash_attn"), str(flash), flag("load_mode"), cell.resolved_load_mode,
             flag("n_batch"), str(cell.n_batch), flag("n_ubatch"), str(cell.n_ubatch),
             "--reps", str(cell.repetitions), "--verbose",
@@ -269,8 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n-depth", "-d", type=int, default=0)
     parser.add_argument("--n-ctx", "-c", type=int, default=0, help="0: n_prompt+n_gen+n_depth")
     parser.add_argument(flag("threads"), "-t", type=int, default=knobs.default("threads"))
-    parser.add_argument("--type-k", default="f16")
-    parser.add_argument("--type-v", default="f16")
+    parser.add_argument(flag("type_k"), default=knobs.default("type_k"))
+    parser.add_argument(flag("type_v"), default=knobs.default("type_v"))
     parser.add_argument(flag("flash_attn"), choices=sorted(_FLASH),
                         default=knobs.default("flash_attn"))
     parser.add_argument(flag("load_mode"), choices=LOAD_MODES, default="mmap",

@@ -109,8 +109,8 @@ class CheckKnobs:
     a kernel runs and how work is split, which is where such bugs live.
     """
 
-    type_k: str = "f16"
-    type_v: str = "f16"
+    type_k: str = registry.default("type_k")
+    type_v: str = registry.default("type_v")
     flash_attn: str = "off"  # on, off or auto
     threads: int = 0  # 0: the engine's default
     n_batch: int = 0
@@ -133,10 +133,10 @@ class CheckKnobs:
 
     def argv(self) -> list[str]:
         """The generator's options for these knobs (harness_generate.cpp)."""
-        words = ["-ctk", self.type_k, "-ctv", self.type_v,
-                 *registry.engine_args({"flash_attn": self.flash_attn,
-                                        "compute_device": self.device,
-                                        "n_gpu_layers": self.n_gpu_layers}, _GENERATE)]
+        words = registry.engine_args({"type_k": self.type_k, "type_v": self.type_v,
+                                      "flash_attn": self.flash_attn,
+                                      "compute_device": self.device,
+                                      "n_gpu_layers": self.n_gpu_layers}, _GENERATE)
         # 0: the generator's own default
         sizes = {"threads": self.threads, "n_batch": self.n_batch, "n_ubatch": self.n_ubatch}
         return words + registry.engine_args({k: v for k, v in sizes.items() if v > 0}, _GENERATE)
