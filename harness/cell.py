@@ -16,15 +16,11 @@ from typing import Any
 from harness import knobs
 from harness.labels import config_label
 
-KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
-# How an engine reads its weights (llama.cpp's --load-mode names): mapped from the file (pages
-# read on demand, reclaimable: a model bigger than RAM can run by paging), read into memory
-# (none), with direct I/O past the page cache (dio), or mapped/read and locked (mlock).
-LOAD_MODES = ("mmap", "none", "dio", "mlock", "mmap+mlock", "auto")
-MAPPED_LOAD_MODES = ("mmap", "mmap+mlock", "auto")  # auto maps on a CPU backend
-# The model file's page cache when the engine starts: evicted (cold) or read once (warm).
-CACHE_STATES = ("cold", "warm")
-FLASH_ATTN = ("on", "off", "auto")
+KV_TYPES = knobs.KV_TYPES
+# the load modes and page-cache states, as the registry declares them
+LOAD_MODES, MAPPED_LOAD_MODES, CACHE_STATES = (knobs.LOAD_MODES, knobs.MAPPED_LOAD_MODES,
+                                               knobs.CACHE_STATES)
+FLASH_ATTN = knobs.FLASH_ATTN
 DEFAULT_ENGINE = "llama-bench"
 # The build of a llama-cpp-python cell: whatever llama-cpp-python the device's Python has (its
 # version is read on the device and stored per trial).
@@ -51,7 +47,7 @@ class Cell:
     repetitions: int = 3
     # Full-size cache for sliding-window layers (llama.cpp's swa_full). False is what llama-bench
     # always uses; it stays out of the ids, so cells from before this knob keep theirs.
-    swa_full: bool = False
+    swa_full: bool = knobs.default("swa_full")
     # The engine adapter that runs the cell (harness.engines.get_engine). The default stays out
     # of the ids, so cells from before engines were an axis keep theirs.
     engine: str = DEFAULT_ENGINE
@@ -60,17 +56,20 @@ class Cell:
     sustained_s: float = 0.0
     # The engine's load mode beyond what ``mmap`` says ("" : mmap or none, as ``mmap`` says);
     # out of the ids when empty, so cells from before this knob keep theirs.
-    load_mode: str = ""
+    load_mode: str = knobs.default("load_mode")
     # The model's page cache at launch: "cold", "warm", or "" (as the phone has it). Out of
     # the ids when empty.
-    cache: str = ""
+    cache: str = knobs.default("cache")
     # Where the model runs (harness.knobs): llama.cpp's device name, "none" for the CPU only,
     # and the layers offloaded to it (-1: all). Out of the ids at their defaults.
     compute_device: str = knobs.default("compute_device")
     n_gpu_layers: int = knobs.default("n_gpu_layers")
+    # The values of the knobs declared in harness.knobs alone (no field of their own here):
+    # (name, value) pairs in registry order, each in the ids unless at its default.
+    extra: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.load_mode == ("mmap" if self.mmap else "none"):  # one spelling per cell
+        if self.load_mode == knobs.load_mode_of(self.mmap):  # one spelling per cell
             object.__setattr__(self, "load_mode", "")
         elif self.load_mode and self.mmap != (self.load_mode in MAPPED_LOAD_MODES):
             raise ValueError(f"load_mode {self.load_mode} contradicts mmap={self.mmap}")
@@ -78,20 +77,28 @@ class Cell:
     @property
     def resolved_load_mode(self) -> str:
         """The load mode to ask the engine for (llama.cpp's names)."""
-        return self.load_mode or ("mmap" if self.mmap else "none")
+        return knobs.load_mode_of(self.mmap, self.load_mode)
+
+    def value(self, name: str) -> Any:
+        """The value of the registry's knob ``name``: its field, or ``extra``, or its default."""
+        knob = knobs.spec(name)
+        if knob.attribute:
+            return getattr(self, name)
+        return dict(self.extra).get(name, knob.default)
+
+    def knob_values(self) -> dict[str, Any]:
+        """Every knob of the registry: name -> value (``harness.knobs.engine_args`` reads it)."""
+        return {spec.name: self.value(spec.name) for spec in knobs.KNOBS}
 
     def identity(self, with_build: bool = True) -> dict[str, Any]:
         """What defines the measurement; without the build, the *configuration*: the knobs
         that stay when one compares two builds or two engines on the same phone."""
         data = asdict(self)
         data.pop("repetitions")
-        if not data["swa_full"]:
-            data.pop("swa_full")
+        data.pop("extra")
+        data.update(self.knob_values())
         if not data["sustained_s"]:
             data.pop("sustained_s")
-        for knob in ("load_mode", "cache"):
-            if not data[knob]:
-                data.pop(knob)
         for spec in knobs.KNOBS:
             if spec.quiet_in_ids and data[spec.name] == spec.default:
                 data.pop(spec.name)
@@ -123,10 +130,10 @@ class Cell:
                 "type_k": self.type_k, "type_v": self.type_v, "threads": self.threads,
                 "affinity": self.affinity, "flash_attn": self.flash_attn,
                 "n_prompt": self.n_prompt, "n_gen": self.n_gen, "n_depth": self.n_depth,
-                "n_batch": self.n_batch, "n_ubatch": self.n_ubatch, "mmap": self.mmap,
+                "mmap": self.mmap, "sustained_s": self.sustained_s or None,
+                **{k.column: self.value(k.name) for k in knobs.KNOBS if k.attribute},
                 "load_mode": self.resolved_load_mode, "cache": self.cache or None,
-                "swa_full": self.swa_full, "sustained_s": self.sustained_s or None,
-                **{k.column: getattr(self, k.name) for k in knobs.KNOBS}}
+                knobs.EXTRA_COLUMN: knobs.extras_text(self.knob_values())}
 
     def label(self) -> str:
         """Every knob of the configuration (``harness.labels.config_label``), e.g.

@@ -25,11 +25,11 @@ from harness import knobs
 Row = Mapping[str, Any]
 
 #: The trial columns a configuration is read from (all of ``Cell.identity`` but the build).
-CONFIG_COLUMNS: tuple[str, ...] = (
+CONFIG_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((
     "model_name", "quant", "n_ctx", "type_k", "type_v", "threads", "affinity", "flash_attn",
     "n_prompt", "n_gen", "n_depth", "n_batch", "n_ubatch", "mmap", "load_mode", "cache",
-    "swa_full", "sustained_s", *knobs.COLUMNS,
-)
+    "swa_full", "sustained_s", *knobs.columns(), knobs.EXTRA_COLUMN,
+)))
 
 
 def _given(value: Any) -> bool:
@@ -84,10 +84,7 @@ def _batch(row: Row) -> str:
 
 
 def _load(row: Row) -> str:
-    mode = _get(row, "load_mode")
-    if not mode:
-        mapped = _get(row, "mmap", True)
-        mode = "mmap" if bool(mapped) else "none"
+    mode = knobs.load_mode_of(bool(_get(row, "mmap", True)), _get(row, "load_mode"))
     return {"mmap": "mmap", "none": "no-mmap"}.get(str(mode), f"lm={mode}")
 
 
@@ -141,6 +138,16 @@ KNOBS: tuple[Knob, ...] = (
 )
 
 
+def _registered(spec: knobs.Knob, said: Callable[[Any], str]) -> Knob:
+    """A knob of ``harness.knobs`` that names itself: its text, unsaid at its default."""
+    return Knob(spec.name, lambda r: said(knobs.stored(r, spec.name)), quiet=said(spec.default))
+
+
+def _all() -> tuple[Knob, ...]:
+    """``KNOBS``, then the registry's knobs with a label of their own, in registry order."""
+    return KNOBS + tuple(_registered(k, k.label) for k in knobs.KNOBS if k.label is not None)
+
+
 def _join(parts: Sequence[tuple[Knob, str]]) -> str:
     out = ""
     for knob, text in parts:
@@ -156,7 +163,7 @@ def _join(parts: Sequence[tuple[Knob, str]]) -> str:
 def config_label(row: Row) -> str:
     """Every knob of a configuration but those at their quiet default, e.g.
     ``tiny Q4_K_M ctx512 kv=q8_0 t4 fa=auto p32/g16 b256/ub128 no-mmap``."""
-    parts = [(knob, knob.text(row)) for knob in KNOBS]
+    parts = [(knob, knob.text(row)) for knob in _all()]
     return _join([(k, t) for k, t in parts if t != k.quiet])
 
 
@@ -165,12 +172,13 @@ def distinct_labels(rows: Mapping[Hashable, Row]) -> dict[Hashable, str]:
     ``rows``: the core knobs, and every other knob where the set holds more than one value of
     it (said explicitly then, ``mmap`` against ``no-mmap``). Keys whose configurations read the
     same (columns a store lacks) get their key's first characters appended."""
-    texts = {key: {knob.name: knob.text(row) for knob in KNOBS} for key, row in rows.items()}
-    varied = {knob.name for knob in KNOBS
+    every = _all()
+    texts = {key: {knob.name: knob.text(row) for knob in every} for key, row in rows.items()}
+    varied = {knob.name for knob in every
               if len({t[knob.name] for t in texts.values()}) > 1}
     out: dict[Hashable, str] = {}
     for key, text in texts.items():
-        parts = [(knob, text[knob.name]) for knob in KNOBS
+        parts = [(knob, text[knob.name]) for knob in every
                  if knob.name in varied
                  or (knob.core and text[knob.name] != knob.quiet)
                  or (knob.name == "affinity" and text[knob.name] != knob.quiet)]
@@ -187,11 +195,11 @@ def distinct_labels(rows: Mapping[Hashable, Row]) -> dict[Hashable, str]:
 
 def varied_knobs(rows: Sequence[Row], skip: Sequence[str] = ()) -> tuple[str, ...]:
     """The names of the knobs (``KNOBS``) with more than one value among ``rows``."""
-    return tuple(knob.name for knob in KNOBS if knob.name not in skip
+    return tuple(knob.name for knob in _all() if knob.name not in skip
                  and len({knob.text(r) for r in rows}) > 1)
 
 
 def knob_text(row: Row, names: Sequence[str]) -> str:
     """The explicit texts of the named knobs for one row, e.g. ``no-mmap fa=on``."""
     wanted = set(names)
-    return _join([(k, k.text(row)) for k in KNOBS if k.name in wanted])
+    return _join([(k, k.text(row)) for k in _all() if k.name in wanted])

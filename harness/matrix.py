@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,12 +23,8 @@ import yaml
 from harness import knobs
 from harness.artifacts.ladder import LADDER_SIZES, SYNTHETIC_SIZES
 from harness.cell import (
-    CACHE_STATES,
     DEFAULT_ENGINE,
     DEVICE_PYTHON_BUILD,
-    FLASH_ATTN,
-    KV_TYPES,
-    LOAD_MODES,
     MAPPED_LOAD_MODES,
     Cell,
 )
@@ -39,24 +34,13 @@ from harness.metrics import ADAPTIVE_METRICS
 
 # Axes in expansion order (the last one varies fastest).
 AXES = (
-    "engine", "build", "model", "quant", "n_ctx", "kv", "threads", "affinity", "flash_attn", "mmap",
-    "n_batch", "n_ubatch", "swa_full", "load_mode", "cache", *knobs.AXES,
+    "engine", "build", "model", "quant", *knobs.axes(),
 )
 REQUIRED_AXES = ("build", "model", "quant", "n_ctx")
 # Values of axes a matrix leaves out (llama.cpp's own defaults where it has one).
 AXIS_DEFAULTS: dict[str, Any] = {
     "engine": DEFAULT_ENGINE,
-    "kv": ("f16", "f16"),
-    "threads": 4,
-    "affinity": "all",
-    "flash_attn": "auto",
-    "mmap": True,
-    "n_batch": 2048,
-    "n_ubatch": 512,
-    "swa_full": False,  # llama-bench's (fixed) choice; llama-cpp-python's own default is true
-    "load_mode": "",  # as mmap says
-    "cache": "",  # the page cache as the phone has it
-    **knobs.DEFAULTS,
+    **knobs.defaults(),
 }
 WORKLOAD_KEYS = ("n_prompt", "n_gen", "n_depth", "sustained")
 SUSTAINED_KEYS = ("duration_s",)
@@ -86,7 +70,6 @@ COOLDOWN_DEFAULTS: dict[str, float] = {
 # What a run can require of a phone before each trial (harness.run.preflight reads them).
 REQUIRE_KEYS = ("screen_on", "stay_awake", "charging", "battery_saver", "doze")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
-_MASK = re.compile(r"^0x[0-9a-fA-F]+$")
 
 
 @dataclass(frozen=True)
@@ -222,10 +205,7 @@ class Matrix:
 # --- validation helpers -------------------------------------------------------------------------
 
 
-def _show(value: Any) -> str:
-    if isinstance(value, Mapping | list):
-        return type(value).__name__ if not value else json.dumps(value, default=str)
-    return json.dumps(value, default=str)
+_show = knobs.show
 
 
 class _Checker:
@@ -286,39 +266,21 @@ def _choice(check: _Checker, value: Any, where: str, allowed: tuple[str, ...], w
 
 
 def _kv_value(check: _Checker, value: Any, where: str) -> tuple[str, str]:
+    """``kv``: one type for K and V, ``K/V``, or ``{type_k: K, type_v: V}`` (the registry's
+    type_k and type_v, parts 0 and 1 of this axis)."""
+    k_type, v_type = knobs.spec("type_k"), knobs.spec("type_v")
     if isinstance(value, Mapping):
         check.keys(value, where, ("type_k", "type_v"))
         if set(value) != {"type_k", "type_v"}:
             raise check.fail(where, "a KV pair needs both type_k and type_v")
-        return (
-            _choice(check, value["type_k"], f"{where}.type_k", KV_TYPES, "KV cache type"),
-            _choice(check, value["type_v"], f"{where}.type_v", KV_TYPES, "KV cache type"),
-        )
+        return (_registered(check, value["type_k"], f"{where}.type_k", knob=k_type),
+                _registered(check, value["type_v"], f"{where}.type_v", knob=v_type))
     if isinstance(value, str) and "/" in value:
         k, _, v = value.partition("/")
-        return (
-            _choice(check, k, where, KV_TYPES, "KV cache type"),
-            _choice(check, v, where, KV_TYPES, "KV cache type"),
-        )
-    same = _choice(check, value, where, KV_TYPES, "KV cache type")
+        return (_registered(check, k, where, knob=k_type),
+                _registered(check, v, where, knob=v_type))
+    same = _registered(check, value, where, knob=k_type)
     return (same, same)
-
-
-def _affinity(check: _Checker, value: Any, where: str) -> str:
-    if isinstance(value, str) and value.lower() in ("all", "big"):
-        return value.lower()
-    if isinstance(value, str) and _MASK.match(value) and int(value, 16) > 0:
-        return value.lower()
-    raise check.fail(where, f"{_show(value)} is not a CPU affinity (allowed: all, big, or a "
-                            "non-zero hex mask such as 0xf0)")
-
-
-def _flash(check: _Checker, value: Any, where: str) -> str:
-    if value is True:  # YAML 1.1 reads a bare on/off as a boolean
-        return "on"
-    if value is False:
-        return "off"
-    return _choice(check, value, where, FLASH_ATTN, "flash_attn value")
 
 
 def _boolean(check: _Checker, value: Any, where: str) -> bool:
@@ -355,18 +317,9 @@ AXIS_PARSERS: dict[str, AxisParser] = {
     "build": lambda c, v, w: c.name(v, w, "build name"),
     "model": lambda c, v, w: c.name(v, w, "model name"),
     "quant": lambda c, v, w: _choice(c, v, w, QUANTS, "quant"),
-    "n_ctx": lambda c, v, w: c.integer(v, w, 1),
     "kv": _kv_value,
-    "threads": lambda c, v, w: c.integer(v, w, 1),
-    "affinity": _affinity,
-    "flash_attn": _flash,
-    "mmap": _boolean,
-    "n_batch": lambda c, v, w: c.integer(v, w, 1),
-    "n_ubatch": lambda c, v, w: c.integer(v, w, 1),
-    "swa_full": _boolean,
-    "load_mode": lambda c, v, w: _choice(c, v, w, LOAD_MODES, "load_mode"),
-    "cache": lambda c, v, w: _choice(c, v, w, CACHE_STATES, "cache state"),
-    **{knob.axis: functools.partial(_registered, knob=knob) for knob in knobs.KNOBS},
+    **{knob.axis: functools.partial(_registered, knob=knob) for knob in knobs.KNOBS
+       if knob.part is None},
 }
 WORKLOAD_PARSERS: dict[str, AxisParser] = {
     "n_prompt": lambda c, v, w: c.integer(v, w, 0),
@@ -821,7 +774,8 @@ def model_layers(source: ModelSource, quant: str | None) -> int | None:
 
 def _to_cell(combo: Mapping[str, Any], matrix: Matrix) -> Cell:
     values = {**AXIS_DEFAULTS, **combo}
-    type_k, type_v = values["kv"]
+    if values["load_mode"]:  # a load mode says whether the weights are mapped
+        values["mmap"] = values["load_mode"] in MAPPED_LOAD_MODES
     workload = matrix.workload
     engine = values["engine"]
     return Cell(
@@ -830,24 +784,14 @@ def _to_cell(combo: Mapping[str, Any], matrix: Matrix) -> Cell:
         build=DEVICE_PYTHON_BUILD if engine == "llama-cpp-python" else values["build"],
         model=values["model"],
         quant=values["quant"],
-        n_ctx=values["n_ctx"],
-        type_k=type_k,
-        type_v=type_v,
-        threads=values["threads"],
-        affinity=values["affinity"],
-        flash_attn=values["flash_attn"],
-        mmap=values["load_mode"] in MAPPED_LOAD_MODES if values["load_mode"] else values["mmap"],
-        n_batch=values["n_batch"],
-        n_ubatch=values["n_ubatch"],
-        swa_full=values["swa_full"],
-        load_mode=values["load_mode"],
-        cache=values["cache"],
         n_prompt=values.get("n_prompt", workload.n_prompt),
         n_gen=values.get("n_gen", workload.n_gen),
         n_depth=_depth(values.get("n_depth", workload.n_depth), values, workload),
         repetitions=matrix.repetitions,
         sustained_s=float(values.get("sustained", workload.sustained_s)),
-        **{knob.name: values[knob.axis] for knob in knobs.KNOBS},
+        **{knob.name: knobs.axis_value(values, knob) for knob in knobs.KNOBS if knob.attribute},
+        extra=tuple((knob.name, knobs.axis_value(values, knob)) for knob in knobs.KNOBS
+                    if not knob.attribute),
     )
 
 

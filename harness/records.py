@@ -231,6 +231,9 @@ class TrialRecord:
     # added in schema 15 (older parts read it as null): why ``paging`` is null for a trial that
     # decoded, with its figures: the phone's swap-ins (another process's too) decide the label
     paging_unknown: str | None = None
+    # the values of the knobs declared in harness.knobs alone (no column of their own): JSON,
+    # name -> value (None: every knob has its column; older parts read it as null)
+    knobs: str | None = None
 
 
 class TrialIdentity(Protocol):

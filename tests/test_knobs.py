@@ -34,9 +34,15 @@ def test_every_knob_is_an_axis_a_cell_field_a_column_and_a_schema_entry() -> Non
     cell_fields = {f.name: f for f in dataclasses.fields(Cell)}
     columns = get_type_hints(TrialRecord)
     for knob in knobs.KNOBS:
-        assert knob.axis in AXES and AXIS_DEFAULTS[knob.axis] == knob.default
-        assert cell_fields[knob.name].default == knob.default
+        assert knob.axis in AXES and knobs.axis_value(AXIS_DEFAULTS, knob) == knob.default
+        field = cell_fields[knob.name].default  # n_batch, n_ubatch: a cell always states them
+        assert field == knob.default or (field is dataclasses.MISSING and not knob.quiet_in_ids)
         assert knob.column in CONFIG_COLUMNS and knob.column in columns
+        if knob.part is not None:  # kv's type_k and type_v: the file describes the pair
+            assert set(knob.schema["enum"]) == set(
+                schema["axes"]["properties"]["kv"]["oneOf"][0]["oneOf"][1]["properties"][
+                    knob.name]["enum"])
+            continue
         assert schema["axes"]["properties"][knob.axis] == knob.axis_schema()
         assert schema["include"]["items"]["properties"][knob.axis] == dict(knob.schema)
         assert schema["exclude"]["items"]["properties"][knob.axis] == dict(knob.schema)

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from harness import knobs
 from harness.cell import Cell
 from harness.errors import ConfigError
 from harness.records import (
@@ -143,11 +144,13 @@ def to_trials(records: Sequence[Mapping[str, Any]], *, run_id: str, device: str 
         cell = Cell(
             build=build, model=model_of(first), quant=quant_of(first),
             n_ctx=_int(first, "harness_n_ctx", n_prompt + n_gen + n_depth),
-            type_k=str(first.get("type_k") or "f16"),
-            type_v=str(first.get("type_v") or "f16"), threads=_int(first, "n_threads", 1),
+            type_k=str(first.get("type_k") or knobs.default("type_k")),
+            type_v=str(first.get("type_v") or knobs.default("type_v")),
+            threads=_int(first, "n_threads", 1),
             affinity=str(first.get("cpu_mask") or "all") if first.get("cpu_strict") else "all",
             flash_attn=_flash(first.get("flash_attn")), mmap=_mmap(first),
-            n_batch=_int(first, "n_batch", 2048), n_ubatch=_int(first, "n_ubatch", 512),
+            n_batch=_int(first, "n_batch", knobs.default("n_batch")),
+            n_ubatch=_int(first, "n_ubatch", knobs.default("n_ubatch")),
             n_prompt=n_prompt, n_gen=n_gen, n_depth=n_depth,
         )
         raw = json.dumps([dict(r) for r in (prompt, gen) if r is not None], default=str)

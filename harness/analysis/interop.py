@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from harness import knobs
 from harness.analysis.sustained import column
 from harness.errors import ConfigError, StoreError
 from harness.knobs import offload_of
@@ -69,10 +70,36 @@ DEFAULTS: dict[str, Any] = {
     "flash_attn": -1, "tensor_split": "0.00", "tensor_buft_overrides": "none",
     "load_mode": "mmap", "embeddings": 0, "no_op_offload": 0, "n_depth": 0, "stddev_ns": 0,
     "stddev_ts": 0.0, "n_cpu_moe": 0, "fit_target": 0, "fit_min_ctx": 0, "model_size": 0,
-    "model_n_params": 0, "n_batch": 2048, "n_ubatch": 512, "n_threads": 1, "type_k": "f16",
-    "type_v": "f16", "n_prompt": 0, "n_gen": 0,
+    "model_n_params": 0, "n_batch": knobs.default("n_batch"),
+    "n_ubatch": knobs.default("n_ubatch"), "n_threads": 1, "type_k": knobs.default("type_k"),
+    "type_v": knobs.default("type_v"), "n_prompt": 0, "n_gen": 0,
 }
 FLASH = {"on": 1, "off": 0, "auto": -1}
+#: ggml's names of the backends a build's manifest lists, in the order llama.cpp registers them
+#: (ggml/src/ggml-backend-reg.cpp); llama-bench's ``backends`` joins those a build has, "CPU"
+#: when it has none
+GGML_BACKENDS: tuple[tuple[str, str], ...] = (
+    ("vulkan", "Vulkan"), ("opencl", "OpenCL"), ("hexagon", "HTP"))
+#: Builds: build id -> the backends its manifest lists (``Manifest.backends``)
+Builds = Mapping[str, Sequence[str]]
+
+
+def backends_text(compiled: Sequence[str]) -> str:
+    """llama-bench's ``backends`` of a build whose manifest lists ``compiled``."""
+    known = dict(GGML_BACKENDS)
+    names = [ggml for ours, ggml in GGML_BACKENDS if ours in compiled]
+    names += [name for name in compiled if name not in known]
+    return ",".join(names) or "CPU"
+
+
+def _backends(row: Mapping[str, Any], builds: Builds) -> str:
+    """The trial's build's backends; a build not at hand: the backend of the device the trial
+    ran on (a CPU trial's build may have had others, which the store does not say)."""
+    build = builds.get(str(row.get("build_id")))
+    if build is not None:
+        return backends_text(build)
+    device = str(offload_of(row)[0]).lower()
+    return next((ggml for _, ggml in GGML_BACKENDS if ggml.lower() in device), "CPU")
 
 
 def _value(row: Mapping[str, Any], key: str) -> Any:
@@ -92,7 +119,7 @@ def _extras(row: Mapping[str, Any]) -> dict[str, Any]:
             "harness_config_id": row.get("config_id"), "harness_n_ctx": int(row["n_ctx"])}
 
 
-def _base(row: Mapping[str, Any], build: str) -> dict[str, Any]:
+def _base(row: Mapping[str, Any], build: str, builds: Builds) -> dict[str, Any]:
     affinity = str(_value(row, "affinity") or "all")
     device = _value(row, "device_model") or row.get("device_serial")
     soc = _value(row, "device_soc")
@@ -109,7 +136,9 @@ def _base(row: Mapping[str, Any], build: str) -> dict[str, Any]:
         "cpu_strict": int(affinity.startswith("0x")),
         "type_k": row["type_k"], "type_v": row["type_v"],
         "flash_attn": FLASH.get(str(row["flash_attn"]), -1),
-        "load_mode": "mmap" if bool(row["mmap"]) else "none",
+        # as the engine was asked (dio, mlock, ...; a store from before the knob: what mmap says)
+        "load_mode": knobs.load_mode_of(bool(row["mmap"]), _value(row, "load_mode")),
+        "backends": _backends(row, builds),
         "n_depth": int(row["n_depth"]), "test_time": _iso(row["started_at"]),
         # where it ran (a store from before the device knob: the CPU)
         "n_gpu_layers": offload_of(row)[1],
@@ -117,7 +146,7 @@ def _base(row: Mapping[str, Any], build: str) -> dict[str, Any]:
     }
 
 
-def _synthesised(row: Mapping[str, Any], build: str) -> list[dict[str, Any]]:
+def _synthesised(row: Mapping[str, Any], build: str, builds: Builds) -> list[dict[str, Any]]:
     out = []
     for metric, prompt, gen in (("pp_tps", int(row["n_prompt"]), 0),
                                 ("tg_tps", 0, int(row["n_gen"]))):
@@ -126,7 +155,7 @@ def _synthesised(row: Mapping[str, Any], build: str) -> list[dict[str, Any]]:
         if rate is None or rate <= 0 or tokens == 0:
             continue
         ns = round(tokens / float(rate) * 1e9)
-        out.append({**DEFAULTS, **_base(row, build), "n_prompt": prompt, "n_gen": gen,
+        out.append({**DEFAULTS, **_base(row, build, builds), "n_prompt": prompt, "n_gen": gen,
                     "avg_ns": ns, "avg_ts": float(rate), "samples_ns": [ns],
                     "samples_ts": [float(rate)]})
     return out
@@ -172,9 +201,11 @@ def build_identifiers(trials: pd.DataFrame) -> dict[str, BuildIdentifier]:
 
 
 def trial_records(row: Mapping[str, Any], build_key: BuildKey = "id",
-                  identifier: str | None = None) -> list[dict[str, Any]]:
+                  identifier: str | None = None,
+                  builds: Builds | None = None) -> list[dict[str, Any]]:
     """llama-bench records of one ``ok`` trial (none for any other outcome); ``identifier``:
-    its build's ``build_commit`` with ``build_key="short"``."""
+    its build's ``build_commit`` with ``build_key="short"``; ``builds``: the backends of the
+    builds at hand (``backends``)."""
     if row.get("outcome") != "ok":
         return []
     commit = _value(row, "build_commit")
@@ -190,13 +221,13 @@ def trial_records(row: Mapping[str, Any], build_key: BuildKey = "id",
         except ValueError:
             raw = None
         if isinstance(raw, list) and raw and all(isinstance(r, dict) for r in raw):
-            base = {**DEFAULTS, **_base(row, build)}
+            base = {**DEFAULTS, **_base(row, build, builds or {})}
             for record in raw:
                 filled = {**base, **{k: v for k, v in record.items() if v is not None}}
                 filled["build_commit"] = build
                 records.append(filled)
     if not records:
-        records = _synthesised(row, build)
+        records = _synthesised(row, build, builds or {})
     return [{**r, **_extras(row)} for r in records]
 
 
@@ -210,13 +241,14 @@ def exported_rows(trials: pd.DataFrame, run_id: str | None = None) -> pd.DataFra
 
 
 def export_records(trials: pd.DataFrame, *, run_id: str | None = None,
-                   build_key: BuildKey = "short") -> list[dict[str, Any]]:
+                   build_key: BuildKey = "short",
+                   builds: Builds | None = None) -> list[dict[str, Any]]:
     rows = exported_rows(trials, run_id)
     names = build_identifiers(rows) if build_key == "short" else {}
     out: list[dict[str, Any]] = []
     for row in rows.to_dict("records"):
         named = names.get(str(row["build_id"]))
-        out.extend(trial_records(row, build_key, named.identifier if named else None))
+        out.extend(trial_records(row, build_key, named.identifier if named else None, builds))
     return out
 
 
@@ -264,11 +296,11 @@ def _sql(value: Any) -> Any:
 
 
 def export(trials: pd.DataFrame, fmt: str, path: Path, *, run_id: str | None = None,
-           build_key: BuildKey = "short") -> int:
+           build_key: BuildKey = "short", builds: Builds | None = None) -> int:
     """Write the store's trials in ``fmt``; returns the number of records written."""
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
-    records = export_records(trials, run_id=run_id, build_key=build_key)
+    records = export_records(trials, run_id=run_id, build_key=build_key, builds=builds)
     try:
         if fmt == "llama-bench-jsonl":
             return write_jsonl(records, path)

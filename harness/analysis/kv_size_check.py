@@ -19,6 +19,7 @@ from harness.artifacts.gguf_info import ModelInfo
 from harness.cell import Cell
 from harness.engines.base import flash_attn_setting
 from harness.engines.llamalog import EngineMemoryLog, parse_memory_log
+from harness.engines.pybench import flag
 from harness.memory import ModelCard, predict_peak
 
 TOLERANCE = 0.02  # the issue's bound: within 2 % of llama.cpp's figure
@@ -56,10 +57,11 @@ def load_command(model_path: str, cell: Cell) -> list[str]:
     """The child process: pybench loads the model and makes the cell's context, then exits."""
     flash, _ = flash_attn_setting(cell)
     return [sys.executable, "-m", "harness.engines.pybench", "--model", model_path,
-            "--n-ctx", str(cell.n_ctx), "--n-batch", str(cell.n_batch),
-            "--n-ubatch", str(cell.n_ubatch), "--type-k", cell.type_k, "--type-v", cell.type_v,
-            "--flash-attn", str(flash), "--load-mode", cell.resolved_load_mode,
-            "--swa-full" if cell.swa_full else "--no-swa-full", "--threads", "1",
+            "--n-ctx", str(cell.n_ctx), flag("n_batch"), str(cell.n_batch),
+            flag("n_ubatch"), str(cell.n_ubatch), flag("type_k"), cell.type_k,
+            flag("type_v"), cell.type_v,
+            flag("flash_attn"), str(flash), flag("load_mode"), cell.resolved_load_mode,
+            "--swa-full" if cell.swa_full else "--no-swa-full", flag("threads"), "1",
             "--verbose", "--load-only"]
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.analysis.sustained import candidate_groups, column, median
+from harness.knobs import load_mode_of
 from harness.labels import config_label
 from harness.run.paging_measure import file_reads
 from harness.units import MB
@@ -74,9 +75,8 @@ def _row(key: tuple[str, ...], group: pd.DataFrame) -> PagingRow:
     # interval has a PSS from before the model was mapped); it counts shared libraries too
     resident = median(column(ok, "vm_hwm_bytes").fillna(column(ok, "peak_pss_bytes")))
     cached = median(column(group, "cache_resident_bytes"))
-    load_mode = first.get("load_mode")
-    if not isinstance(load_mode, str) or not load_mode:
-        load_mode = "mmap" if bool(first.get("mmap", True)) else "none"
+    mode = first.get("load_mode")
+    load_mode = load_mode_of(bool(first.get("mmap", True)), mode if isinstance(mode, str) else "")
     cache = first.get("cache")
     reasons = column(ok, "paging_unknown").dropna().astype(str)
     return PagingRow(

@@ -35,7 +35,7 @@ def _side(frame: pd.DataFrame, side: Side, configs: Iterable[str] | None = None)
     return usable(rows)
 
 
-_DEVICE = knobs.BY_NAME["compute_device"].column
+_DEVICE = knobs.spec("compute_device").column
 _BUT_DEVICE = tuple(c for c in ("device_serial", *CONFIG_COLUMNS) if c != _DEVICE)
 
 

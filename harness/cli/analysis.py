@@ -41,6 +41,7 @@ from harness.analysis.nightly import (
 )
 from harness.analysis.recommend import Recommendation
 from harness.budget import DEFAULT_RESERVE_BYTES
+from harness.cli.build import BUILDS_OPTION
 from harness.errors import ConfigError, HarnessError
 from harness.metrics import DEFAULT_METRICS, METRIC_COLUMNS, OBJECTIVES
 from harness.plan import parse_size
@@ -528,8 +529,9 @@ def _kv_quality(size: str, kv_specs: tuple[str, ...], depth_specs: tuple[str, ..
               "engine's commit.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="File to write.")
+@BUILDS_OPTION
 def export_command(fmt: str, results: Path, run_id: str | None, build_key: str,
-                   output: Path) -> None:
+                   output: Path, builds_dir: Path | None) -> None:
     """Write trials in the schema llama.cpp's scripts/compare-llama-bench.py reads.
 
     \b
@@ -541,10 +543,13 @@ def export_command(fmt: str, results: Path, run_id: str | None, build_key: str,
       compare-llama-bench.py -i bench.sqlite -b 0c1e570 -c 5d2a9f1
     """
     from harness.analysis.interop import BuildKey, build_identifiers, export, exported_rows
+    from harness.artifacts.builds import builds_root, list_builds
 
     trials = load_trials(results)
     key: BuildKey = "commit" if build_key == "commit" else "id" if build_key == "id" else "short"
-    count = export(trials, fmt, output, run_id=run_id, build_key=key)
+    # each build's backends, for llama-bench's ``backends`` (a build not here: its trials' device)
+    builds = {b.name: b.manifest.backends for b in list_builds(builds_root(builds_dir))}
+    count = export(trials, fmt, output, run_id=run_id, build_key=key, builds=builds)
     if key == "short":
         for named in build_identifiers(exported_rows(trials, run_id)).values():
             click.echo(f"build {named.build_id} -> {named.identifier} ({named.source})")

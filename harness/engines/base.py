@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from harness import knobs
 from harness.cell import Cell
 from harness.errors import EngineError
 
@@ -237,7 +238,7 @@ DEVICE_FAMILIES = ("cpu", "gpu", "npu")  # what device_family answers
 def device_family(compute_device: str) -> str | None:
     """``cpu``, ``gpu`` or ``npu`` for a device knob value; None when the name says neither."""
     name = compute_device.lower()
-    if name in ("none", "cpu"):
+    if knobs.is_cpu(name):
         return "cpu"
     if name.startswith(_GPU_PREFIXES):
         return "gpu"

@@ -68,7 +68,7 @@ from harness.engines.derived import (
 from harness.errors import EngineError
 
 LLAMA_CPP = "llama.cpp"
-CELL_FIELDS = tuple(f.name for f in fields(Cell))
+CELL_FIELDS = tuple(f.name for f in fields(Cell) if f.name != "extra")  # not a knob: their pairs
 
 AGGREGATE_KEY = "_aggregate"  # as_dict's mark of a summary record (capture names cannot start _)
 COUNT_KEYS = ("prompt_tokens", "generated_tokens")

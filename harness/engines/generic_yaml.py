@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from harness import knobs
 from harness.cell import FLASH_ATTN, LOAD_MODES, Cell
 from harness.engines.base import DEVICE_FAMILIES, STREAMS, TTFT_DEFINITIONS, device_family
 from harness.engines.derived import (
@@ -188,7 +189,7 @@ def _devices(data: Any, template: tuple[str, ...], where: Path | str) -> dict[st
                               f"({', '.join(DEVICE_FAMILIES)}) or a device name of one")
         if not isinstance(word, str | int) or isinstance(word, bool) or str(word) == "":
             raise ConfigError(f"{where}: key 'devices.{key}' must be the tool's word (a string)")
-        devices["cpu" if key.lower() in ("none", "cpu") else key] = str(word)
+        devices["cpu" if knobs.is_cpu(key) else key] = str(word)
     return devices
 
 

@@ -185,6 +185,11 @@ def dialect_from_help(text: str) -> Dialect:
     )
 
 
+# registry knobs whose llama-bench flag depends on the build's dialect (argv spells them)
+_SPELT = ("type_k", "type_v", "threads", "flash_attn", "load_mode", "compute_device",
+          "n_gpu_layers")
+
+
 @dataclass(frozen=True)
 class LlamaBench:
     """The llama-bench adapter (``Engine`` protocol)."""
@@ -231,19 +236,21 @@ class LlamaBench:
         argv = [binary_path, "-m", model_path, "-p", str(cell.n_prompt), "-n", str(cell.n_gen)]
         if self.dialect.depth:
             argv += ["-d", str(cell.n_depth)]
-        argv += ["-b", str(cell.n_batch), "-ub", str(cell.n_ubatch), "-t", str(cell.threads)]
-        argv += ["-ctk", cell.type_k, "-ctv", cell.type_v]
+        # the knobs llama-bench takes as they are (-b, -ub, ...), then those it spells its way
+        argv += knobs.engine_args(cell.knob_values(), self.name, skip=_SPELT)
+        argv += [knobs.flag("threads"), str(cell.threads)]
+        argv += [knobs.flag("type_k"), cell.type_k, knobs.flag("type_v"), cell.type_v]
         if self.dialect.flash_attn_words:
-            argv += ["-fa", str(flash)]
+            argv += [knobs.flag("flash_attn"), str(flash)]
         elif flash in ("on", "off"):
-            argv += ["-fa", "1" if flash == "on" else "0"]
+            argv += [knobs.flag("flash_attn"), "1" if flash == "on" else "0"]
         if self.dialect.load_mode:  # the build's own flag and names (llama.cpp --load-mode)
-            argv += ["-lm", cell.resolved_load_mode]
+            argv += [knobs.flag("load_mode"), cell.resolved_load_mode]
         else:
             argv += ["-mmp", "1" if cell.mmap else "0"]
         if self.dialect.device:  # never llama-bench's own choice (-ngl -1 on the first device)
-            argv += ["-dev", cell.compute_device]
-        argv += ["-ngl", str(cell.n_gpu_layers)]
+            argv += [knobs.flag("compute_device"), cell.compute_device]
+        argv += [knobs.flag("n_gpu_layers"), str(cell.n_gpu_layers)]
         mask = affinity_mask(cell, cpu_mask)
         if mask:
             argv += ["-C", mask, "--cpu-strict", "1"]

@@ -40,6 +40,12 @@ from harness.engines.base import (
 from harness.engines.llama_bench import measure_records, parse_output, record_from_dict
 
 _FLASH = {"auto": -1, "off": 0, "on": 1}
+ENGINE = "llama-cpp-python"
+
+
+def flag(name: str) -> str:
+    """This tool's option for the registry's knob ``name`` (``--n-ubatch``, ...)."""
+    return knobs.flag(name, ENGINE)
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ class PyBench:
     ``binary_path`` is the Python interpreter on the device.
     """
 
-    name: str = "llama-cpp-python"
+    name: str = ENGINE
     # the device's llama-cpp-python can offload (llama_supports_gpu_offload), as probed
     gpu_offload: bool = False
 
@@ -78,11 +84,13 @@ class PyBench:
             binary_path, "-m", "harness.engines.pybench", "--model", model_path,
             "--n-prompt", str(cell.n_prompt), "--n-gen", str(cell.n_gen),
             "--n-depth", str(cell.n_depth), "--n-ctx", str(cell.n_ctx),
-            "--threads", str(cell.threads), "--type-k", cell.type_k, "--type-v", cell.type_v,
-            "--flash-attn", str(flash), "--load-mode", cell.resolved_load_mode,
-            "--n-batch", str(cell.n_batch), "--n-ubatch", str(cell.n_ubatch),
+            flag("threads"), str(cell.threads), flag("type_k"), cell.type_k,
+            flag("type_v"), cell.type_v,
+            flag("flash_attn"), str(flash), flag("load_mode"), cell.resolved_load_mode,
+            flag("n_batch"), str(cell.n_batch), flag("n_ubatch"), str(cell.n_ubatch),
             "--reps", str(cell.repetitions), "--verbose",
-            "--device", cell.compute_device, "--n-gpu-layers", str(cell.n_gpu_layers),
+            flag("compute_device"), cell.compute_device,
+            flag("n_gpu_layers"), str(cell.n_gpu_layers),
             "--swa-full" if cell.swa_full else "--no-swa-full",
         ]
 
@@ -261,23 +269,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n-gen", "-n", type=int, default=128)
     parser.add_argument("--n-depth", "-d", type=int, default=0)
     parser.add_argument("--n-ctx", "-c", type=int, default=0, help="0: n_prompt+n_gen+n_depth")
-    parser.add_argument("--threads", "-t", type=int, default=4)
-    parser.add_argument("--type-k", default="f16")
-    parser.add_argument("--type-v", default="f16")
-    parser.add_argument("--flash-attn", choices=sorted(_FLASH), default="auto")
-    parser.add_argument("--load-mode", choices=LOAD_MODES, default="mmap",
+    parser.add_argument(flag("threads"), "-t", type=int, default=knobs.default("threads"))
+    parser.add_argument(flag("type_k"), default=knobs.default("type_k"))
+    parser.add_argument(flag("type_v"), default=knobs.default("type_v"))
+    parser.add_argument(flag("flash_attn"), choices=sorted(_FLASH),
+                        default=knobs.default("flash_attn"))
+    parser.add_argument(flag("load_mode"), choices=LOAD_MODES, default="mmap",
                         help="llama.cpp's load mode (--load-mode of llama-bench)")
-    parser.add_argument("--n-batch", type=int, default=2048)
-    parser.add_argument("--n-ubatch", type=int, default=512)
+    parser.add_argument(flag("n_batch"), type=int, default=knobs.default("n_batch"))
+    parser.add_argument(flag("n_ubatch"), type=int, default=knobs.default("n_ubatch"))
     parser.add_argument("--reps", "-r", type=int, default=5)
-    parser.add_argument("--device", default=knobs.CPU_DEVICE,
+    parser.add_argument(flag("compute_device"), default=knobs.default("compute_device"),
                         help="the only device to offload to (none: the CPU only)")
-    parser.add_argument("--n-gpu-layers", type=int, default=0)
+    parser.add_argument(flag("n_gpu_layers"), type=int, default=knobs.default("n_gpu_layers"))
     parser.add_argument("--verbose", "-v", action="store_true")
     parser.add_argument("--load-only", action="store_true",
                         help="load the model, create the context and exit (with --verbose: "
                              "llama.cpp's own cache and buffer sizes, nothing measured)")
-    parser.add_argument("--swa-full", action=argparse.BooleanOptionalAction, default=False,
+    parser.add_argument("--swa-full", action=argparse.BooleanOptionalAction,
+                        default=knobs.default("swa_full"),
                         help="full-size cache for sliding-window layers (llama.cpp's default is "
                              "true; llama-bench's, and this harness's, false)")
     return parser

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from harness import knobs as registry  # "knobs" names a trial's CheckKnobs here
 from harness.analysis.kv_loss import KvType
 from harness.run.watch import launch_line
 
@@ -96,6 +97,9 @@ def not_checked(reason: str) -> Verdict:
 _PLAIN_KV = ("f32", "f16", "bf16")
 
 
+_GENERATE = "harness-generate"  # the generator's flags, as the registry names them
+
+
 @dataclass(frozen=True)
 class CheckKnobs:
     """The settings of a trial that change what its engine computes, as the check runs them.
@@ -105,14 +109,14 @@ class CheckKnobs:
     a kernel runs and how work is split, which is where such bugs live.
     """
 
-    type_k: str = "f16"
-    type_v: str = "f16"
+    type_k: str = registry.default("type_k")
+    type_v: str = registry.default("type_v")
     flash_attn: str = "off"  # on, off or auto
     threads: int = 0  # 0: the engine's default
     n_batch: int = 0
     n_ubatch: int = 0
-    device: str = "none"
-    n_gpu_layers: int = 0
+    device: str = registry.CPU_DEVICE
+    n_gpu_layers: int = registry.default("n_gpu_layers")
 
     @classmethod
     def of(cls, cell: Any) -> CheckKnobs:
@@ -129,12 +133,13 @@ class CheckKnobs:
 
     def argv(self) -> list[str]:
         """The generator's options for these knobs (harness_generate.cpp)."""
-        words = ["-ctk", self.type_k, "-ctv", self.type_v, "-fa", self.flash_attn,
-                 "-dev", self.device, "-ngl", str(self.n_gpu_layers)]
-        for flag, value in (("-t", self.threads), ("-b", self.n_batch), ("-ub", self.n_ubatch)):
-            if value > 0:
-                words += [flag, str(value)]
-        return words
+        words = registry.engine_args({"type_k": self.type_k, "type_v": self.type_v,
+                                      "flash_attn": self.flash_attn,
+                                      "compute_device": self.device,
+                                      "n_gpu_layers": self.n_gpu_layers}, _GENERATE)
+        # 0: the generator's own default
+        sizes = {"threads": self.threads, "n_batch": self.n_batch, "n_ubatch": self.n_ubatch}
+        return words + registry.engine_args({k: v for k, v in sizes.items() if v > 0}, _GENERATE)
 
     def text(self) -> str:
         """How a verdict's detail names the settings it checked."""

@@ -220,3 +220,46 @@ def test_export_command_prints_each_builds_identifier(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "build host-release -> abc1234 (commit)" in result.output
     assert "build host-slow -> " in result.output and "its commit is not known" in result.output
+
+
+@pytest.mark.parametrize("mode", ["dio", "mlock", "mmap+mlock", "none"])
+def test_the_export_says_the_load_mode_the_engine_was_asked(tmp_path: Path, mode: str) -> None:
+    mapped = mode == "mmap+mlock"
+    asked = cell(mmap=mapped, load_mode=mode)
+    write(tmp_path, [trial(asked, mmap=mapped, load_mode=asked.resolved_load_mode)])
+    records = export_records(read_table(tmp_path, "trials"))
+    assert [r["load_mode"] for r in records] == [mode, mode]
+
+
+def test_a_store_from_before_load_mode_exports_what_mmap_said(tmp_path: Path) -> None:
+    write(tmp_path, [trial(cell(mmap=False), mmap=False, load_mode=None)])
+    assert {r["load_mode"] for r in export_records(read_table(tmp_path, "trials"))} == {"none"}
+
+
+def test_the_export_says_the_backends_of_the_build(tmp_path: Path) -> None:
+    gpu = cell(compute_device="Vulkan0", n_gpu_layers=-1)
+    write(tmp_path, [trial(gpu, compute_device="Vulkan0", n_gpu_layers=-1),
+                     trial(cell(build="b2"), build_id="b2", build_commit="def5678")])
+    frame = read_table(tmp_path, "trials")
+    known = export_records(frame, builds={"b1": ("vulkan",), "b2": ("opencl", "hexagon")})
+    assert {(r["harness_build_id"], r["backends"]) for r in known} == {
+        ("b1", "Vulkan"), ("b2", "OpenCL,HTP")}
+    # builds not at hand: the device a trial ran on names its build's backend, a CPU trial CPU
+    unknown = export_records(frame)
+    assert {(r["harness_build_id"], r["backends"]) for r in unknown} == {
+        ("b1", "Vulkan"), ("b2", "CPU")}
+
+
+def test_export_command_reads_the_backends_from_the_builds_manifests(tmp_path: Path) -> None:
+    from harness.artifacts.builds import write_build
+
+    tool = tmp_path / "llama-bench"
+    tool.write_text("#!/bin/sh\n")
+    write_build(tmp_path / "builds", "b1", {"bin/llama-bench": tool}, engine="llama.cpp",
+                abi="arm64-v8a", version="1", backends=("vulkan",))
+    write(tmp_path / "s", [trial()])  # a CPU trial of a build with Vulkan compiled in
+    out = tmp_path / "x.jsonl"
+    result = run_analysis("export", "--format", "llama-bench-jsonl", "--results",
+                          str(tmp_path / "s"), "--builds", str(tmp_path / "builds"), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert {json.loads(line)["backends"] for line in out.read_text().splitlines()} == {"Vulkan"}
