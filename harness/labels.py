@@ -111,8 +111,8 @@ def _sustained(row: Row) -> str:
 
 
 @dataclass(frozen=True)
-class Knob:
-    """One named part of a configuration: its explicit text, and the text that goes unsaid."""
+class LabelPart:
+    """One named part of a configuration's label: its explicit text, and the text left unsaid."""
 
     name: str
     text: Callable[[Row], str]
@@ -120,35 +120,36 @@ class Knob:
     core: bool = False  # always in a distinct label (quant, n_ctx, KV, threads)
 
 
-KNOBS: tuple[Knob, ...] = (
-    Knob("model", lambda r: str(_get(r, "model_name", "?"))),
-    Knob("quant", lambda r: str(_get(r, "quant", "?")), core=True),
-    Knob("n_ctx", lambda r: f"ctx{_int(_get(r, 'n_ctx'))}", core=True),
-    Knob("kv", _kv, core=True),
-    Knob("threads", lambda r: f"t{_int(_get(r, 'threads'))}", core=True),
-    Knob("affinity", _affinity, quiet="@all"),
-    Knob("flash_attn", lambda r: f"fa={_get(r, 'flash_attn', 'auto')}"),
-    Knob("workload", _workload),
-    Knob("batch", _batch),
-    Knob("load", _load, quiet="mmap"),
-    Knob("cache", _cache, quiet="cache=as-found"),
-    Knob("swa", _swa, quiet="swa-window"),
-    Knob("sustained", _sustained, quiet="burst"),
-    Knob("offload", _offload, quiet="cpu"),
+LABEL_PARTS: tuple[LabelPart, ...] = (
+    LabelPart("model", lambda r: str(_get(r, "model_name", "?"))),
+    LabelPart("quant", lambda r: str(_get(r, "quant", "?")), core=True),
+    LabelPart("n_ctx", lambda r: f"ctx{_int(_get(r, 'n_ctx'))}", core=True),
+    LabelPart("kv", _kv, core=True),
+    LabelPart("threads", lambda r: f"t{_int(_get(r, 'threads'))}", core=True),
+    LabelPart("affinity", _affinity, quiet="@all"),
+    LabelPart("flash_attn", lambda r: f"fa={_get(r, 'flash_attn', 'auto')}"),
+    LabelPart("workload", _workload),
+    LabelPart("batch", _batch),
+    LabelPart("load", _load, quiet="mmap"),
+    LabelPart("cache", _cache, quiet="cache=as-found"),
+    LabelPart("swa", _swa, quiet="swa-window"),
+    LabelPart("sustained", _sustained, quiet="burst"),
+    LabelPart("offload", _offload, quiet="cpu"),
 )
 
 
-def _registered(spec: knobs.Knob, said: Callable[[Any], str]) -> Knob:
+def _registered(spec: knobs.Knob, said: Callable[[Any], str]) -> LabelPart:
     """A knob of ``harness.knobs`` that names itself: its text, unsaid at its default."""
-    return Knob(spec.name, lambda r: said(knobs.stored(r, spec.name)), quiet=said(spec.default))
+    return LabelPart(spec.name, lambda r: said(knobs.stored(r, spec.name)),
+                     quiet=said(spec.default))
 
 
-def _all() -> tuple[Knob, ...]:
-    """``KNOBS``, then the registry's knobs with a label of their own, in registry order."""
-    return KNOBS + tuple(_registered(k, k.label) for k in knobs.KNOBS if k.label is not None)
+def _all() -> tuple[LabelPart, ...]:
+    """``LABEL_PARTS``, then the registry's knobs with a label of their own, in registry order."""
+    return LABEL_PARTS + tuple(_registered(k, k.label) for k in knobs.KNOBS if k.label is not None)
 
 
-def _join(parts: Sequence[tuple[Knob, str]]) -> str:
+def _join(parts: Sequence[tuple[LabelPart, str]]) -> str:
     out = ""
     for knob, text in parts:
         if not text:  # a knob the row does not carry
@@ -194,7 +195,7 @@ def distinct_labels(rows: Mapping[Hashable, Row]) -> dict[Hashable, str]:
 
 
 def varied_knobs(rows: Sequence[Row], skip: Sequence[str] = ()) -> tuple[str, ...]:
-    """The names of the knobs (``KNOBS``) with more than one value among ``rows``."""
+    """The names of the knobs (``LABEL_PARTS``) with more than one value among ``rows``."""
     return tuple(knob.name for knob in _all() if knob.name not in skip
                  and len({knob.text(r) for r in rows}) > 1)
 

@@ -22,8 +22,8 @@ from typing import Any, Literal
 from harness import memory
 from harness.units import mib, size
 
-Knob = Literal["n_ctx", "kv", "quant", "model", "reserve"]
-KNOB_ORDER: tuple[Knob, ...] = ("n_ctx", "kv", "quant", "model")
+Lever = Literal["n_ctx", "kv", "quant", "model", "reserve"]
+KNOB_ORDER: tuple[Lever, ...] = ("n_ctx", "kv", "quant", "model")
 
 #: Weight quant levels from most to fewest bits (harness.memory's one ordering, reversed).
 QUANT_ORDER: tuple[str, ...] = tuple(reversed(memory.QUANT_ORDER))
@@ -33,7 +33,7 @@ MIN_CTX = 256
 
 @dataclass(frozen=True)
 class Suggestion:
-    knob: Knob
+    knob: Lever
     config_id: str
     label: str
     text: str
@@ -56,7 +56,7 @@ class Step:
     """One knob's move: what to do, and the bytes it saves (None: not known; ``fits``: a
     measured configuration with the knob turned fits, whatever the figure)."""
 
-    knob: Knob
+    knob: Lever
     text: str
     saving: int | None
     fits: bool = False
