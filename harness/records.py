@@ -227,6 +227,10 @@ class TrialRecord:
     engine_peak_bytes: int | None = None  # the engine's own peak memory figure
     model_file: str | None = None  # the model file's name as the engine was given it
     model_converted_from: str | None = None  # models.NAME.converted_from, for its own format
+    # added in schema 15 (older parts read it as null: not measured): what a GPU build's drivers
+    # hold in its process on this phone, CPU cells included (its --list-devices probe's VmHWM
+    # less a CPU-only probe's; harness.engines.devices), part of predicted_host_bytes
+    driver_host_bytes: int | None = None
 
 
 class TrialIdentity(Protocol):

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from harness.errors import StoreError
 from harness.records import AdaptiveRecord, EnergyRecord, SampleRecord, TrialRecord
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 TABLES: dict[str, type] = {"trials": TrialRecord, "samples": SampleRecord,
                           "energy": EnergyRecord, "adaptive": AdaptiveRecord}
 log = logging.getLogger(__name__)

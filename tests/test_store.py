@@ -37,7 +37,7 @@ def test_schema_columns_are_the_record_fields_in_order() -> None:
     for name, record_type in store.TABLES.items():
         fields = [f.name for f in dataclasses.fields(record_type)]
         assert store.SCHEMAS[name].names == fields
-        assert store.SCHEMAS[name].metadata[b"harness.schema_version"] == b"14"
+        assert store.SCHEMAS[name].metadata[b"harness.schema_version"] == b"15"
 
 
 def test_nullable_follows_the_annotation() -> None:

@@ -78,3 +78,15 @@ def worst_peak(ok: pd.DataFrame) -> WorstPeak:
     state = (UNKNOWN if (asked & device.isna()).any() else
              PREDICTED if (asked & read.isna()).any() else READ)
     return WorstPeak(value, state)
+
+
+def driver_costs(trials: pd.DataFrame, device: str) -> dict[str, int]:
+    """Per build, what its GPU drivers held in the process on ``device`` (a serial or a device
+    model), as the runs' probes measured it (the median of its trials' ``driver_host_bytes``):
+    what ``plan_cells`` adds to the predictions of that build's cells there."""
+    if "driver_host_bytes" not in trials or trials.empty:
+        return {}
+    mine = trials[(trials["device_serial"] == device) | (trials["device_model"] == device)]
+    measured = mine.assign(driver=_numbers(mine, "driver_host_bytes")).dropna(subset=["driver"])
+    return {str(build): int(group["driver"].median())
+            for build, group in measured.groupby("build_id", observed=True)}
