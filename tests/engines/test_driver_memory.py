@@ -102,3 +102,45 @@ def test_recommend_s_planned_cells_take_the_drivers_the_store_measured(tmp_path:
     trials = read_table(tmp_path, "trials")
     assert driver_costs(trials, "SER1") == {"host-vulkan": 42 * MIB}
     assert driver_costs(trials, "OTHER") == {"host-vulkan": 90 * MIB}
+
+
+CARD_MATRIX = """
+name: drivers
+axes:
+  build: [b1]
+  model: [card]
+  quant: [Q4_0]
+  n_ctx: [512]
+models:
+  card:
+    path: absent-{quant}.gguf
+    card: {n_layer: 8, n_head: 8, n_head_kv: 8, head_dim: 64, n_embd: 512, n_ff: 1024,
+           n_vocab: 1000, n_params: 30000000}
+workload: {n_prompt: 32, n_gen: 16}
+"""
+
+
+def test_recommend_s_planned_cells_carry_the_drivers_its_store_measured(tmp_path: Path) -> None:
+    """``harness recommend --matrix``: a planned cell of a build the store measured on this
+    device is predicted with that build's drivers."""
+    import json
+
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    matrix = tmp_path / "drivers.yaml"
+    matrix.write_text(CARD_MATRIX)
+    measured = cell(build="b1", quant="Q8_0")  # another config of the same build, measured
+
+    def planned_peak(results: Path, driver: int | None) -> int:
+        write(results, [trial(measured, driver_host_bytes=driver)])
+        found = CliRunner().invoke(main, [
+            "recommend", "--device", "SER1", "--results", str(results), "--matrix",
+            str(matrix), "--memory", "8GiB", "--reserve", "0", "--json"])
+        assert found.exit_code == 0, found.output
+        (pick,) = [p for p in json.loads(found.stdout)["picks"] if p["source"] == "predicted"]
+        return int(pick["peak_bytes"])
+
+    assert planned_peak(tmp_path / "with", 40 * MIB) == \
+        planned_peak(tmp_path / "without", None) + 40 * MIB
