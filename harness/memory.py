@@ -190,11 +190,14 @@ class MemoryPrediction:
     # part of ``compute``, allocated through the GPU's driver, so the phone counts it as GPU
     # memory; the smaller the offload, the more of the graph it holds
     device_pinned: int = 0
+    # what a GPU build's drivers hold in the process (loader, user-mode driver, its caches),
+    # measured once per build and phone (harness.engines.devices); a host share, CPU cells too
+    driver: int = 0
 
     @property
     def total(self) -> int:
         return (self.weights + self.repack + self.kv + self.compute + self.vocab + self.state
-                + self.overhead + self.device_compute)
+                + self.overhead + self.device_compute + self.driver)
 
     @property
     def device(self) -> int:
@@ -216,6 +219,7 @@ class MemoryPrediction:
             "state": self.state,
             "overhead": self.overhead,
             "device_compute": self.device_compute,
+            "driver": self.driver,
         }
 
 
@@ -396,12 +400,13 @@ def engine_memory(engine: str) -> EngineMemory:
 
 
 def predict_peak(cell: Cell, model: ModelInfo | ModelCard,
-                 repack: frozenset[str] = frozenset()) -> MemoryPrediction:
+                 repack: frozenset[str] = frozenset(), driver: int = 0) -> MemoryPrediction:
     """Predict the peak resident memory of running ``cell`` on ``model``.
 
     With mmap the weights are file-backed pages, but every one is touched while decoding, so
     they count in RSS/PSS just as an anonymous copy would. ``repack`` names the weight types the
     build repacks (``repacked_types``): with mmap they count twice, without it once.
+    ``driver`` is what the build's GPU drivers hold in the process on this phone (0: none).
     """
     if isinstance(model, ModelCard):
         weights = estimate_weights_bytes(model, cell.quant)
@@ -443,6 +448,7 @@ def predict_peak(cell: Cell, model: ModelInfo | ModelCard,
         device_compute=reserved if split.weights or split.layer_share else 0,
         device_pinned=(min(compute, round(reserved * (1 - split.layer_share)))
                        if cell.compute_device != knobs.CPU_DEVICE else 0),
+        driver=driver,
     )
 
 

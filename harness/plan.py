@@ -188,10 +188,10 @@ class _Verdict:
 def _verdict(
     cell: Cell, model: ModelFacts, available: int, reserve: int,
     repack: frozenset[str] = frozenset(), engine: Engine | None = None,
-    storage_mb_s: float | None = None,
+    storage_mb_s: float | None = None, driver: int = 0,
 ) -> _Verdict:
     budget = available - reserve
-    found = _memory_verdict(cell, model, available, reserve, repack, engine)
+    found = _memory_verdict(cell, model, available, reserve, repack, engine, driver)
     if found[1] != Reason.OVER_BUDGET or isinstance(model, MissingModel) or found[0] is None:
         return _Verdict(*found)
     paging = predict_paging(cell, model, found[0], budget, storage_mb_s)
@@ -208,7 +208,7 @@ def _verdict(
 
 def _memory_verdict(
     cell: Cell, model: ModelFacts, available: int, reserve: int,
-    repack: frozenset[str] = frozenset(), engine: Engine | None = None,
+    repack: frozenset[str] = frozenset(), engine: Engine | None = None, driver: int = 0,
 ) -> tuple[MemoryPrediction | None, str, str]:
     if isinstance(model, MissingModel):
         return None, Reason.MODEL_UNAVAILABLE, model.reason
@@ -218,7 +218,7 @@ def _memory_verdict(
                 f"{kv_type} cache needs rows in blocks of 32 values; this model's row has "
                 f"{model.n_head_kv * dim}"
             )
-    prediction = _predict_peak(cell, model, repack)
+    prediction = _predict_peak(cell, model, repack, driver)
     problem = support_problem(engine or get_engine(cell.engine), cell)
     if problem is not None:
         return prediction, problem[0], problem[1]
@@ -257,6 +257,7 @@ def plan_cells(
     repack: Mapping[str, frozenset[str]] | None = None,
     engines: Mapping[str, Engine] | None = None,
     storage_mb_s: float | None = None,
+    drivers: Mapping[str, int] | None = None,
 ) -> list[PlannedCell]:
     """Verdict, prediction and duration for each cell; ``models`` is keyed by (model, quant).
 
@@ -269,6 +270,8 @@ def plan_cells(
     phone (and the predictor's error). Infeasible cells are estimated at 0 s: they are skipped.
     A cell over the budget whose mapped weights can page runs (``runs_by_paging``), its decode
     speed predicted from ``storage_mb_s`` (the phone's storage read speed, MB/s) when known.
+    ``drivers`` gives, per build name, what its GPU drivers hold in the process on this phone
+    (``driver_costs``: measured by a run's probe); a build not named adds nothing.
     """
     budget = available_bytes - reserve
     planned = []
@@ -277,7 +280,8 @@ def plan_cells(
         model = models.get(key, MissingModel(f"no facts for model {cell.model} {cell.quant}"))
         types = (repack or {}).get(cell.build, frozenset())
         engine = (engines or {}).get(cell.engine) or get_engine(cell.engine)
-        verdict = _verdict(cell, model, available_bytes, reserve, types, engine, storage_mb_s)
+        verdict = _verdict(cell, model, available_bytes, reserve, types, engine, storage_mb_s,
+                           (drivers or {}).get(cell.build, 0))
         feasible = verdict.code in RUNNABLE_REASONS
         seconds = (
             estimate_seconds(cell, model, trial_timeout_s, verdict.paging)

@@ -234,6 +234,10 @@ class TrialRecord:
     # the values of the knobs declared in harness.knobs alone (no column of their own): JSON,
     # name -> value (None: every knob has its column; older parts read it as null)
     knobs: str | None = None
+    # added in schema 15 (older parts read it as null: not measured): what a GPU build's drivers
+    # hold in its process on this phone, CPU cells included (its --list-devices probe's VmHWM
+    # less a CPU-only probe's; harness.engines.devices), part of predicted_host_bytes
+    driver_host_bytes: int | None = None
 
 
 class TrialIdentity(Protocol):

@@ -14,7 +14,8 @@ objective (median of the unthrottled trials); cells the plan predicts to fit but
 measured follow, marked ``predicted``, ranked by predicted peak (there is no measured speed to
 rank them by). The peak is the *worst* trial's, not the median: the low-memory killer acts on
 the worst case; per trial it is the larger of the sampled PSS and the kernel's high-water mark
-(VmHWM), which a trial shorter than the sampling interval cannot slip past. When nothing is
+(VmHWM), which a trial shorter than the sampling interval cannot slip past, or its host plus
+device memory (a device's unreadable share predicted: ``offload_peak``). When nothing is
 eligible, ``knobs.suggest`` says which knob to turn first.
 
 A candidate whose trials ran by paging their weights from storage (``paging``: its mmap'd model
@@ -51,6 +52,7 @@ from harness.analysis.energy_table import EnergyFigures, energy_of
 from harness.analysis.frames import engine_column, invalid, not_applied, throttled, usable
 from harness.analysis.knobs import Suggestion, suggest
 from harness.analysis.kv_loss import KvEvidence, KvLoss, KvType, combined_kl
+from harness.analysis.offload_peak import WorstPeak, worst_peak
 from harness.analysis.quality import QualityScore
 from harness.analysis.sustained import (
     SustainedFigures,
@@ -69,7 +71,7 @@ from harness.run.paging_measure import file_reads
 from harness.units import MB, mib
 
 Objective = Literal["tg_tps", "pp_tps", "ttft", "sustained_tg", "energy"]
-SCHEMA_VERSION = 7  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
+SCHEMA_VERSION = 8  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
 #                     3: objectives sustained_tg and energy, their figures on picks, unranked
 #                     4: paging picks (paging, read_bytes_per_token, storage_bound_tg_tps)
 #                     5: the KV cache's quality loss on picks (kv_kl, kv_depth)
@@ -77,6 +79,7 @@ SCHEMA_VERSION = 7  # 2: a pick is a (config, build, engine) candidate; pareto l
 #                        from the measured reads); read_mb_s: the measured read rate
 #                     7: the output check's state on picks (output_check), the
 #                        output_unchecked rejection (--require-output-check)
+#                     8: device_memory on picks (a device's unreadable share is predicted)
 #: What identifies a candidate: (config_id, build_id, engine).
 CandidateKey = tuple[str, str, str]
 
@@ -124,6 +127,9 @@ class Pick:
     # the output check of its counted trials: checked (all matched the reference), error (the
     # check failed: no verdict), unchecked (not run for them), not_run (a predicted pick)
     output_check: str = "not_run"
+    # its peak's device share: read (the phone's), predicted (unreadable: the predictor's
+    # share stands for it), unknown (neither); None: no trial on a device, or a predicted pick
+    device_memory: str | None = None
 
     @property
     def candidate(self) -> CandidateKey:
@@ -212,6 +218,7 @@ class _Measured:
     energy: EnergyFigures | None = None  # None: energy never measured
     paging: Paging | None = None  # set when its weights paged from storage
     output: tuple[str, str | None] = ("unchecked", None)  # output_state: (state, reason)
+    worst: WorstPeak | None = None  # its peak, and whether its device share was read
 
     @property
     def key(self) -> CandidateKey:
@@ -221,23 +228,6 @@ class _Measured:
 def _reject(row: Mapping[str, Any], code: str, reason: str) -> Rejected:
     return Rejected(str(row["config_id"]), str(row["label"]), code, reason,
                     str(row["build_id"]), str(row["engine"]))
-
-
-def _worst_peak(ok: pd.DataFrame) -> int | None:
-    """The worst trial's peak: its sampled PSS or its VmHWM, or its host memory plus its device
-    (GPU/NPU) memory as the phone reported them, whichever is largest (its sampled RSS where
-    none was read)."""
-    columns = [c for c in ("peak_pss_bytes", "vm_hwm_bytes") if c in ok]
-    frame = ok[columns].copy()
-    if {"host_memory_bytes", "device_memory_bytes"} <= set(ok):
-        # on a phone a GPU's buffers are its RAM too: the host's share plus the device's
-        frame["with_device"] = ok["host_memory_bytes"] + ok["device_memory_bytes"]
-        columns.append("with_device")
-    peaks = (frame[columns].max(axis=1, skipna=True).dropna() if columns
-             else pd.Series(dtype="float64"))
-    if peaks.empty:
-        peaks = ok["peak_rss_bytes"].dropna()
-    return _int(peaks.max()) if not peaks.empty else None
 
 
 def _health(row: Mapping[str, Any], rows: pd.DataFrame, applied: pd.DataFrame,
@@ -282,8 +272,10 @@ def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, res
     if unhealthy is not None:
         return None, unhealthy, None
     paging = paging_of(applied)
-    peak = _worst_anon_peak(applied) if paging is not None else _worst_peak(applied)
-    verdict = fit(peak, available, reserve, "worst measured peak") \
+    worst = worst_peak(applied)
+    peak = _worst_anon_peak(applied) if paging is not None else worst.bytes
+    what = f"worst measured peak ({worst.says})" if worst.says else "worst measured peak"
+    verdict = fit(peak, available, reserve, what) \
         if available is not None and peak is not None else None
     if verdict is not None and not verdict.fits:
         return None, _reject(row, "over_budget", verdict.reason), verdict.over_bytes
@@ -297,7 +289,7 @@ def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, res
             f"its output was not checked ({'the check failed: ' if checked == 'error' else ''}"
             f"{why or 'no reason stored'}) and --require-output-check is on")), None
     return dataclasses.replace(_measured(key, row, rows, peak, chosen), paging=paging,
-                               output=(checked, why)), None, None
+                               output=(checked, why), worst=worst), None, None
 
 
 @dataclass(frozen=True)
@@ -718,8 +710,11 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
     explanation = _explain(m, peak, headroom, score, objective, pareto, reserve, kv_loss,
                            KvType(str(row["type_k"]), str(row["type_v"])).label)
     device, layers = _offload_of(row)
+    worst = m.worst if m else None
+    says = worst.says if worst else None
     if device != CPU_DEVICE:
-        explanation = f"on {device} with n_gpu_layers {gpu_layers_text(layers)}; {explanation}"
+        explanation = (f"on {device} with n_gpu_layers {gpu_layers_text(layers)}"
+                       f"{f' ({says})' if says else ''}; {explanation}")
     checked, why = m.output if m else ("not_run", None)
     if m is not None:
         explanation += ("; output checked against the reference" if checked == "checked"
@@ -749,6 +744,7 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
         read_mb_s=paging.read_mb_s if paging else None,
         kv_kl=kv_loss.kl if kv_loss else None, kv_depth=kv_loss.depth if kv_loss else None,
         compute_device=device, n_gpu_layers=layers, output_check=checked,
+        device_memory=worst.device_memory if worst else None,
     )
 
 

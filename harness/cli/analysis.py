@@ -272,6 +272,7 @@ def recommend_command(device_name: str, results: Path, reserve: str, memory: str
       harness recommend --device 127.0.0.1:40123 --allow-paging
       harness recommend --device SYN0000 --require-output-check
     """
+    from harness.analysis.offload_peak import driver_costs
     from harness.analysis.recommend import cached_kv_evidence, cached_scores, recommend_device
 
     trials = load_trials(results)
@@ -280,7 +281,8 @@ def recommend_command(device_name: str, results: Path, reserve: str, memory: str
         trials, device_name, reserve_bytes=reserve_bytes,
         memory_bytes=parse_size(memory, "--memory") if memory else None,
         predictions_for=(lambda available: _predictions(
-            matrix, available, reserve_bytes, _storage_speed(trials, device_name)))
+            matrix, available, reserve_bytes, _storage_speed(trials, device_name),
+            driver_costs(trials, device_name)))
         if matrix else None,
         objective=objective, max_quality_loss=max_quality_loss,
         quality=cached_scores(trials), kv_quality=cached_kv_evidence(), builds=builds,
@@ -343,7 +345,7 @@ def _unranked_table(rec: Recommendation, top: int) -> Table:
 
 
 def _predictions(matrix: Path, available: int | None, reserve: int,
-                 storage_mb_s: float | None) -> list[Any]:
+                 storage_mb_s: float | None, drivers: dict[str, int]) -> list[Any]:
     from harness.matrix import expand, load_matrix
     from harness.plan import matrix_repack, plan_cells, resolve_models
 
@@ -351,7 +353,7 @@ def _predictions(matrix: Path, available: int | None, reserve: int,
     cells = expand(loaded)
     return plan_cells(cells, resolve_models(loaded, cells), available or 0, reserve,
                       loaded.timeout.trial_s, repack=matrix_repack(loaded),
-                      storage_mb_s=storage_mb_s)
+                      storage_mb_s=storage_mb_s, drivers=drivers)
 
 
 def _storage_speed(trials: Any, device: str) -> float | None:

@@ -22,6 +22,13 @@ from dataclasses import dataclass
 from harness import knobs
 
 _HEADING = "Available devices:"
+PEAK_MARK = "@@harness:probe_vm_hwm_kb"
+_PEAK = re.compile(rf"^{PEAK_MARK} (\d+)\s*$", re.MULTILINE)
+# The same probe of a build with no device backend: llama-bench, its libc and the CPU backend's
+# registry, no driver (measured: host-release's --list-devices peaks at 7.5 MiB VmHWM, x86_64).
+# What a GPU build's probe holds above it is its drivers (Vulkan's loader and ICD, OpenCL's,
+# the Hexagon session), which every launch of that build loads, CPU cells included.
+PROBE_BASE_BYTES = 7_696 * 1024
 _LINE = re.compile(r"^\s+([A-Za-z][A-Za-z0-9_.-]*): (.*?)(?: \((\d+) MiB, (\d+) MiB free\))?\s*$")
 
 
@@ -42,6 +49,15 @@ class Capability:
     build: str
     devices: tuple[ComputeDevice, ...] = ()
     unknown: str | None = None  # why the build could not say (None: it did)
+    peak_bytes: int | None = None  # the probe's high-water mark (VmHWM), when it was read
+
+    @property
+    def driver_bytes(self) -> int | None:
+        """What the build's device drivers hold in its process on this phone (``peak_bytes``
+        less a CPU-only probe's), or None when the probe's peak was not read."""
+        if self.peak_bytes is None:
+            return None
+        return max(0, self.peak_bytes - PROBE_BASE_BYTES)
 
     def names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.devices)
@@ -52,6 +68,23 @@ class Capability:
 
 def list_devices_command(binary: str) -> list[str]:
     return [binary, "--list-devices"]
+
+
+def peak_watched(line: str) -> str:
+    """``line`` (an already quoted launch line) in the background, its kernel high-water mark
+    (VmHWM) read from /proc until it exits (a zombie's status has no VmHWM: its State ends the
+    loop), then printed after its output as ``PEAK_MARK <kB>``; the shell exits with its status.
+    Builtins only (mksh, dash): nothing is forked while it runs."""
+    return (f"{line} & p=$!; h=; while :; do s=; while read -r k v _u; do case $k in "
+            "State:) s=$v;; VmHWM:) h=$v; break;; esac; done 2>/dev/null < /proc/$p/status; "
+            f"case $s in ''|Z|X) break;; esac; done; wait $p; c=$?; echo; echo {PEAK_MARK} "
+            "${h:-}; exit $c")
+
+
+def probe_peak(stdout: str) -> int | None:
+    """The peak ``peak_watched`` printed, in bytes (None: not read)."""
+    found = _PEAK.search(stdout)
+    return int(found.group(1)) * 1024 if found else None
 
 
 def parse_list_devices(text: str) -> tuple[ComputeDevice, ...] | None:
@@ -79,7 +112,7 @@ def capability_from_output(build: str, exit_code: int | None, stdout: str,
                            stderr: str) -> Capability:
     devices = parse_list_devices(stdout)
     if devices is not None:
-        return Capability(build, devices)
+        return Capability(build, devices, peak_bytes=probe_peak(stdout))
     tail = (stderr.strip().splitlines() or stdout.strip().splitlines() or ["no output"])[-1]
     return Capability(build, unknown=f"--list-devices failed (exit {exit_code}): {tail[:200]}")
 

@@ -30,7 +30,7 @@ class Kind(StrEnum):
     WAITING = "waiting"  # grace_s: the farm waits for a phone's worker to come back
     ADAPTIVE = "adaptive"  # candidate, baseline, label, step, reason, repetitions: a pair settled
     OUTPUT_CHECK = "output_check"  # build, model, quant, knobs, status, detail: output checked
-    DEVICES = "devices"  # build, devices, error: the compute devices a build has on the phone
+    DEVICES = "devices"  # build, devices, error, driver_bytes: a build's compute devices here
 
 
 ERRORS = frozenset({Kind.LOST, Kind.FAILED, Kind.PUSH_FAILED, Kind.ABI_MISMATCH})

@@ -137,7 +137,8 @@ class TrialContext:
     predicted_paging_tg_tps: float | None = None  # the plan's storage-bound decode speed
     capability: Capability | None = None  # the build's devices on this phone (None: not asked)
     predicted_device_bytes: int | None = None  # the predictor's split of the peak
-    predicted_host_bytes: int | None = None
+    predicted_host_bytes: int | None = None  # with driver_host_bytes
+    driver_host_bytes: int | None = None  # the build's drivers on this phone (its probe)
 
 
 @dataclass(frozen=True)
@@ -714,6 +715,7 @@ class TrialRunner:
             compute_reported_bytes=log.compute_bytes if log else None,
             predicted_device_bytes=ctx.predicted_device_bytes,
             predicted_host_bytes=ctx.predicted_host_bytes,
+            driver_host_bytes=ctx.driver_host_bytes,
             **findings.measured,
         )
 

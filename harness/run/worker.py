@@ -25,7 +25,12 @@ from harness.cell import DEVICE_PYTHON_BUILD, Cell
 from harness.device.base import Device, DeviceFacts
 from harness.device.lease import DeviceBusyError, DeviceLease
 from harness.engines import Engine, LlamaBench, PyBench, get_engine
-from harness.engines.devices import Capability, capability_from_output, list_devices_command
+from harness.engines.devices import (
+    Capability,
+    capability_from_output,
+    list_devices_command,
+    peak_watched,
+)
 from harness.errors import BuildError, ConfigError, DeviceError, DeviceLostError, HarnessError
 from harness.memory import ModelCard
 from harness.plan import PlannedCell, build_repack, plan_cells
@@ -611,28 +616,51 @@ class DeviceWorker:
 
     def _with_capabilities(self, contexts: dict[str, TrialContext],
                            runnable: Sequence[TrialSpec]) -> dict[str, TrialContext]:
-        """Ask each llama.cpp build whose cells want a device which devices it has here."""
+        """Ask each llama.cpp build whose cells want a device, or that has a device backend,
+        which devices it has here; what its drivers hold (the probe's peak) goes into every
+        prediction of its cells, CPU cells included: a GPU build loads its drivers whatever the
+        cell asks."""
         wanted = {t.cell.cell_id: t.cell.build for t in runnable
-                  if t.cell.compute_device != knobs.CPU_DEVICE
-                  and isinstance(contexts[t.cell.cell_id].engine, LlamaBench)}
+                  if isinstance(contexts[t.cell.cell_id].engine, LlamaBench)
+                  and (t.cell.compute_device != knobs.CPU_DEVICE
+                       or self._has_backends(t.cell.build))}
         for cell_id, build in sorted(wanted.items()):
             ctx = contexts[cell_id]
             if build not in self._capabilities:
                 self._capabilities[build] = self._list_devices(build, ctx)
                 found = self._capabilities[build]
                 self._emit(Kind.DEVICES, build=build, devices=list(found.names()),
-                           error=found.unknown)
-            contexts[cell_id] = dataclasses.replace(ctx, capability=self._capabilities[build])
+                           error=found.unknown, driver_bytes=found.driver_bytes)
+            contexts[cell_id] = with_driver(ctx, self._capabilities[build])
         return contexts
 
+    def _has_backends(self, build: str) -> bool:
+        """Whether a build has a device backend compiled in (its manifest says so)."""
+        found = self.prepared.builds.get(build)
+        return found is not None and bool(found.manifest.backends)
+
     def _list_devices(self, build: str, ctx: TrialContext) -> Capability:
-        command = launch_line(list_devices_command(ctx.binary), ctx.lib_dir, ctx.env)
+        command = peak_watched(launch_line(list_devices_command(ctx.binary), ctx.lib_dir,
+                                           ctx.env))
         try:
             result = self.device.shell(command, timeout=120)
         except DeviceError as error:
             return Capability(build, unknown=f"--list-devices did not finish: {error}")
         return capability_from_output(build, result.exit_code, result.stdout, result.stderr)
 
+
+def with_driver(ctx: TrialContext, capability: Capability) -> TrialContext:
+    """The context with its build's capability, and its drivers' memory (when the probe read
+    it) added to the predicted peak and host share (``MemoryPrediction.driver``)."""
+    driver = capability.driver_bytes
+    if not driver:
+        return dataclasses.replace(ctx, capability=capability, driver_host_bytes=driver)
+    return dataclasses.replace(
+        ctx, capability=capability, driver_host_bytes=driver,
+        predicted_peak_bytes=None if ctx.predicted_peak_bytes is None
+        else ctx.predicted_peak_bytes + driver,
+        predicted_host_bytes=None if ctx.predicted_host_bytes is None
+        else ctx.predicted_host_bytes + driver)
 
 
 def _reattach(serial: str) -> None:
