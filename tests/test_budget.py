@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from analysis.factory import trial
 
-from harness.analysis.devicemem import resolve_device
+from harness.analysis.phonemem import resolve_device
 from harness.budget import available_memory
 
 GIB = 1 << 30

@@ -47,12 +47,12 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from harness.analysis.devicemem import DeviceMemory, resolve_device
 from harness.analysis.energy_table import EnergyFigures, energy_of
 from harness.analysis.frames import engine_column, invalid, not_applied, throttled, usable
 from harness.analysis.knobs import Suggestion, suggest
 from harness.analysis.kv_loss import KvEvidence, KvLoss, KvType, combined_kl
 from harness.analysis.offload_peak import WorstPeak, worst_peak
+from harness.analysis.phonemem import PhoneMemory, resolve_device
 from harness.analysis.quality import QualityScore
 from harness.analysis.sustained import (
     SustainedFigures,
@@ -683,11 +683,11 @@ def recommend_device(
     devices_dir: Path | None = None,
     predictions_for: Callable[[int | None], Sequence[Any] | None] | None = None,
     **options: Any,
-) -> tuple[Recommendation, DeviceMemory]:
+) -> tuple[Recommendation, PhoneMemory]:
     """What ``harness recommend --device NAME`` answers, and where its memory figure came from.
 
     ``name`` is a serial in the store or a device profile; the available memory is resolved by
-    ``devicemem.resolve_device`` (``memory_bytes`` first). ``predictions_for`` maps that memory
+    ``phonemem.resolve_device`` (``memory_bytes`` first). ``predictions_for`` maps that memory
     to planned cells (``--matrix``). ``options`` are ``recommend``'s keyword arguments.
     """
     target = resolve_device(trials, name, memory_bytes, devices_dir)

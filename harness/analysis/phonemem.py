@@ -1,4 +1,4 @@
-"""Which trials a ``--device`` name means, and how much memory that device has available.
+"""Which trials a ``--device`` name means (a phone), and how much memory that phone has free.
 
 The figure comes from ``harness.budget.available_memory``, the rule plan and run use too: the
 user's ``--memory``, else the phone's own reading (the median ``MemAvailable`` its trials stored
@@ -19,11 +19,11 @@ from harness.budget import AVAILABLE_FRACTION, available_memory
 from harness.errors import ConfigError
 from harness.profiles import find_profile, profile_for_model
 
-__all__ = ["AVAILABLE_FRACTION", "DeviceMemory", "resolve_device"]
+__all__ = ["AVAILABLE_FRACTION", "PhoneMemory", "resolve_device"]
 
 
 @dataclass(frozen=True)
-class DeviceMemory:
+class PhoneMemory:
     device: str  # what recommend() filters trials by: a serial or a device_model
     available_bytes: int | None
     source: str  # one line saying where the figure came from
@@ -37,7 +37,7 @@ def _recorded(rows: pd.DataFrame, column: str, how: str) -> int | None:
 
 
 def resolve_device(trials: pd.DataFrame, name: str, memory_bytes: int | None = None,
-                   devices_dir: Path | None = None) -> DeviceMemory:
+                   devices_dir: Path | None = None) -> PhoneMemory:
     serials = set(trials["device_serial"].dropna())
     if name in serials:
         rows = trials[trials["device_serial"] == name]
@@ -50,7 +50,7 @@ def resolve_device(trials: pd.DataFrame, name: str, memory_bytes: int | None = N
             profile_mb=profile.available_mb if profile else None,
             profile=f"{profile.name} (model {profile.model})" if profile else None,
             ram_bytes=_recorded(rows, "device_ram_bytes", "max"))
-        return DeviceMemory(name, found.bytes, found.source)
+        return PhoneMemory(name, found.bytes, found.source)
     try:
         profile = find_profile(name, devices_dir)
     except ConfigError:
@@ -59,4 +59,4 @@ def resolve_device(trials: pd.DataFrame, name: str, memory_bytes: int | None = N
                           f"{known}) nor a device profile in devices/") from None
     found = available_memory(given=memory_bytes, profile_mb=profile.available_mb,
                              profile=profile.name)
-    return DeviceMemory(profile.model, found.bytes, found.source)
+    return PhoneMemory(profile.model, found.bytes, found.source)
