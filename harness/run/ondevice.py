@@ -40,17 +40,16 @@ power: every tick is a wake-up the phone pays for):
   nowhere in sysfs);
 - with the memory reads, on a phone with kgsl (Adreno), the engine's GPU memory from
   ``/sys/class/kgsl/kgsl/proc/<pid>/kernel`` and the part of it mapped into the process
-  (``gpumem_mapped``: inside its PSS; read before and after the PSS, the larger kept: buffers
-  freed while smaps_rollup is walked, at the engine's teardown, would otherwise leave their
-  pages in the PSS and none in the mapped part), 0 while the engine has none (its folder
-  appears with its first allocation; a ``k`` line says the phone has kgsl at all), and on
-  every tick its
-  ``kernel_max`` (kgsl's own high-water mark of ``kernel``, so a buffer that lived between two
-  ticks is in it; with the largest ``gpumem_mapped`` read when it grew, a ``G`` line at the
-  end, after one more read once the engine has exited: kgsl removes the folder when the
-  process closes its last kgsl file, at its exit at the latest, so that read often finds
-  nothing and the last tick's value stands); on the state ticks
-  the GPU's clocks, busy share and thermal level from ``/sys/class/kgsl/kgsl-3d0`` (a ``g``
+  (``gpumem_mapped``: inside its PSS; read before the tick's status and after the PSS, the
+  larger kept: buffers freed between those reads, at the engine's teardown, would otherwise
+  leave their pages in the RSS or PSS and none in the mapped part), 0 while the engine has
+  none (its folder appears with its first allocation; a ``k`` line says the phone has kgsl at
+  all), and on every tick its ``kernel_max`` (kgsl's own high-water mark of ``kernel``, so a
+  buffer that lived between two ticks is in it; with the largest ``gpumem_mapped`` read when
+  it grew, a ``G`` line at the end, after one more read once the engine has exited: kgsl
+  removes the folder when the process closes its last kgsl file, at its exit at the latest,
+  so that read often finds nothing and the last tick's value stands); on the state ticks the
+  GPU's clocks, busy share and thermal level from ``/sys/class/kgsl/kgsl-3d0`` (a ``g``
   line); a phone without them (Mali, OEM builds) has their errors in ``err``;
 - every ``dumpsys_s`` (0, the default: never) a ``dumpsys meminfo <pid>`` into its own file;
   a device cell on a phone without kgsl every ``gpu_dumpsys_s`` instead, followed by
@@ -175,12 +174,12 @@ read -r y 2>>err < $z/type && read -r _x 2>>err < $z/temp &&
 done; y=
 up; s0=${u%.*}; f0=${u#*.}; e=0
 gx=0; gy=0; while [ -d /proc/$p ]; do
+g0=0; [ -n "$K" ] && [ $e -ge $nm ] && read -r g0 2>/dev/null < $K/$p/gpumem_mapped
 tk
 [ -n "$K" ] && { x=0; read -r x 2>/dev/null < $K/$p/kernel_max; [ "${x:-0}" -gt "$gx" ] && {
 gx=$x; x=0; read -r x 2>/dev/null < $K/$p/gpumem_mapped; [ "${x:-0}" -gt "$gy" ] && gy=$x; }; }
 mt=; if [ $e -ge $nm ]; then mt=1; pm; pg; sc
-[ "$th" -gt "$t" ] && t=$th; q1=; q2=; q3=; q4=; g0=0
-[ -n "$K" ] && read -r g0 2>/dev/null < $K/$p/gpumem_mapped
+[ "$th" -gt "$t" ] && t=$th; q1=; q2=; q3=; q4=
 if [ -n "$R" ] && [ $e -ge $nq ]; then dr=$(( ${rs:-0} - qr )); [ $dr -lt 0 ] && dr=$((-dr))
 if [ $((dr * 64)) -ge "$qr" ] || [ $e -ge $nr ]; then g $R; qr=${rs:-0}; nr=$((e + {state}))
 nq=$((e + {mem})); fi; fi
