@@ -35,14 +35,14 @@ MiB = 2**20
 # pinned compute buffer, for 1.22 predicted), -5% and -8% at half, -2% and -3% with all.
 DEVICE_BAND = (-0.15, 0.05)
 # The host's memory that today's predictor leaves out on this phone (harness/memory.py has no
-# term for it): host_memory_bytes - predicted_host_bytes, measured 2026-12-07 (two runs, within
-# 0.5 MiB of each other). Mostly the Vulkan build's own runtime (the Vulkan loader, lavapipe
+# term for it): host_memory_bytes - predicted_host_bytes, measured 2026-12-07 (five runs, within
+# 2.5 MiB of each other). Mostly the Vulkan build's own runtime (the Vulkan loader, lavapipe
 # and LLVM: 44 MiB resident whatever the cell asks): 53-54 MiB on the CPU, 41 (Q4_0) and 68
 # (Q8_0) MiB with no layer offloaded. Offloading adds up to the device share on top: the
 # offloaded weights' file pages, read through the mmap to upload them, are resident beside
 # their device copies during the load, so the process's high-water mark holds both, and
-# lavapipe's compiled pipelines grow its heap (docs/gpu.md): 80-104 MiB
-# at half, 79-127 MiB with all. A predictor that counts the GPU build's runtime moves this
+# lavapipe's compiled pipelines grow its heap (docs/gpu.md): 79-106 MiB
+# at half, 77-129 MiB with all. A predictor that counts the GPU build's runtime moves this
 # band down by as much.
 HOST_UNPREDICTED = (35 * MiB, 75 * MiB)
 
