@@ -123,9 +123,9 @@ def device_memory(memories: Sequence[ProcessMemory], kgsl: bool,
                   gpumem: Sequence[int | None] = ()) -> DeviceMemory:
     """The phone's report, in this order of preference, else unreadable (never 0):
 
-    1. kgsl's per-process node (Adreno): the driver's own count for the process, read by the
-       sampler on every tick (``peak`` is its largest reading), with the part mapped into the
-       process beside it;
+    1. kgsl's per-process nodes (Adreno): the driver's own count for the process, with the
+       part mapped into the process beside it; ``peak`` is its ``kernel_max`` (the driver's
+       high-water mark, as the sampler last read it), the memory lines' ``kernel`` otherwise;
     2. ``dumpsys gpu --gpumem`` (``gpumem``: the engine's bytes per reading, None where the
        service printed no snapshot): the kernel's gpu_mem_total tracepoint per process, which
        every GPU driver of a phone launched on Android 12+ must report, read once a second;

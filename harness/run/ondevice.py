@@ -40,11 +40,16 @@ power: every tick is a wake-up the phone pays for):
   nowhere in sysfs);
 - with the memory reads, on a phone with kgsl (Adreno), the engine's GPU memory from
   ``/sys/class/kgsl/kgsl/proc/<pid>/kernel`` and the part of it mapped into the process
-  (``gpumem_mapped``: inside its PSS), 0 while the engine has none (its folder appears with
-  its first allocation; a ``k`` line says the phone has kgsl at all), and on every tick its
-  largest ``kernel`` (a short trial's buffers can live between two memory reads; a ``G`` line
-  at the end); on the state ticks
-  the GPU's clocks, busy share and thermal level from ``/sys/class/kgsl/kgsl-3d0`` (a ``g``
+  (``gpumem_mapped``: inside its PSS; read before the tick's status and after the PSS, the
+  larger kept: buffers freed between those reads, at the engine's teardown, would otherwise
+  leave their pages in the RSS or PSS and none in the mapped part), 0 while the engine has
+  none (its folder appears with its first allocation; a ``k`` line says the phone has kgsl at
+  all), and on every tick its ``kernel_max`` (kgsl's own high-water mark of ``kernel``, so a
+  buffer that lived between two ticks is in it; with the largest ``gpumem_mapped`` read when
+  it grew, a ``G`` line at the end, after one more read once the engine has exited: kgsl
+  removes the folder when the process closes its last kgsl file, at its exit at the latest,
+  so that read often finds nothing and the last tick's value stands); on the state ticks the
+  GPU's clocks, busy share and thermal level from ``/sys/class/kgsl/kgsl-3d0`` (a ``g``
   line); a phone without them (Mali, OEM builds) has their errors in ``err``;
 - every ``dumpsys_s`` (0, the default: never) a ``dumpsys meminfo <pid>`` into its own file;
   a device cell on a phone without kgsl every ``gpu_dumpsys_s`` instead, followed by
@@ -169,16 +174,17 @@ read -r y 2>>err < $z/type && read -r _x 2>>err < $z/temp &&
 done; y=
 up; s0=${u%.*}; f0=${u#*.}; e=0
 gx=0; gy=0; while [ -d /proc/$p ]; do
+g0=0; [ -n "$K" ] && [ $e -ge $nm ] && read -r g0 2>/dev/null < $K/$p/gpumem_mapped
 tk
-[ -n "$K" ] && { x=0; read -r x 2>/dev/null < $K/$p/kernel; [ "${x:-0}" -gt "$gx" ] && {
-gx=$x; x=0; read -r x 2>/dev/null < $K/$p/gpumem_mapped; gy=${x:-0}; }; }
+[ -n "$K" ] && { x=0; read -r x 2>/dev/null < $K/$p/kernel_max; [ "${x:-0}" -gt "$gx" ] && {
+gx=$x; x=0; read -r x 2>/dev/null < $K/$p/gpumem_mapped; [ "${x:-0}" -gt "$gy" ] && gy=$x; }; }
 mt=; if [ $e -ge $nm ]; then mt=1; pm; pg; sc
 [ "$th" -gt "$t" ] && t=$th; q1=; q2=; q3=; q4=
 if [ -n "$R" ] && [ $e -ge $nq ]; then dr=$(( ${rs:-0} - qr )); [ $dr -lt 0 ] && dr=$((-dr))
 if [ $((dr * 64)) -ge "$qr" ] || [ $e -ge $nr ]; then g $R; qr=${rs:-0}; nr=$((e + {state}))
 nq=$((e + {mem})); fi; fi
 gm=-; gp=-; [ -n "$K" ] && { gm=0; gp=0; read -r gm 2>/dev/null < $K/$p/kernel
-read -r gp 2>/dev/null < $K/$p/gpumem_mapped; }
+read -r gp 2>/dev/null < $K/$p/gpumem_mapped; [ "${g0:-0}" -gt "${gp:-0}" ] && gp=$g0; }
 echo "m $u ${rs:--} $h ${q1:--} ${q2:--} ${q3:--} ${q4:--} ${sw:--} $t ${eu:--} ${es:--} \
 ${mf:--} ${rb:--} ${gm:--} ${gp:--} ${sp:--} $pk" >&4
 w="$h $m $t"; [ "$w" = "$wm" ] || { echo "$w" >&5; wm=$w; }
@@ -213,7 +219,8 @@ pm; pg; [ "$th" -gt "$t" ] && t=$th
 w="$h $m $t"; [ "$w" = "$wm" ] || echo "$w" >&5
 read -r _ _ _ _ _ _ _ _ _ _ _ _ _ su ss cu cs _ < /proc/$$/stat
 echo "c $su $ss $cu $cs" >&4
-[ -n "$K" ] && echo "G $gx $gy" >&4
+[ -n "$K" ] && { x=0; read -r x 2>/dev/null < $K/$p/kernel_max; [ "${x:-0}" -gt "$gx" ] &&
+gx=$x; echo "G $gx $gy" >&4; }
 echo "$u" > t1
 """
 
@@ -287,8 +294,8 @@ class Sampled:
     lines: int = 0
     extra: dict[str, str] = field(default_factory=dict)
     kgsl: bool = False  # the phone has kgsl's per-process GPU memory nodes
-    gpu_peak_bytes: int | None = None  # the largest kgsl reading of any tick (and its mapped
-    gpu_peak_mapped_bytes: int | None = None  # part): every tick reads it, not only m lines
+    gpu_peak_bytes: int | None = None  # kgsl's kernel_max, as last read (and the largest
+    gpu_peak_mapped_bytes: int | None = None  # mapped part): every tick reads it
     gpumem: tuple[tuple[int, int, str], ...] = ()  # (t_ms, engine pid, `dumpsys gpu --gpumem`)
 
 

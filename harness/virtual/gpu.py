@@ -11,8 +11,8 @@ device, the way a Qualcomm phone exposes its Adreno:
   throttling see that work as they see any other. The GPU memory each process allocates is
   really counted: every process loads the Vulkan layer of ``gpulayer.py``, which writes
   ``<state>/gpu/<pid>`` (``"<current> <peak> <live>\\n"``) and, on a readable GPU, kgsl's
-  per-process nodes ``/sys/class/kgsl/kgsl/proc/<pid>/{kernel,user,gpumem_mapped,
-  gpumem_unmapped}`` (decimal bytes) at every allocation and free.
+  per-process nodes ``/sys/class/kgsl/kgsl/proc/<pid>/{kernel,kernel_max,user,user_max,
+  gpumem_mapped,gpumem_unmapped}`` (decimal bytes) at every allocation and free.
 - **Modelled:** the GPU's clock, load and thermal cap (``/sys/class/kgsl/kgsl-3d0/...``, a
   ``gpuss-0`` thermal zone). Their speeds are never a phone GPU's: the phone says
   ``ro.harness.gpu_emulated=lavapipe`` (``DeviceFacts.gpu_emulated``).
@@ -60,7 +60,9 @@ REPORTS = "gpu"  # under the phone's state dir: the layer's reports, one file pe
 KGSL = "sys/class/kgsl"  # under the phone's root
 KGSL_PROC = f"{KGSL}/kgsl/proc"
 KGSL_DEVICE = f"{KGSL}/kgsl-3d0"
-KGSL_PROC_FILES = ("kernel", "user", "gpumem_mapped", "gpumem_unmapped")  # the layer writes them
+# the layer writes them (kgsl's per-process nodes; kgsl_sharedmem.c)
+KGSL_PROC_FILES = ("kernel", "kernel_max", "user", "user_max", "gpumem_mapped",
+                   "gpumem_unmapped")
 ZONE_TYPE = "gpuss-0"
 # the GPU's devfreq device as the devfreq class lists it (a Qualcomm phone's name for it)
 DEVFREQ_DEVICE = "sys/class/devfreq/3d00000.qcom,kgsl-3d0"

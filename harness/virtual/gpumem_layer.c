@@ -15,10 +15,13 @@
  * /sys/class/kgsl/kgsl/proc), the layer keeps the nodes Qualcomm's kgsl driver keeps for each
  * process: it makes $HARNESS_GPU_KGSL_DIR/<pid>/ once and, at every change, rewrites
  *     kernel         the process's current GPU allocations, decimal bytes + "\n"
- *     gpumem_mapped  the same (lavapipe's memory is always mapped into the process)
- *     user, gpumem_unmapped  "0\n" (written once, with the folder)
+ *     kernel_max     the most it ever held at once (kgsl keeps a max beside each count)
+ *     gpumem_mapped  the same as kernel (lavapipe's memory is always mapped into the process)
+ *     user, user_max, gpumem_unmapped  "0\n" (written once, with the folder)
  * each atomically (.<name>.tmp in the same folder, then rename), so a sampler that reads them
  * sees the new value at once. The phone removes the folder once the process has exited.
+ * What it counts is vkAllocateMemory alone: lavapipe keeps command buffers, pipelines and
+ * descriptor pools in the process's heap, where a phone's driver allocates GPU memory for them.
  *
  * Loader interface (LoaderLayerInterface.md, interface version 2): the loader negotiates through
  * vkNegotiateLoaderLayerInterfaceVersion, then builds the chain by calling vkCreateInstance /
@@ -235,6 +238,7 @@ static int make_kgsl_folder(const char *folder, long pid) {
     if (mkdir(folder, 0755) != 0 && errno != EEXIST)
         return -1;
     if (write_atomically(folder, "user", "0\n", 2) != 0 ||
+        write_atomically(folder, "user_max", "0\n", 2) != 0 ||
         write_atomically(folder, "gpumem_unmapped", "0\n", 2) != 0)
         return -1;
     g_kgsl_pid = pid;
@@ -245,15 +249,19 @@ static int make_kgsl_folder(const char *folder, long pid) {
 static void write_kgsl(void) {
     if (g_kgsl_dir == NULL)
         return;
-    char folder[4096], line[32];
+    char folder[4096], line[32], peak[32];
     long pid = (long)getpid();
     int n = snprintf(folder, sizeof folder, "%s/%ld", g_kgsl_dir, pid);
     int len = snprintf(line, sizeof line, "%llu\n", (unsigned long long)g_current);
-    if (n < 0 || (size_t)n >= sizeof folder || len < 0 || (size_t)len >= sizeof line)
+    int plen = snprintf(peak, sizeof peak, "%llu\n", (unsigned long long)g_peak);
+    if (n < 0 || (size_t)n >= sizeof folder || len < 0 || (size_t)len >= sizeof line ||
+        plen < 0 || (size_t)plen >= sizeof peak)
         return;
-    /* Twice at most: a folder removed under us (the phone rebooted) is made again. */
+    /* Twice at most: a folder removed under us (the phone rebooted) is made again. The max
+     * first: a reader never sees a count above its max. */
     for (int attempt = 0; attempt < 2; attempt++) {
         if (make_kgsl_folder(folder, pid) == 0 &&
+            write_atomically(folder, "kernel_max", peak, (size_t)plen) == 0 &&
             write_atomically(folder, "kernel", line, (size_t)len) == 0 &&
             write_atomically(folder, "gpumem_mapped", line, (size_t)len) == 0)
             return;

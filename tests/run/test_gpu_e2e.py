@@ -30,6 +30,21 @@ MATRIX = REPO / "matrices" / "gpu.yaml"
 GPU_PHONE = str(REPO / "devices" / "virtual" / "gpu-phone.yaml")
 MALI_PHONE = str(REPO / "devices" / "virtual" / "gpu-phone-mali.yaml")
 MiB = 2**20
+# The phone's device share (kgsl's kernel_max: the most the layer counted at once) against the
+# predictor's, measured 2026-12-07 on bench p16/g4: -11% with no layer offloaded (1.09 MiB, the
+# pinned compute buffer, for 1.22 predicted), -5% and -8% at half, -2% and -3% with all.
+DEVICE_BAND = (-0.15, 0.05)
+# The host's memory that today's predictor leaves out on this phone (harness/memory.py has no
+# term for it): host_memory_bytes - predicted_host_bytes, measured 2026-12-07 (five runs, within
+# 2.5 MiB of each other). Mostly the Vulkan build's own runtime (the Vulkan loader, lavapipe
+# and LLVM: 44 MiB resident whatever the cell asks): 53-54 MiB on the CPU, 41 (Q4_0) and 68
+# (Q8_0) MiB with no layer offloaded. Offloading adds up to the device share on top: the
+# offloaded weights' file pages, read through the mmap to upload them, are resident beside
+# their device copies during the load, so the process's high-water mark holds both, and
+# lavapipe's compiled pipelines grow its heap (docs/gpu.md): 79-106 MiB
+# at half, 77-129 MiB with all. A predictor that counts the GPU build's runtime moves this
+# band down by as much.
+HOST_UNPREDICTED = (35 * MiB, 75 * MiB)
 
 
 def _run(matrix: Path, serial: str, results: Path, build: Build) -> pd.DataFrame:
@@ -47,6 +62,22 @@ def _one(trials: pd.DataFrame, quant: str, device: str, layers: int) -> pd.Serie
 
 def _record(row: pd.Series) -> list[dict[str, Any]]:
     return list(json.loads(str(row["engine_record"])))
+
+
+def _host_as_predicted(row: pd.Series) -> None:
+    """The host share the phone gave is the predicted one plus HOST_UNPREDICTED, whose top
+    grows by the predicted device share (the uploaded weights' file pages)."""
+    unpredicted = row["host_memory_bytes"] - row["predicted_host_bytes"]
+    low, high = HOST_UNPREDICTED
+    assert low <= unpredicted <= high + row["predicted_device_bytes"], (
+        row["quant"], row["compute_device"], row["n_gpu_layers"], unpredicted / MiB)
+
+
+def _device_as_predicted(row: pd.Series) -> None:
+    error = row["device_memory_bytes"] / row["predicted_device_bytes"] - 1
+    assert DEVICE_BAND[0] <= error <= DEVICE_BAND[1], (
+        row["quant"], row["n_gpu_layers"], row["device_memory_bytes"],
+        row["predicted_device_bytes"])
 
 
 def test_cpu_partial_and_full_offload_on_the_virtual_gpu_phone(
@@ -70,10 +101,8 @@ def test_cpu_partial_and_full_offload_on_the_virtual_gpu_phone(
         for record in _record(cpu):
             assert record["devices"] == "none" and record["n_gpu_layers"] == 0
         assert cpu["device_memory_bytes"] == 0 and cpu["device_memory_source"] == KGSL_SOURCE
-        assert cpu["offloaded_layers"] == 0
-        # its host memory is the whole process: the kernel's high-water mark (the trial is
-        # over before the sampler's reads see the model loaded)
-        assert cpu["host_memory_bytes"] == cpu["vm_hwm_bytes"] > 100 * MiB
+        assert cpu["offloaded_layers"] == 0 and cpu["predicted_device_bytes"] == 0
+        _host_as_predicted(cpu)
         hosts, measured_hosts = [], []
         for layers in (0, 4, -1):  # half of bench's 9 offloadable layers is 4
             gpu = _one(trials, quant, "Vulkan0", layers)
@@ -81,19 +110,10 @@ def test_cpu_partial_and_full_offload_on_the_virtual_gpu_phone(
             assert {r["n_gpu_layers"] for r in _record(gpu)} == {layers}
             assert str(gpu["gpu_driver"]).startswith("ggml_vulkan: 0 = llvmpipe")
             assert gpu["device_memory_source"] == KGSL_SOURCE
-            measured, predicted = gpu["device_memory_bytes"], gpu["predicted_device_bytes"]
-            if layers:
-                assert abs(measured / predicted - 1) <= 0.10, (quant, layers, measured,
-                                                              predicted)
-            else:
-                # nothing offloaded: the device holds llama.cpp's pinned compute buffer alone
-                # (its Vulkan_Host buffer, 1.1 MiB at its peak), for milliseconds around the
-                # few batched ops it serves, so a sampler tick of 10-50 ms may see it or not:
-                # both stay small, whatever the ratio
-                assert measured < 2 * MiB and predicted < 2 * MiB, (measured, predicted)
-            # the host's rest: what the process held beside the device's buffers, never more
-            # than its own peak (lavapipe's device memory is inside the process)
-            assert 0 < gpu["host_memory_bytes"] <= gpu["vm_hwm_bytes"]
+            # with no layer offloaded too: llama.cpp's pinned compute buffer alone, which
+            # lives for milliseconds and is in kgsl's kernel_max all the same
+            _device_as_predicted(gpu)
+            _host_as_predicted(gpu)
             hosts.append(gpu["predicted_host_bytes"])
             measured_hosts.append(gpu["host_memory_bytes"])
         assert hosts[0] > hosts[1] > hosts[2], hosts  # the predictor moves weights off the host

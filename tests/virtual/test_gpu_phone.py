@@ -27,6 +27,9 @@ from harness.android.meminfo import parse_meminfo
 from harness.device.adb import AdbDevice
 from harness.errors import ConfigError, DeviceError
 from harness.profiles import find_profile, parse_profile
+from harness.run.offload import KGSL_SOURCE, device_memory
+from harness.run.ondevice import Rates, parse
+from harness.run.trial import launch_command
 from harness.testing.adbserver import AdbServer
 from harness.virtual import formats, gpulayer
 from harness.virtual import gpu as gpumodel
@@ -53,7 +56,9 @@ Start = Callable[..., tuple[int, subprocess.Popen[str]]]
 # Allocates MIB mebibytes of host-visible device memory on the first Vulkan device, writes
 # every byte (an engine uploading its weights), prints its pid, then for SECONDS either sleeps
 # or spins (argv[3] "spin": the CPU work lavapipe's shaders would be), frees it all and prints
-# "done". Its own program: nothing of llama.cpp's.
+# "done"; argv[4] (0 unless given): seconds to wait, the device open, before allocating and
+# again after freeing (a buffer that lives between two sampler ticks). Its own program:
+# nothing of llama.cpp's.
 VKALLOC = program(r"""
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -68,11 +73,17 @@ static double now(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec / 1e9;
 }
+static void wait_s(double seconds) {
+    struct timespec nap = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
+    nanosleep(&nap, NULL);
+}
 int main(int argc, char **argv) {
     VkDeviceSize mib = argc > 1 ? (VkDeviceSize)atol(argv[1]) : 6;
     double seconds = argc > 2 ? atof(argv[2]) : 2.0;
     int spin = argc > 3 && strcmp(argv[3], "spin") == 0;
-""", r"""    VkPhysicalDeviceMemoryProperties memory_types;
+    double quiet = argc > 4 ? atof(argv[4]) : 0.0;
+""", r"""    wait_s(quiet);
+    VkPhysicalDeviceMemoryProperties memory_types;
     vkGetPhysicalDeviceMemoryProperties(physical, &memory_types);
     uint32_t type = 0;
     while (type < memory_types.memoryTypeCount &&
@@ -105,6 +116,7 @@ int main(int argc, char **argv) {
     vkFreeMemory(device, memory, NULL);
     vkDestroyDevice(device, NULL);
     vkDestroyInstance(instance, NULL);
+    wait_s(quiet);
     puts("done");
     return 0;
 }
@@ -460,8 +472,9 @@ def test_layer_keeps_kgsl_nodes_of_a_live_process(vkalloc: Path, layer_dir: Path
             assert pid == str(process.pid), process.stderr.read() if process.stderr else ""
             folder = kgsl / pid
             nodes = {p.name: p.read_text() for p in folder.iterdir()}
-            assert nodes == {"kernel": f"{6 * MIB}\n", "gpumem_mapped": f"{6 * MIB}\n",
-                             "user": "0\n", "gpumem_unmapped": "0\n"}  # no temporaries left
+            assert nodes == {"kernel": f"{6 * MIB}\n", "kernel_max": f"{6 * MIB}\n",
+                             "gpumem_mapped": f"{6 * MIB}\n", "user": "0\n",
+                             "user_max": "0\n", "gpumem_unmapped": "0\n"}  # no temporaries
             assert set(nodes) == set(gpumodel.KGSL_PROC_FILES)
             _, err = process.communicate(timeout=20)
         finally:
@@ -469,6 +482,7 @@ def test_layer_keeps_kgsl_nodes_of_a_live_process(vkalloc: Path, layer_dir: Path
                 process.kill()
     assert process.returncode == 0, err
     assert (kgsl / pid / "kernel").read_text() == "0\n"  # freed before it exited
+    assert (kgsl / pid / "kernel_max").read_text() == f"{6 * MIB}\n"  # its peak stays
     assert gpulayer.read_reports(reports)[int(pid)].current_bytes == 0
 
 
@@ -563,6 +577,28 @@ def test_gpu_phone_shows_a_vulkan_programs_memory_clock_and_cap(
     _finish(process)
     # kgsl drops an exited process's node: so does the phone's next tick
     assert wait_for(lambda: _sh(adb_server, phone, f"ls {proc}").returncode != 0, 3, 0.1)
+
+
+def test_the_sampler_keeps_a_gpu_peak_that_lived_between_two_ticks(
+        adb_server: AdbServer, virtual_phones: PhoneFactory, vkalloc: Path) -> None:
+    """6 MiB allocated, written and freed within milliseconds, half a second after the program
+    opened its device and half a second before it exits: the sampler's ticks (10-50 ms) see
+    kgsl's ``kernel`` at 0 before and after, and its ``kernel_max`` at 6 MiB from then on."""
+    phone = virtual_phones(profile=GPU_PHONE, ram_mb=400)[0]
+    target = "/data/local/tmp/vkalloc"
+    pushed = adb_server.adb("-s", phone.serial, "push", str(vkalloc), target)
+    assert pushed.returncode == 0, adb_server.said(pushed)
+    workdir = "/data/local/tmp/harness/trials/peak"
+    line = launch_command(workdir, [target, "6", "0", "nap", "0.5"], None, Rates())
+    done = _sh(adb_server, phone, line)
+    assert done.returncode == 0 and done.stdout.endswith("done\n"), adb_server.said(done)
+    folder = Path(phone.root, workdir.lstrip("/"))
+    assert wait_for(lambda: (folder / "t1").is_file(), 10)  # the sampler's last write
+    sampled = parse((folder / "smp").read_text(), float((folder / "t0").read_text().split()[0]))
+    assert sampled.kgsl and sampled.gpu_peak_bytes == 6 * MIB, sampled
+    found = device_memory([t.memory for t in sampled.ticks if t.memory], sampled.kgsl, [],
+                          sampled.gpu_peak_bytes, sampled.gpu_peak_mapped_bytes)
+    assert (found.device_bytes, found.source) == (6 * MIB, KGSL_SOURCE)
 
 
 def test_mali_phone_hides_gpu_memory_and_a_phone_without_gpu_has_no_vulkan(
