@@ -101,7 +101,7 @@ def _buffer_problems(cell: Cell, log: EngineMemoryLog) -> list[str]:
 
 
 @dataclass(frozen=True)
-class DeviceMemory:
+class AcceleratorMemory:
     """A trial's device (GPU/NPU) memory as the phone reported it, and the host's rest."""
 
     device_bytes: int | None  # peak; None: unreadable
@@ -109,7 +109,7 @@ class DeviceMemory:
     host_bytes: int | None  # peak of the process's memory less its device buffers
 
 
-KGSL_SOURCE = "kgsl /sys/class/kgsl/kgsl/proc/PID/kernel"
+KGSL_SOURCE = "kgsl /sys/class/kgsl/kgsl/proc/PID/kernel_max"
 GPUMEM_SOURCE = "dumpsys gpu --gpumem (GpuService, per process)"
 DUMPSYS_SOURCE = "dumpsys meminfo graphics (memtrack)"
 NO_GPU_MEMORY = ("unreadable: the phone has no /sys/class/kgsl (not an Adreno/kgsl GPU), "
@@ -120,7 +120,7 @@ NO_GPU_MEMORY = ("unreadable: the phone has no /sys/class/kgsl (not an Adreno/kg
 def device_memory(memories: Sequence[ProcessMemory], kgsl: bool,
                   dumpsys: Sequence[ProcessMemInfo], peak: int | None = None,
                   peak_mapped: int | None = None, vm_hwm_kb: int | None = None,
-                  gpumem: Sequence[int | None] = ()) -> DeviceMemory:
+                  gpumem: Sequence[int | None] = ()) -> AcceleratorMemory:
     """The phone's report, in this order of preference, else unreadable (never 0):
 
     1. kgsl's per-process nodes (Adreno): the driver's own count for the process, with the
@@ -156,17 +156,17 @@ def device_memory(memories: Sequence[ProcessMemory], kgsl: bool,
                 peak_mapped = max((m.gpu_mapped_bytes or 0 for m in memories), default=0)
             if hwm:
                 hosts.append(_kb(hwm) - peak_mapped)
-            return DeviceMemory(max([peak or 0, *(g for _, g in pairs)]), KGSL_SOURCE,
+            return AcceleratorMemory(max([peak or 0, *(g for _, g in pairs)]), KGSL_SOURCE,
                                 max(hosts) if hosts else None)
     graphics = [d for d in dumpsys if d.mtrack_kb is not None]
     host = max((_kb(d.pss_kb) - _kb(d.mtrack_kb) for d in graphics if d.pss_kb is not None),
                default=None)
     said = [g for g in gpumem if g is not None]
     if said:
-        return DeviceMemory(max(said), GPUMEM_SOURCE, host)
+        return AcceleratorMemory(max(said), GPUMEM_SOURCE, host)
     if graphics:
-        return DeviceMemory(max(_kb(d.mtrack_kb) for d in graphics), DUMPSYS_SOURCE, host)
-    return DeviceMemory(None, NO_GPU_MEMORY, None)
+        return AcceleratorMemory(max(_kb(d.mtrack_kb) for d in graphics), DUMPSYS_SOURCE, host)
+    return AcceleratorMemory(None, NO_GPU_MEMORY, None)
 
 
 def _kb(value: int | None) -> int:

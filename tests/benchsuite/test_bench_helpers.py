@@ -137,7 +137,7 @@ def _gpu_blocks(on_rate: float) -> list[Block]:
 
 def test_gpu_sampler_figure_counts_only_when_the_sampler_read_the_gpu() -> None:
     trials = pd.DataFrame([{"trial_id": "t1", "outcome": "ok", "device_memory_bytes": 41 << 20,
-                            "device_memory_source": "kgsl /sys/class/kgsl/kgsl/proc/PID/kernel"}])
+                            "device_memory_source": "kgsl /sys/class/kgsl/kgsl/proc/PID/kernel_max"}])
     samples = pd.DataFrame({"trial_id": ["t1", "t1", "t0"],
                             "gpu_cur_khz": [680000, None, 680000]})
     read = gpu_readings(trials, samples)
