@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -528,6 +528,59 @@ def _ranked(measured: list[_Measured], objective: str,
                                            m.peak if m.peak is not None else 0, m.key))
 
 
+@dataclass
+class _Assessed:
+    """Every candidate of a device, assessed: ranked, rejected (why), or not rankable."""
+
+    measured: list[_Measured] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+    unranked: list[Unranked] = field(default_factory=list)
+    memory_rejects: list[dict[str, Any]] = field(default_factory=list)  # for ``suggest``
+    seen: set[CandidateKey] = field(default_factory=set)
+
+
+def _assess_all(rows: pd.DataFrame, objective: str, *, available: int | None, reserve: int,
+                max_throttled: float, quality: Mapping[tuple[str, str], QualityScore],
+                max_loss: float | None, kv: KvEvidence, require_check: bool) -> _Assessed:
+    """Each (config, build, engine) group of ``rows`` through ``_assess``."""
+    out = _Assessed()
+    for key, candidate in rows.groupby(["config_id", "build_id", "engine"], sort=True,
+                                       observed=True):
+        ckey = (str(key[0]), str(key[1]), str(key[2]))
+        out.seen.add(ckey)
+        m, rej, over = _assess(ckey, candidate, available=available, reserve=reserve,
+                               max_throttled=max_throttled, quality=quality, max_loss=max_loss,
+                               kv=kv, require_check=require_check)
+        if m is not None and (why := _unranked(m, objective)) is not None:
+            out.unranked.append(why)
+        elif m is not None:
+            out.measured.append(m)
+        elif rej is not None:
+            out.rejected.append(rej)
+            if rej.reason_code in ("over_budget", "oom_killed"):
+                out.memory_rejects.append({**candidate.iloc[0].to_dict(),
+                                           "config_id": rej.config_id, "label": rej.label,
+                                           "over_bytes": over})
+    return out
+
+
+def _measured_picks(measured: Sequence[_Measured], objective: str, available: int | None,
+                    reserve: int, scores: Mapping[tuple[str, str], QualityScore],
+                    kv: KvEvidence) -> list[Pick]:
+    """The ranked measured candidates as picks, each marked if on the speed/memory front."""
+    ranked_by = metric_of(objective)
+    key_name = ranked_by.column
+    sign = -1.0 if ranked_by.higher_is_better else 1.0
+    front = _pareto([(m.key, -sign * (m.speeds[key_name] or 0.0), m.peak)
+                     for m in measured if m.speeds.get(key_name) is not None
+                     and m.peak is not None])
+    picks: list[Pick] = []
+    for m in measured:
+        picks.append(_pick(len(picks) + 1, m.row, m, m.peak, available, reserve, scores,
+                           objective, m.key in front, kv))
+    return picks
+
+
 def recommend(
     trials: pd.DataFrame,
     device: str,
@@ -564,44 +617,18 @@ def recommend(
         notes.append(_scope_note(device, builds, engines))
     if available_bytes is None:
         notes.append("available memory unknown: only low-memory-killer evidence was used")
-    measured: list[_Measured] = []
-    rejected: list[Rejected] = []
-    unranked: list[Unranked] = []
-    memory_rejects: list[dict[str, Any]] = []
-    seen: set[CandidateKey] = set()
-    for key, candidate in rows.groupby(["config_id", "build_id", "engine"], sort=True,
-                                       observed=True):
-        ckey = (str(key[0]), str(key[1]), str(key[2]))
-        seen.add(ckey)
-        m, rej, over = _assess(ckey, candidate, available=available_bytes,
-                               reserve=reserve_bytes, max_throttled=max_throttled_fraction,
-                               quality=scores, max_loss=max_quality_loss, kv=kv,
-                               require_check=require_output_check)
-        if m is not None and (why := _unranked(m, objective)) is not None:
-            unranked.append(why)
-        elif m is not None:
-            measured.append(m)
-        elif rej is not None:
-            rejected.append(rej)
-            if rej.reason_code in ("over_budget", "oom_killed"):
-                memory_rejects.append({**candidate.iloc[0].to_dict(), "config_id": rej.config_id,
-                                       "label": rej.label, "over_bytes": over})
+    found = _assess_all(rows, objective, available=available_bytes, reserve=reserve_bytes,
+                        max_throttled=max_throttled_fraction, quality=scores,
+                        max_loss=max_quality_loss, kv=kv, require_check=require_output_check)
+    measured, rejected, unranked, seen = (found.measured, found.rejected, found.unranked,
+                                          found.seen)
     measured = _ranked(measured, objective, allow_paging)
     pages = sum(m.paging is not None for m in measured)
     if pages and not allow_paging and pages < len(measured):
         notes.append(f"{pages} of {len(measured)} configs run by paging their weights from "
                      "storage: ranked after those that fit (--allow-paging ranks them by speed "
                      "with the others)")
-    ranked_by = metric_of(objective)
-    key_name = ranked_by.column
-    sign = -1.0 if ranked_by.higher_is_better else 1.0
-    front = _pareto([(m.key, -sign * (m.speeds[key_name] or 0.0), m.peak)
-                     for m in measured if m.speeds.get(key_name) is not None
-                     and m.peak is not None])
-    picks: list[Pick] = []
-    for m in measured:
-        picks.append(_pick(len(picks) + 1, m.row, m, m.peak, available_bytes, reserve_bytes,
-                           scores, objective, m.key in front, kv))
+    picks = _measured_picks(measured, objective, available_bytes, reserve_bytes, scores, kv)
     planned = [p for p in predictions or () if (not builds or p.cell.build in builds)
                and (not engines or p.cell.engine in engines) and _plannable(p, objective)]
     if require_output_check and planned:
@@ -615,7 +642,7 @@ def recommend(
                            scores, objective, False, kv))
     fitting = [{**m.row, "peak_bytes": m.peak} for m in measured if m.peak is not None]
     suggestion = None if picks or unranked else suggest(
-        memory_rejects, fitting, available=available_bytes, reserve=reserve_bytes)
+        found.memory_rejects, fitting, available=available_bytes, reserve=reserve_bytes)
     notes.extend(_unranked_notes(objective, measured, unranked))
     return Recommendation(device, objective, available_bytes, reserve_bytes, max_quality_loss,
                           tuple(picks), tuple(p.candidate for p in picks if p.pareto),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,9 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.budget import DEFAULT_RESERVE_BYTES, available_memory
+from harness.cell import Cell
 from harness.errors import ConfigError, HarnessError
-from harness.matrix import expand, load_matrix
+from harness.matrix import Matrix, expand, load_matrix
 from harness.plan import (
     PlannedCell,
     Reason,
@@ -230,20 +232,35 @@ def plan_command(
         for profile, available in targets
     ]
     if as_json:
-        documents = [
-            plan_document(matrix, _device_json(profile, memory), available, reserve_bytes, planned)
-            for profile, available, planned in plans
-        ]
-        if len(plans) == 1 and (device is not None or memory is not None):
-            click.echo(json.dumps(documents[0], indent=2))
-        else:
-            click.echo(json.dumps({
-                "schema_version": documents[0]["schema_version"],
-                "matrix": documents[0]["matrix"],
-                "plans": documents,
-            }, indent=2))
-        return
+        _print_json(matrix, plans, memory, reserve_bytes,
+                    single=len(plans) == 1 and (device is not None or memory is not None))
+    else:
+        _print_tables(matrix, cells, plans, reserve_bytes)
 
+
+Plans = list[tuple[DeviceProfile | None, int, list[PlannedCell]]]
+
+
+def _print_json(matrix: Matrix, plans: Plans, memory: str | None, reserve_bytes: int, *,
+                single: bool) -> None:
+    """One plan document, or, for every profile, {"schema_version", "matrix", "plans"}."""
+    documents = [
+        plan_document(matrix, _device_json(profile, memory), available, reserve_bytes, planned)
+        for profile, available, planned in plans
+    ]
+    if single:
+        click.echo(json.dumps(documents[0], indent=2))
+        return
+    click.echo(json.dumps({
+        "schema_version": documents[0]["schema_version"],
+        "matrix": documents[0]["matrix"],
+        "plans": documents,
+    }, indent=2))
+
+
+def _print_tables(matrix: Matrix, cells: Sequence[Cell], plans: Plans,
+                  reserve_bytes: int) -> None:
+    """The cell table of one plan, or one verdict column per profile."""
     console = _console()
     console.print(f"[bold]{matrix.name}[/bold] ({matrix.source}): {len(cells)} cells, "
                   f"{matrix.repetitions} repetitions each")
@@ -270,6 +287,5 @@ def plan_command(
     for profile, available, planned in plans:
         console.print(_summary_line(profile.name if profile else "custom", available,
                                     reserve_bytes, planned))
-
 
 COMMANDS: list[click.Command] = [plan_command]

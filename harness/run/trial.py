@@ -404,23 +404,10 @@ class TrialRunner:
                                         conditions.preflight.charging,
                                         ondevice.throttle_report(sampled.ticks))
         engine_log = parse_memory_log(stderr)
-        mems = [t.memory for t in ticks if t.memory]
-        top = peak([*(m.rss_kb for m in mems), *(m.vm_hwm_kb for m in mems)])
-        engine_line, app_kills = _new_kills(baseline, after.get("lmkd", ""), pid)
-        verdict = classify(Observation(
-            exit_code=exit_code,
-            timed_out=ran.timed_out,
-            device_lost=lost,
-            lmk_line=engine_line,
-            peak_rss_bytes=None if top is None else top * KIB,
-            memory_limit_bytes=limit,
-            complete_records=len(measurements),
-            expected_records=1,
-            stderr_tail=_tail(stderr, output, bool(measurements)),
-            mismatch=_check_engine_report(records, spec),
-            pressure_full_us=_pressure_growth(baseline, after.get("pressure", "")),
-            lmkd_app_kills=app_kills,
-        ))
+        verdict = classify(_observation(ran, lost, ticks, after, pid, baseline, limit,
+                                        len(measurements),
+                                        _tail(stderr, output, bool(measurements)),
+                                        _check_engine_report(records, spec)))
         gpu = _gpu_columns(spec.cell, sampled, ticks)
         storage = _storage_columns(spec, ctx, ticks, timing, headline(measurements, spec.cell),
                                    after.get("cache", ""), engine_log,
@@ -856,3 +843,27 @@ def _sample(spec: TrialSpec, **values: Any) -> SampleRecord:
 
 def _bytes(kb: int | None) -> int | None:
     return None if kb is None else kb * KIB
+
+
+def _observation(ran: _Ran, lost: bool, ticks: Sequence[Tick], after: Mapping[str, str],
+                 pid: int | None, baseline: Baseline, limit: int | None, complete: int,
+                 tail: str, mismatch: str | None) -> Observation:
+    """What ``classify`` decides a trial's outcome from: the launch's end, the memory the
+    engine reached, the killer's lines and the pressure that grew while it ran."""
+    mems = [t.memory for t in ticks if t.memory]
+    top = peak([*(m.rss_kb for m in mems), *(m.vm_hwm_kb for m in mems)])
+    engine_line, app_kills = _new_kills(baseline, after.get("lmkd", ""), pid)
+    return Observation(
+        exit_code=ran.exit_code,
+        timed_out=ran.timed_out,
+        device_lost=lost,
+        lmk_line=engine_line,
+        peak_rss_bytes=None if top is None else top * KIB,
+        memory_limit_bytes=limit,
+        complete_records=complete,
+        expected_records=1,
+        stderr_tail=tail,
+        mismatch=mismatch,
+        pressure_full_us=_pressure_growth(baseline, after.get("pressure", "")),
+        lmkd_app_kills=app_kills,
+    )

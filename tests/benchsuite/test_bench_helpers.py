@@ -14,6 +14,7 @@ from bench.memory import cell_errors, figure
 from bench.push import pair_order
 from bench.run import markdown, table
 from bench.sampler import engine_seconds, overheads, ratios, round_arms
+from harness.run.offload import KGSL_SOURCE
 
 
 def test_round_arms_rotate_so_every_arm_takes_every_position() -> None:
@@ -137,7 +138,7 @@ def _gpu_blocks(on_rate: float) -> list[Block]:
 
 def test_gpu_sampler_figure_counts_only_when_the_sampler_read_the_gpu() -> None:
     trials = pd.DataFrame([{"trial_id": "t1", "outcome": "ok", "device_memory_bytes": 41 << 20,
-                            "device_memory_source": "kgsl /sys/class/kgsl/kgsl/proc/PID/kernel_max"}])
+                            "device_memory_source": KGSL_SOURCE}])
     samples = pd.DataFrame({"trial_id": ["t1", "t1", "t0"],
                             "gpu_cur_khz": [680000, None, 680000]})
     read = gpu_readings(trials, samples)
