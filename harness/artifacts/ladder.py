@@ -159,7 +159,7 @@ def quantize(src: Path, dest: Path, quant: str, nthread: int = 0,
         import llama_cpp
     except ImportError as error:
         raise ModelError(
-            "llama-cpp-python is not installed; the quant ladder needs it (see README set-up)"
+            "llama-cpp-python is not installed; the quant ladder needs it (docs/development.md)"
         ) from error
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{quant}")

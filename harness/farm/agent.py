@@ -33,6 +33,7 @@ from harness.farm.artifacts import CACHE_ENV, default_cache_dir
 from harness.farm.naming import HOST, SOC, device_resource, tag_resource, worker_name
 from harness.farm.route import route_address, scheduler_endpoint
 from harness.farm.security import REQUIRE_ENCRYPTION_ENV, TLS_ENV, FarmTLS
+from harness.logcause import cause, log_size, read_since
 
 AgentEvent = Callable[[str, dict[str, Any]], None]  # (kind, details)
 Launcher = Callable[[Sequence[str], Path, Mapping[str, str]], "subprocess.Popen[bytes]"]
@@ -135,8 +136,15 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 10) -> None:
 class _Slot:
     serial: str
     process: subprocess.Popen[bytes]
+    log: Path  # the worker's log, and its size before this worker started
+    offset: int
     restarts: int = 0
     given_up: bool = False
+
+    def why(self) -> dict[str, str]:
+        """The cause line this worker left in its log, and the log, for a died event."""
+        found = cause(read_since(self.log, self.offset))
+        return {"cause": found, "log": str(self.log)} if found else {"log": str(self.log)}
 
 
 class Agent:
@@ -159,15 +167,16 @@ class Agent:
         return {s: slot.process.pid for s, slot in self.slots.items()
                 if slot.process.poll() is None}
 
-    def _start(self, serial: str) -> subprocess.Popen[bytes]:
+    def _start(self, serial: str) -> tuple[subprocess.Popen[bytes], Path, int]:
         soc = self.soc(serial) if self.config.soc_tag else None
         argv = worker_argv(self.config, serial, soc)
         log = self.config.log_dir / f"{device_resource(serial).replace(':', '-')}.log"
+        offset = log_size(log)
         process = self.launcher(argv, log, worker_env(self.config))
         self.on_event("started", {"serial": serial, "pid": process.pid,
                                   "name": worker_name(serial, self.config.host), "soc": soc,
                                   "log": str(log)})
-        return process
+        return process, log, offset
 
     def step(self) -> None:
         try:
@@ -183,7 +192,7 @@ class Agent:
         for serial in sorted(serials):
             slot = self.slots.get(serial)
             if slot is None:
-                self.slots[serial] = _Slot(serial, self._start(serial))
+                self.slots[serial] = _Slot(serial, *self._start(serial))
                 continue
             code = slot.process.poll()
             if code is None or slot.given_up:
@@ -191,11 +200,12 @@ class Agent:
             if slot.restarts >= self.config.max_restarts:
                 slot.given_up = True
                 self.on_event("given_up", {"serial": serial, "exit": code,
-                                           "restarts": slot.restarts})
+                                           "restarts": slot.restarts, **slot.why()})
                 continue
             slot.restarts += 1
-            self.on_event("died", {"serial": serial, "pid": slot.process.pid, "exit": code})
-            slot.process = self._start(serial)
+            self.on_event("died", {"serial": serial, "pid": slot.process.pid, "exit": code,
+                                   **slot.why()})
+            slot.process, slot.log, slot.offset = self._start(serial)
 
     def run(self, stop: threading.Event, poll_s: float = 1.0) -> None:
         """Poll until ``stop`` is set, then stop every worker."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import DeviceError
+from harness.logcause import failed_at_start, log_size
 
 
 def bundled_adb() -> str:
@@ -111,7 +112,9 @@ def start_adb_server(home: Path | None = None, port: int | None = None,
     env = {**os.environ, "HOME": str(home), "ADB_MDNS": "0", "ADB_EMU": "0",
            "ADB_MDNS_AUTO_CONNECT": "0"}
     env.pop("ANDROID_ADB_SERVER_ADDRESS", None)  # a server given a host name aborts at start
-    log = open(home / "adb-server.log", "ab")  # noqa: SIM115 - lives as long as the server
+    log_path = home / "adb-server.log"
+    offset = log_size(log_path)
+    log = open(log_path, "ab")  # noqa: SIM115 - lives as long as the server
     process = subprocess.Popen(
         [binary, "-P", str(port), "nodaemon", "server"],
         env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -122,8 +125,8 @@ def start_adb_server(home: Path | None = None, port: int | None = None,
     try:
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                raise DeviceError(
-                    f"adb server on port {port} exited at start; see {home}/adb-server.log")
+                raise DeviceError(failed_at_start(f"adb server on port {port} exited at start",
+                                                  log_path, offset))
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                     return server
@@ -133,7 +136,8 @@ def start_adb_server(home: Path | None = None, port: int | None = None,
         server.stop()
         raise
     server.stop()
-    raise DeviceError(f"adb server on port {port} did not listen within 15 s")
+    raise DeviceError(failed_at_start(f"adb server on port {port} did not listen within 15 s",
+                                      log_path, offset))
 
 
 @contextmanager

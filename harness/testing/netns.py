@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from harness.logcause import failed_at_start, log_size
 from harness.testing.adbserver import AdbServer, adb_binary, free_port
 
 T = TypeVar("T")
@@ -588,6 +589,7 @@ class Network:
         env = {**os.environ, "HOME": str(home), "ADB_MDNS": "0", "ADB_EMU": "0",
                "ADB_MDNS_AUTO_CONNECT": "0"}
         env.pop("ANDROID_ADB_SERVER_ADDRESS", None)  # a server given a host name aborts
+        offset = log_size(home / "adb-server.log")
         process = self.popen(host, [binary, "-P", str(port), "nodaemon", "server"], env=env,
                              log=home / "adb-server.log")
         server = HostAdbServer(port=port, home=home, process=process, binary=binary, net=self,
@@ -603,8 +605,8 @@ class Network:
         while not self.call(host, listening):
             if process.poll() is not None or time.monotonic() > deadline:
                 server.stop()
-                raise NetError(f"adb server on {host} did not listen on {port}; see "
-                               f"{home}/adb-server.log")
+                raise NetError(failed_at_start(f"adb server on {host} did not listen on {port}",
+                                               home / "adb-server.log", offset))
             time.sleep(0.1)
         self.adb[host] = server
         return server

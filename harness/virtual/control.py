@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.errors import ConfigError, DeviceError
+from harness.logcause import failed_at_start, log_size
 from harness.profiles import DeviceProfile, find_profile
 from harness.testing.adbserver import free_port
 from harness.virtual import cpu
@@ -158,7 +159,9 @@ def _port_free(port: int) -> bool:
 def _launch(phone_dir: Path, port: int) -> int:
     sandbox = Sandbox(phone_dir)
     (sandbox.state / "ready").unlink(missing_ok=True)
-    log = open(phone_dir / "daemon.log", "ab")  # noqa: SIM115 - handed to the child
+    log_path = phone_dir / "daemon.log"
+    offset = log_size(log_path)
+    log = open(log_path, "ab")  # noqa: SIM115 - handed to the child
     process = subprocess.Popen(
         [sys.executable, "-m", DAEMON_MODULE, str(phone_dir), str(port)],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=phone_dir,
@@ -169,8 +172,8 @@ def _launch(phone_dir: Path, port: int) -> int:
     try:
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                raise DeviceError(
-                    f"virtual phone daemon exited at start; see {phone_dir}/daemon.log")
+                raise DeviceError(failed_at_start("virtual phone daemon exited at start",
+                                                  log_path, offset))
             if (sandbox.state / "ready").exists():
                 return process.pid
             time.sleep(0.05)
@@ -184,7 +187,8 @@ def _launch(phone_dir: Path, port: int) -> int:
         raise
     process.kill()
     process.wait()
-    raise DeviceError(f"virtual phone on port {port} did not start within 20 s")
+    raise DeviceError(failed_at_start(f"virtual phone on port {port} did not start within 20 s",
+                                      log_path, offset))
 
 
 def _server_listening(adb_port: int) -> bool:

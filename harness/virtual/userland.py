@@ -45,11 +45,11 @@ def host_abi() -> str | None:
     return HOST_ABIS.get(os.uname().machine)
 
 
-def _need(program: str, package: str, why: str) -> str:
+def _need(program: str, package: str, why: str, instead: str = "") -> str:
     found = shutil.which(program)
     if not found:
         raise DeviceError(f"virtual phones need {program} ({why}); "
-                          f"install it: apt-get install {package}")
+                          f"install it: apt-get install {package}" + instead)
     return found
 
 
@@ -203,7 +203,9 @@ def exec_env(root: Path, abi: str, unreadable: tuple[str, ...] = (), smaps_rollu
         raise DeviceError("a virtual phone's unreadable globs must total under 4000 characters")
     qemu = ""
     if host_abi() != abi:
-        qemu = _need(ABI_QEMU[abi], "qemu-user", f"runs {abi} binaries on this host")
+        native = host_abi()
+        qemu = _need(ABI_QEMU[abi], "qemu-user", f"runs {abi} binaries on this host",
+                     f", or start a phone of this host's ABI (--abi {native})" if native else "")
     return {
         "LD_PRELOAD": str(exec_shim()),
         "HARNESS_PHONE_ROOT": str(root.resolve()),

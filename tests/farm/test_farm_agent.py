@@ -132,3 +132,37 @@ def test_an_unreachable_adb_server_keeps_the_workers_running(agent: Any) -> None
     assert kinds(events)[-1] == "adb_error"
     subject.close()
     assert subject.workers() == {}
+
+
+def test_a_worker_that_dies_at_start_says_why_from_its_log(tmp_path: Path) -> None:
+    """The cause a worker wrote before it died (this start's lines, not an earlier one's) is in
+    the died and given_up events the agent prints on its terminal."""
+    starts = iter(["ValueError: an earlier start's failure", "OSError: [Errno 99] Cannot "
+                   "assign requested address: ('10.9.9.9', 0)"])
+    started: list[subprocess.Popen[bytes]] = []
+
+    def launcher(argv: Sequence[str], log: Path,
+                 env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+        line = next(starts, "")
+        with open(log, "ab") as out:
+            process = subprocess.Popen([sys.executable, "-c", f"print({line!r}); raise "
+                                        "SystemExit(1)"], stdout=out)
+        process.wait()
+        started.append(process)
+        return process
+
+    events: list[tuple[str, dict[str, Any]]] = []
+    config = AgentConfig(scheduler="tcp://127.0.0.1:1", host="alpha", max_restarts=1,
+                         log_dir=tmp_path)
+    subject = Agent(config, online=lambda: {"A"}, soc=lambda serial: None, launcher=launcher,
+                    on_event=lambda kind, details: events.append((kind, details)))
+    subject.step()  # started
+    subject.step()  # died: restarted
+    subject.step()  # given up
+    log = str(tmp_path / "device-A.log")
+    assert kinds(events) == ["started", "died", "started", "given_up"]
+    assert events[1][1]["cause"] == "ValueError: an earlier start's failure"
+    assert events[1][1]["log"] == log
+    assert events[3][1]["cause"] == \
+        "OSError: [Errno 99] Cannot assign requested address: ('10.9.9.9', 0)"
+    assert len(started) == 2

@@ -86,7 +86,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_sep("=", "fault table (trials lost and duplicated must be 0)")
     terminalreporter.write(text)
     header = ("# Last fault table\n\nWritten by `nox -s reliability` "
-              "(tests/reliability); the README carries a copy.\n\n")
+              "(tests/reliability); docs/reliability.md carries a copy.\n\n")
     TABLE_FILE.write_text(header + text)
 
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+import harness
 from harness.cli import main
 from harness.testing.adbserver import AdbServer, free_port
 from harness.virtual import cpu
+from harness.virtual.userland import ABI_QEMU, host_abi
 
 
 def test_sim_lifecycle_through_the_cli(adb_server: AdbServer, tmp_path: Path,
@@ -123,3 +126,41 @@ def test_a_phone_may_run_ahead_of_the_host_only_where_the_kernel_allows_it(
     monkeypatch.setattr(cpu.Path, "read_text",
                         lambda self: f"CapEff:\t{1 << cpu.CAP_SYS_NICE:016x}\n")
     assert cpu.blocked() is None
+
+
+def _path_without(tmp_path: Path, prefix: str) -> str:
+    """A PATH of one folder holding every program of ours but those named ``prefix*``."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for entry in os.environ["PATH"].split(os.pathsep):
+        if not Path(entry).is_dir():
+            continue
+        for program in Path(entry).iterdir():
+            link = folder / program.name
+            if not program.name.startswith(prefix) and not link.exists():
+                link.symlink_to(program)
+    return str(folder)
+
+
+def test_sim_start_without_qemu_says_why_on_the_terminal(adb_server: AdbServer, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default profile is an arm64 phone: on a host without qemu-user its daemon stops at
+    boot, and `sim start` prints that cause and what to do, not only the daemon log's path."""
+    native = host_abi()
+    other = "x86_64" if native == "arm64-v8a" else "arm64-v8a"  # an arm64 host: the other way
+    monkeypatch.setenv("HARNESS_HOME", str(tmp_path / "harness-home"))
+    monkeypatch.setenv("PATH", _path_without(tmp_path, ABI_QEMU[other]))
+    # the daemon runs from the phone's folder: it imports the harness under test
+    monkeypatch.setenv("PYTHONPATH", str(Path(harness.__file__).resolve().parents[1]))
+    result = CliRunner().invoke(main, ["sim", "start", *(["--abi", other] if other == "x86_64"
+                                                         else [])])
+    try:
+        assert result.exit_code == 2, result.output
+        line = result.output.strip()
+        assert line.startswith("Error: virtual phone daemon exited at start: virtual phones "
+                               f"need {ABI_QEMU[other]}"), line
+        assert "install it: apt-get install qemu-user, or start a phone of this host's ABI " \
+               f"(--abi {native})" in line
+        assert "daemon.log" in line and "Traceback" not in result.output
+    finally:
+        CliRunner().invoke(main, ["sim", "stop", "--all"])
