@@ -194,7 +194,8 @@ def agent_command(scheduler: str, host: str | None, listen_host: str | None,
 @click.option("--allowed-failures", default=2, show_default=True,
               help="Times a job may kill its worker before it is given up.")
 @click.option("--dashboard-address", default=None,
-              help="Turn the dashboard on at this address (off by default).")
+              help="Turn the dashboard on at PORT or 127.0.0.1:PORT (off by default; "
+                   "127.0.0.1 only).")
 @click.option("--scheduler-file", type=click.Path(path_type=Path), default=None,
               help="Write the scheduler's address to this JSON file.")
 @click.option("--dry-run", is_flag=True, help="Print the command instead of starting it.")

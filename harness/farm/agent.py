@@ -12,7 +12,10 @@ pid, never by name. The workers are given the agent's artifact cache folder (``-
 
 The workers bind, and tell the scheduler, this host's address on the route to the scheduler
 (``harness.farm.route``) unless ``--listen-host`` names another: on a real farm that is the
-address the scheduler and the driver reach them at, with no flag.
+address the scheduler and the driver reach them at, with no flag. Because every farm host can
+reach that address, a TLS worker checks the role of each peer's certificate
+(``harness.farm.roles``): data transfer from a peer worker, everything else from the scheduler
+only. Its HTTP routes (Dask's metrics and health) bind 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ from harness.errors import HarnessError
 from harness.farm.artifacts import CACHE_ENV, default_cache_dir
 from harness.farm.naming import HOST, SOC, device_resource, tag_resource, worker_name
 from harness.farm.route import route_address, scheduler_endpoint
+from harness.farm.scheduler import ROLES_PRELOAD
 from harness.farm.security import REQUIRE_ENCRYPTION_ENV, TLS_ENV, FarmTLS
 from harness.logcause import cause, log_size, read_since
 
+LOOPBACK_HTTP = "127.0.0.1:0"  # a worker's HTTP routes (metrics, health): this host only
 AgentEvent = Callable[[str, dict[str, Any]], None]  # (kind, details)
 Launcher = Callable[[Sequence[str], Path, Mapping[str, str]], "subprocess.Popen[bytes]"]
 
@@ -82,11 +87,12 @@ def worker_argv(config: AgentConfig, serial: str, soc: str | None = None) -> lis
     argv = [config.python, "-m", "distributed.cli.dask_worker", config.scheduler,
             "--nthreads", "1", "--nworkers", "1", "--no-nanny",
             "--name", worker_name(serial, config.host), "--resources", " ".join(resources),
-            "--no-dashboard", "--death-timeout", f"{config.death_timeout_s:g}"]
+            "--no-dashboard", "--dashboard-address", LOOPBACK_HTTP,
+            "--death-timeout", f"{config.death_timeout_s:g}"]
     if config.listen_host:
         argv += ["--host", config.listen_host]
-    if config.tls is not None:
-        argv += ["--protocol", "tls", *config.tls.dask_args()]
+    if config.tls is not None:  # the worker takes only the scheduler's requests (and peers' data)
+        argv += ["--protocol", "tls", *config.tls.dask_args(), "--preload", ROLES_PRELOAD]
     return argv
 
 

@@ -1,7 +1,8 @@
 """Builds and models on the farm without shared folders: a content-addressed cache per agent.
 
 The driver starts an :class:`ArtifactService`, a small HTTP server on a port it binds, that serves
-only the files of the run, each named by its sha256 (``GET /sha256/<hex>``); a job request carries
+only the files of the run, each named by its sha256 (``GET /sha256/<hex>``), and with TLS only to
+the workers' certificate (the agent's role; any other role is a 403); a job request carries
 those hashes (and the build manifests, which list a hash per file), never a driver path. On the
 worker, :class:`ArtifactCache` gets what its folder lacks, streaming it to a temporary file in the
 cache folder while hashing it, and renames it into place only when size and sha256 match, so a
@@ -51,7 +52,7 @@ from harness.artifacts.hashing import cached_file_sha256
 from harness.errors import ConfigError
 from harness.farm import FarmError
 from harness.farm.route import route_address, scheduler_endpoint
-from harness.farm.security import TLS_ENV, FarmTLS
+from harness.farm.security import REISSUE, TLS_ENV, FarmTLS, peer_name, peer_role
 from harness.units import MIB
 
 CACHE_ENV = "HARNESS_FARM_CACHE"  # the agent passes its --cache to its workers through this
@@ -141,10 +142,28 @@ def strip_paths(models: Mapping[tuple[str, str], Any], builds: Mapping[str, Buil
     return out_models, out_builds, refs, served
 
 
+def artifact_refusal(role: str | None) -> str | None:
+    """Why a peer with a certificate of ``role`` may not fetch artifacts, or None: only the
+    workers (the agent's certificate) fetch them."""
+    if role == "agent":
+        return None
+    if role is None:
+        return f"the certificate carries no farm role; run `{REISSUE}` and copy it again"
+    return f"artifacts are for the farm's workers (the agent's certificate), not the {role}'s"
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: _Server
 
     def do_GET(self) -> None:
+        if self.server.tls is not None:
+            cert = self.connection.getpeercert()
+            why = artifact_refusal(peer_role(cert))
+            if why is not None:
+                self.server.refuse(self.client_address, f"GET {self.path[:80]!r} with the "
+                                   f"certificate {peer_name(cert)!r}: {why}")
+                self.send_error(403, why)
+                return
         if not self.server.authorized(self.headers.get("Authorization", "")):
             self.server.refuse(self.client_address, f"GET {self.path[:80]!r} without the run's "
                                "token")

@@ -1,9 +1,11 @@
-"""The scheduler checks the role in each peer's certificate (a Dask preload).
+"""Every farm process checks the role in each peer's certificate (a Dask preload).
 
-``harness farm scheduler --tls`` starts Dask's scheduler with ``--preload harness.farm.roles``
-(a scheduler you start yourself takes the same flag). Every request that reaches the scheduler
-is checked against the role in the peer's certificate (``harness-role:<role>``, see
-``harness.farm.security``) before Dask handles it:
+``harness farm scheduler --tls`` starts Dask's scheduler, and ``harness farm agent --tls`` each
+of its workers, with ``--preload harness.farm.roles`` (a scheduler or worker you start yourself
+takes the same flag). Every request that reaches them is checked against the role in the peer's
+certificate (``harness-role:<role>``, see ``harness.farm.security``) before Dask handles it.
+
+At the scheduler:
 
 - ``register-worker`` (a worker joining) needs the agent's certificate;
 - the few other requests a worker makes (heartbeats, ``who_has``, retiring itself, resources)
@@ -11,11 +13,18 @@ is checked against the role in the peer's certificate (``harness-role:<role>``, 
 - everything else, ``register-client`` (a driver, or any Dask client) first, needs the driver's;
 - ``identity`` (what Dask asks before registering) answers any certificate of the farm.
 
-The scheduler's own certificate is for its end of the connections only. A refused request gets
-one line on the scheduler's log (``harness farm: refused register-client from tls://...``), an
-answer in the shape the asker expects (a Dask worker exits with that reason, a Dask client
-raises it), and its connection is closed. The TLS handshake has already checked that the
-certificate is the farm's; a certificate of another farm never gets this far.
+At a worker (it listens on its host's routable address, where any farm host can reach it):
+
+- ``get_data`` (a task's inputs fetched by another worker, the scheduler's gather) takes the
+  agent's certificate (a peer worker) or the scheduler's;
+- everything else (``run``, ``run_coroutine``, ``upload_file``, ``plugin-add``, ``update_data``,
+  ``connection_stream`` with its task messages, ``terminate``, ...) only the scheduler's: the
+  driver reaches the workers through the scheduler, never directly.
+
+A refused request gets one line on the process's log (``harness farm: refused register-client
+from tls://...``), an answer in the shape the asker expects (a Dask worker exits with that
+reason, a Dask client raises it), and its connection is closed. The TLS handshake has already
+checked that the certificate is the farm's; a certificate of another farm never gets this far.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ from typing import Any
 from harness.farm.security import REISSUE, peer_name, peer_role
 
 log = logging.getLogger("distributed.scheduler")
+worker_log = logging.getLogger("distributed.worker")
+Policy = Callable[[str, str | None], str | None]  # (op, peer's role) -> why refused, or None
 
 REGISTER_WORKER = "register-worker"
 REGISTER_CLIENT = "register-client"
@@ -37,6 +48,11 @@ ANY_ROLE_OPS = frozenset({"identity"})
 # what a Dask worker asks the scheduler besides its stream (distributed.worker, no nanny)
 WORKER_OPS = frozenset({REGISTER_WORKER, "heartbeat_worker", "who_has", "retire_workers",
                         "set_resources", "unregister", "register_nanny"})
+# what a worker answers a peer worker (distributed.worker.get_data_from_worker): data transfer
+PEER_OPS = frozenset({"get_data"})
+NO_ROLE = ("its certificate carries no farm role (made before harness put roles in "
+           f"certificates); run `{REISSUE}` where ca.key is and copy each host its role's .pem "
+           "again")
 
 
 def refusal(op: str, role: str | None) -> str | None:
@@ -44,9 +60,7 @@ def refusal(op: str, role: str | None) -> str | None:
     if op in ANY_ROLE_OPS:
         return None
     if role is None:
-        return (f"its certificate carries no farm role (made before harness put roles in "
-                f"certificates); run `{REISSUE}` where ca.key is and copy each host its role's "
-                ".pem again")
+        return NO_ROLE
     if op in WORKER_OPS and role == "agent":
         return None
     if op == REGISTER_WORKER:
@@ -55,6 +69,17 @@ def refusal(op: str, role: str | None) -> str | None:
         return None
     what = "a client (driver)" if op == REGISTER_CLIENT else f"{op!r} (a client's request)"
     return f"{what} needs the driver's certificate, not the {role}'s"
+
+
+def worker_refusal(op: str, role: str | None) -> str | None:
+    """Why a peer with a certificate of ``role`` may not ask a worker ``op``, or None."""
+    if role is None:
+        return NO_ROLE
+    if role == "scheduler" or (role == "agent" and op in PEER_OPS):
+        return None
+    needs = "the scheduler's or a peer worker's (agent)" if op in PEER_OPS else \
+        "the scheduler's"
+    return f"{op!r} on a worker needs {needs} certificate, not the {role}'s"
 
 
 def refusal_line(op: str, peer: str, name: str, reason: str) -> str:
@@ -80,8 +105,10 @@ def _answer(op: str, reason: str) -> Any:
     return error_message(PermissionError(f"refused by the farm: {reason}"))
 
 
-def guard(op: str, handler: Callable[..., Any]) -> Callable[..., Any]:
-    """``handler`` behind the role check of ``op``; Dask calls it with the comm first."""
+def guard(op: str, handler: Callable[..., Any], policy: Policy = refusal,
+          logger: logging.Logger = log) -> Callable[..., Any]:
+    """``handler`` behind ``policy``'s role check of ``op``; Dask calls it with the comm
+    first."""
     from distributed.core import Status
     from distributed.utils import has_keyword
 
@@ -90,9 +117,9 @@ def guard(op: str, handler: Callable[..., Any]) -> Callable[..., Any]:
 
     async def guarded(comm: Any, serializers: Any = None, **msg: Any) -> Any:
         cert = _peercert(comm)
-        reason = refusal(op, peer_role(cert))
+        reason = policy(op, peer_role(cert))
         if reason is not None:
-            log.warning(refusal_line(op, str(comm.peer_address), peer_name(cert), reason))
+            logger.warning(refusal_line(op, str(comm.peer_address), peer_name(cert), reason))
             with contextlib.suppress(Exception):  # the peer went away: nothing more to tell it
                 await comm.write(_answer(op, reason))
             comm.abort()
@@ -109,27 +136,39 @@ def guard(op: str, handler: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class GuardedHandlers(dict[str, Callable[..., Any]]):
-    """The scheduler's handlers, each behind its role check, also those added later (Dask
-    looks a request's handler up with ``handlers[op]`` every time)."""
+    """A server's handlers, each behind its role check, also those added later (Dask looks a
+    request's handler up with ``handlers[op]`` every time)."""
 
-    def __init__(self, handlers: dict[str, Callable[..., Any]]) -> None:
+    def __init__(self, handlers: dict[str, Callable[..., Any]], policy: Policy = refusal,
+                 logger: logging.Logger = log) -> None:
         super().__init__(handlers)
+        self.policy = policy
+        self.logger = logger
         self._guarded: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}
 
     def __getitem__(self, op: str) -> Callable[..., Any]:
         handler = super().__getitem__(op)
         known = self._guarded.get(op)
         if known is None or known[0] is not handler:
-            known = self._guarded[op] = (handler, guard(op, handler))
+            checked = guard(op, handler, self.policy, self.logger)
+            known = self._guarded[op] = (handler, checked)
         return known[1]
 
 
-def dask_setup(scheduler: Any) -> None:
-    """Dask's preload hook: put the role check in front of every scheduler handler.
+def dask_setup(server: Any) -> None:
+    """Dask's preload hook: put the role check in front of every handler of the scheduler or
+    worker ``server``.
 
-    Dask reads no request before the scheduler has started (``Server._handle_comm`` awaits it),
+    Dask reads no request before the server has started (``Server._handle_comm`` awaits it),
     and preloads run within that start, so no request passes unchecked.
     """
-    scheduler.handlers = GuardedHandlers(scheduler.handlers)
+    from distributed import Worker
+
+    if isinstance(server, Worker):
+        server.handlers = GuardedHandlers(server.handlers, worker_refusal, worker_log)
+        worker_log.info("harness farm: roles checked: get_data takes a peer worker's (agent) "
+                        "or the scheduler's certificate, everything else the scheduler's")
+        return
+    server.handlers = GuardedHandlers(server.handlers)
     log.info("harness farm: roles checked: a worker needs the agent's certificate, a client "
              "the driver's")

@@ -14,7 +14,9 @@ hosts get ``ca.pem`` and their role's ``.pem`` and ``.key``.
 
 Each certificate carries its role, as the URI ``harness-role:<role>`` in its subjectAltName. The
 scheduler enforces it (``harness.farm.roles``): a client (the driver) needs the driver's
-certificate, a worker registration the agent's. Every command checks its own certificate's role
+certificate, a worker registration the agent's; so do the workers (data transfer to a peer's
+agent certificate, everything else to the scheduler's only) and the artifact service (the
+agent's only). Every command checks its own certificate's role
 when it starts (``FarmTLS.check``), so a misplaced file is one line there, not a refusal later.
 Certificates from before roles carry none and are refused: ``harness farm init DIR --reissue``
 re-issues the role certificates from the same CA (hosts keep ``ca.pem`` and their keys).

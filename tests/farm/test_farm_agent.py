@@ -34,6 +34,8 @@ def test_worker_command_is_one_thread_named_after_the_phone_with_its_resources()
     assert value("--name") == "127.0.0.1:5555@lab-2"
     assert value("--host") == "10.0.0.5"
     assert "--no-nanny" in argv and "--no-dashboard" in argv
+    assert value("--dashboard-address") == "127.0.0.1:0"  # Dask's default is every interface
+    assert "--preload" not in argv  # plaintext: no certificates, no roles to check
     resources = dict(pair.split("=") for pair in value("--resources").split())
     assert resources == {"device:127_0_0_1_5555": "1", "host:lab_2": "1", "rack:a3": "1",
                          "soc:SM8550": "1"}

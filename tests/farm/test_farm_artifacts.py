@@ -262,3 +262,21 @@ def test_a_connection_without_the_farms_certificate_is_refused_with_one_log_line
     assert all("TLS handshake failed" in line and "\n" not in line for line in lines), lines
     assert service.bytes_served == 0
     assert worker(tmp_path / "d", service).ensure(ref_of(blob), service.url)[1] == BIG
+
+
+def test_another_roles_certificate_is_refused_with_a_403_and_one_log_line(
+    tmp_path: Path, blob: Path, service: ArtifactService, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "harness.farm.artifacts")
+    assert service.tls is not None
+    for role in ("driver", "scheduler"):  # the farm's own CA, the run's token, not a worker
+        with pytest.raises(FarmError, match="answered 403"):
+            worker(tmp_path / role, service, tls=FarmTLS(service.tls.folder, role)).ensure(
+                ref_of(blob), service.url)
+    lines = refusals(caplog, service, 2)
+    assert len(lines) == service.refused == 2, lines
+    for role, line in zip(("driver", "scheduler"), lines, strict=True):
+        assert f"with the certificate 'harness farm {role}': artifacts are for the farm's " \
+            f"workers (the agent's certificate), not the {role}'s" in line, line
+    assert service.bytes_served == 0
+    assert worker(tmp_path / "agent", service).ensure(ref_of(blob), service.url)[1] == BIG

@@ -80,7 +80,7 @@ def test_scheduler_binds_to_localhost_without_dashboard_by_default() -> None:
     assert "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL=120s" in output
     code, output = invoke("farm", "scheduler", "--dry-run", "--dashboard-address", ":8787",
                           "--insecure")
-    assert "--dashboard --dashboard-address :8787" in output
+    assert "--dashboard --dashboard-address 127.0.0.1:8787" in output
 
 
 def test_agent_tags_must_be_kind_colon_value() -> None:

@@ -20,7 +20,7 @@ from farmcerts import pre_role_certificate
 from harness.cli import main
 from harness.errors import ConfigError
 from harness.farm import FarmError, roles
-from harness.farm.agent import listen_address
+from harness.farm.agent import AgentConfig, listen_address, worker_argv
 from harness.farm.route import address_towards, route_address, scheduler_endpoint
 from harness.farm.security import (
     ROLES,
@@ -128,6 +128,30 @@ def test_the_tls_scheduler_checks_roles_with_harness_preload(farm_tls: Path) -> 
     assert f"--tls-key {farm_tls / 'scheduler.key'} --preload harness.farm.roles" in output
     code, output = invoke("farm", "scheduler", "--dry-run", "--insecure")
     assert "--preload" not in output
+
+
+def test_a_tls_agents_workers_check_roles_with_harness_preload(farm_tls: Path) -> None:
+    config = AgentConfig(scheduler="tls://10.0.0.1:8786", host="lab-2",
+                         tls=FarmTLS(farm_tls, "agent"))
+    argv = worker_argv(config, "emulator-5554")
+    assert argv[argv.index("--preload") + 1] == "harness.farm.roles"
+    assert argv[argv.index("--protocol") + 1] == "tls"
+
+
+def test_the_schedulers_http_routes_bind_127_0_0_1_only() -> None:
+    code, output = invoke("farm", "scheduler", "--dry-run", "--host", "10.0.0.2", "--insecure")
+    assert code == 0, output
+    assert "--no-dashboard --dashboard-address 127.0.0.1:0" in output  # Dask's default: all
+    for given in ("8787", ":8787", "localhost:8787", "127.0.0.1:8787"):
+        code, output = invoke("farm", "scheduler", "--dry-run", "--insecure",
+                              "--dashboard-address", given)
+        assert code == 0 and "--dashboard --dashboard-address 127.0.0.1:8787" in output, output
+    for given in ("0.0.0.0:8787", "10.0.0.2:8787", "[::]:8787", "127.0.0.1:http"):
+        code, output = invoke("farm", "scheduler", "--dry-run", "--insecure",
+                              "--dashboard-address", given)
+        assert code == 2 and len(output.strip().splitlines()) == 2, output  # + the insecure line
+        assert f"--dashboard-address {given}: the dashboard binds 127.0.0.1 only" in output
+        assert "Traceback" not in output
 
 
 # -- the scheduler's check ------------------------------------------------------------------
@@ -254,6 +278,57 @@ def test_the_preload_guards_every_handler_also_those_added_later(
     asyncio.run(scheduler.handlers["run_function"](comm, function="f"))
     assert comm.aborted and "refused run_function" in scheduler_log[-1]
     assert scheduler.handlers["identity"] is scheduler.handlers["identity"]  # made once
+
+
+# -- a worker's check ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("op", "role", "allowed"), [
+    ("get_data", "agent", True),  # a peer worker fetching a task's input
+    ("get_data", "scheduler", True),  # the scheduler gathering a result for the driver
+    ("get_data", "driver", False),  # the driver goes through the scheduler
+    ("get_data", None, False),
+    ("run", "scheduler", True),  # Client.run reaches the workers through the scheduler
+    ("run", "agent", False),  # code on another host's worker
+    ("run", "driver", False),
+    ("run_coroutine", "agent", False),
+    ("upload_file", "agent", False),
+    ("plugin-add", "agent", False),
+    ("update_data", "agent", False),
+    ("connection_stream", "agent", False),  # a stream of task messages (compute-task, ...)
+    ("terminate", "driver", False),
+    ("identity", "agent", False),
+    ("identity", "scheduler", True),
+])
+def test_what_a_worker_takes_from_whom(op: str, role: str | None, allowed: bool) -> None:
+    assert (roles.worker_refusal(op, role) is None) == allowed
+
+
+def test_the_preload_on_a_worker_takes_data_requests_from_peers_and_the_rest_from_the_scheduler(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from distributed import Worker
+
+    caplog.set_level(logging.INFO, "distributed.worker")
+    worker = Worker.__new__(Worker)  # the preload needs only its type and its handlers
+    ran: list[str] = []
+    worker.handlers = {"get_data": lambda comm, keys: {"status": "OK", "data": {}},
+                       "run": lambda comm, function: ran.append(function)}
+    roles.dask_setup(worker)
+    peer = Comm(peercert("agent"))
+    assert asyncio.run(worker.handlers["get_data"](peer, keys=[])) == {"status": "OK",
+                                                                      "data": {}}
+    asyncio.run(worker.handlers["run"](peer, function="f"))
+    assert ran == [] and peer.aborted
+    reason = "'run' on a worker needs the scheduler's certificate, not the agent's"
+    (answer,) = peer.written  # what distributed's rpc turns into the exception it raises
+    assert answer["status"] == "error"
+    assert answer["exception_text"] == repr(PermissionError(f"refused by the farm: {reason}"))
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert lines == [f"harness farm: refused run from tls://10.0.0.9:41234 (certificate "
+                     f"'harness farm agent'): {reason}"]
+    scheduler = Comm(peercert("scheduler", "harness farm scheduler"))
+    asyncio.run(worker.handlers["run"](scheduler, function="f"))
+    assert ran == ["f"] and not scheduler.aborted
 
 
 # -- the address the workers bind -------------------------------------------------------------

@@ -9,6 +9,10 @@ the real ``harness`` commands; traffic stays between the namespaces the test mad
 are started with no ``--listen-host``: their workers bind their host's address on the route to
 the scheduler. Certificates carry their role: one used in the wrong role (an agent's as a
 driver, a driver's as a worker, one from before roles) is refused with one scheduler log line.
+Every other farm process checks roles too: a worker takes a handler call (``run``: code) only
+from the scheduler's certificate, the data transfer a peer worker asks (``get_data``) also from
+the agent's; the artifact service serves only the agent's; and the HTTP routes of the scheduler
+and the workers listen on 127.0.0.1 only.
 
 Faults: an agent host's link goes down mid-run for longer than the scheduler's worker TTL, and an
 agent host is killed outright mid-run (its link cut, every process of it SIGKILLed) and its
@@ -19,8 +23,10 @@ a row to the fault table: every trial stored once, none lost.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,6 +85,59 @@ def matrix(name: str) -> dict[str, Any]:
                          "min_battery_pct": 0, "max_wait_s": 1},
             "timeout": {"trial_s": 120}}
 
+# a Dask rpc call from a host with the certificate of ROLE to the worker at ADDRESS: OP is `run`
+# (a handler that runs code: here socket.gethostname) or `get_data` (what a peer worker asks)
+WORKER_CALL = """
+import asyncio, json, pathlib, socket, sys
+from distributed.core import ConnectionPool, rpc
+from distributed.protocol.pickle import dumps
+from distributed.worker import get_data_from_worker
+from harness.farm.security import FarmTLS
+address, folder, role, op = sys.argv[1:5]
+args = FarmTLS(pathlib.Path(folder), role).security().get_connection_args("client")
+async def call():
+    if op == "get_data":
+        pool = await ConnectionPool(connection_args=args)
+        try:
+            return await get_data_from_worker(pool, [], address)
+        finally:
+            await pool.close()
+    async with rpc(address, connection_args=args) as worker:
+        return await worker.run(function=dumps(socket.gethostname))
+try:
+    answer = asyncio.run(call())
+except Exception as error:
+    print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
+else:  # a handler's error comes back as an answer (what Client.run raises)
+    failed = isinstance(answer, dict) and answer.get("status") == "error"
+    print(json.dumps({"error": answer["exception_text"]} if failed else {"answer": repr(answer)}))
+"""
+# the driver's artifact service for one file, in the namespace it is started in
+ARTIFACTS = """
+import json, logging, pathlib, sys, time
+from harness.farm.artifacts import ArtifactService
+from harness.farm.security import FarmTLS
+logging.basicConfig(level=logging.WARNING)
+host, folder, blob, sha = sys.argv[1:5]
+service = ArtifactService({sha: pathlib.Path(blob)}, host=host,
+                          tls=FarmTLS(pathlib.Path(folder), "driver")).start()
+print(json.dumps({"url": service.url, "token": service.token}), flush=True)
+time.sleep(300)
+"""
+# a GET of URL from a host with the certificate of ROLE and the run's token: status and reason
+FETCH = """
+import json, pathlib, sys, urllib.error, urllib.request
+from harness.farm.security import FarmTLS
+url, folder, role, token = sys.argv[1:5]
+request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+context = FarmTLS(pathlib.Path(folder), role).client_context()
+try:
+    with urllib.request.urlopen(request, timeout=30, context=context) as response:
+        print(json.dumps({"status": response.status, "bytes": len(response.read())}))
+except urllib.error.HTTPError as error:
+    print(json.dumps({"status": error.code, "reason": error.reason}))
+"""
+
 
 @dataclass
 class Lab:
@@ -88,6 +147,7 @@ class Lab:
     scheduler: str
     phones: dict[str, list[str]]  # host -> serials plugged into it
     agents: dict[str, subprocess.Popen[bytes]]
+    scheduler_pid: int = 0
 
     def start_agent(self, host: str, tls: Path | None = None, name: str | None = None,
                     insecure: bool = False) -> subprocess.Popen[bytes]:
@@ -162,15 +222,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
                 for serial in serials:
                     net.connect_phone(serial, host)
             address_file = root / "scheduler.json"
-            net.popen("ctl", [HARNESS, "farm", "scheduler", "--host", net.address("ctl"),
-                              "--port", "0", "--scheduler-file", str(address_file),
-                              "--worker-ttl", f"{WORKER_TTL_S}s", "--tls", str(tls)],
-                      log=root / "scheduler.log")
+            scheduler = net.popen(
+                "ctl", [HARNESS, "farm", "scheduler", "--host", net.address("ctl"),
+                        "--port", "0", "--scheduler-file", str(address_file),
+                        "--worker-ttl", f"{WORKER_TTL_S}s", "--tls", str(tls)],
+                log=root / "scheduler.log")
             deadline = time.monotonic() + 60
             while (address := _scheduler_address(address_file)) is None:
                 assert time.monotonic() < deadline, (root / "scheduler.log").read_text()
                 time.sleep(0.2)
-            lab = Lab(net, root, tls, address, layout, {})
+            lab = Lab(net, root, tls, address, layout, {}, scheduler.pid)
             for host in layout:
                 lab.start_agent(host)
             lab.wait_for_workers(lab.expected_workers())
@@ -328,6 +389,119 @@ def test_certificates_of_the_wrong_role_are_refused_with_one_line_each(
     assert f"refused register-client from tls://{lab.net.address('ctl')}:" in line, line
     assert "harness farm init DIR --reissue" in line, line
     assert lab.workers() == lab.expected_workers()  # the farm goes on
+
+
+def call_worker(lab: Lab, host: str, address: str, role: str, op: str) -> dict[str, Any]:
+    """``op`` asked of the worker at ``address`` from ``host`` with ``role``'s certificate."""
+    done = lab.net.run(host, [sys.executable, "-c", WORKER_CALL, address, str(lab.tls), role, op],
+                       timeout=90)
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def worker_refusals(lab: Lab, host: str) -> list[str]:
+    """The refusal lines in the logs of ``host``'s workers."""
+    return [line for log in sorted((lab.root / f"logs-{host}").glob("*.log"))
+            for line in log.read_text(errors="replace").splitlines() if REFUSED in line]
+
+
+def test_a_worker_takes_handler_calls_only_from_the_schedulers_certificate(lab: Lab) -> None:
+    addresses = lab.client("ctl", lab.tls, "driver")["addresses"]
+    target = str(addresses[f"{lab.phones['h1'][0]}@h1"])
+    h2, ctl = lab.net.address("h2"), lab.net.address("ctl")
+    # the agent's certificate, which every USB host holds, asking another host's worker to run
+    # code; then the driver's, from the driver's machine: each refused with one worker log line
+    for host, role, peer in (("h2", "agent", h2), ("ctl", "driver", ctl)):
+        before = len(worker_refusals(lab, "h1"))
+        said = call_worker(lab, host, target, role, "run")
+        reason = f"'run' on a worker needs the scheduler's certificate, not the {role}'s"
+        assert said == {"error": repr(PermissionError(f"refused by the farm: {reason}"))}, said
+        deadline = time.monotonic() + 30
+        while len(lines := worker_refusals(lab, "h1")) == before:
+            assert time.monotonic() < deadline, "no refusal on h1's worker logs"
+            time.sleep(0.2)
+        assert len(lines) == before + 1, lines[before:]
+        assert f"refused run from tls://{peer}:" in lines[-1], lines[-1]
+        assert f"(certificate 'harness farm {role}'): {reason}" in lines[-1], lines[-1]
+    # what a peer worker needs, the data of a task's input, the agent's certificate still gets
+    said = call_worker(lab, "h2", target, "agent", "get_data")
+    assert said == {"answer": repr({"status": "OK", "data": {}})}, said
+    # the driver's certificate gets no data either: the driver gathers through the scheduler
+    said = call_worker(lab, "ctl", target, "driver", "get_data")
+    assert "refused by the farm: 'get_data' on a worker needs the scheduler's or a peer " \
+        "worker's (agent) certificate, not the driver's" in str(said.get("error")), said
+    assert lab.workers() == lab.expected_workers()  # the farm goes on
+
+
+def listening(lab: Lab, host: str) -> dict[int, set[tuple[str, int]]]:
+    """pid -> the (address, port) its TCP sockets listen on, in ``host``'s namespace."""
+    done = lab.net.run(host, ["ss", "-Hltnp"], timeout=30)
+    assert done.returncode == 0, done.stderr
+    found: dict[int, set[tuple[str, int]]] = {}
+    for line in done.stdout.splitlines():
+        local = line.split()[3]
+        address, _, port = local.rpartition(":")
+        for pid in re.findall(r"pid=(\d+)", line):
+            found.setdefault(int(pid), set()).add((address.strip("[]"), int(port)))
+    return found
+
+
+def worker_pids(lab: Lab, host: str) -> set[int]:
+    """The pids the agent of ``host`` started its workers under (its --json events)."""
+    events = [json.loads(line) for line in
+              (lab.root / f"agent-{host}.jsonl").read_text().splitlines() if line.strip()]
+    return {int(e["pid"]) for e in events if e.get("event") == "started"}
+
+
+def test_the_http_routes_of_the_scheduler_and_the_workers_listen_on_127_0_0_1_only(
+        lab: Lab) -> None:
+    loopback = {"127.0.0.1", "::1"}
+    scheduler_port = int(lab.scheduler.rpartition(":")[2])
+    in_ctl = listening(lab, "ctl")
+    assert lab.scheduler_pid in in_ctl, in_ctl
+    farm_facing = {a for a in in_ctl[lab.scheduler_pid] if a[0] not in loopback}
+    assert farm_facing == {(lab.net.address("ctl"), scheduler_port)}, in_ctl[lab.scheduler_pid]
+    assert len(in_ctl[lab.scheduler_pid]) > 1  # Dask's HTTP routes are there, on 127.0.0.1
+    addresses = lab.client("ctl", lab.tls, "driver")["addresses"]
+    for host, serials in lab.phones.items():
+        in_host = listening(lab, host)
+        pids = worker_pids(lab, host) & set(in_host)
+        assert len(pids) == len(serials), (pids, in_host)
+        farm_facing = {a for pid in pids for a in in_host[pid] if a[0] not in loopback}
+        expected = {(lab.net.address(host), int(str(addresses[f"{s}@{host}"]).rpartition(":")[2]))
+                    for s in serials}
+        assert farm_facing == expected, in_host
+
+
+def test_the_artifact_service_serves_only_the_agents_certificate(lab: Lab, tmp_path: Path) -> None:
+    blob = tmp_path / "model.gguf"
+    blob.write_bytes(os.urandom(4096))
+    sha = hashlib.sha256(blob.read_bytes()).hexdigest()
+    out, err = tmp_path / "service.json", tmp_path / "service.err"
+    service = lab.net.popen("ctl", [sys.executable, "-c", ARTIFACTS, lab.net.address("ctl"),
+                                    str(lab.tls), str(blob), sha], log=out, errlog=err)
+    try:
+        wait_until(lambda: bool(out.read_text().strip()), "the artifact service to start", 60)
+        started = json.loads(out.read_text())
+        url = f"{started['url']}/sha256/{sha}"
+        for role in ("driver", "scheduler"):  # the run's token, a certificate of the farm
+            done = lab.net.run("h1", [sys.executable, "-c", FETCH, url, str(lab.tls), role,
+                                      started["token"]], timeout=60)
+            said = json.loads(done.stdout.strip().splitlines()[-1])
+            assert said == {"status": 403, "reason": "artifacts are for the farm's workers (the "
+                            f"agent's certificate), not the {role}'s"}, said
+        done = lab.net.run("h1", [sys.executable, "-c", FETCH, url, str(lab.tls), "agent",
+                                  started["token"]], timeout=60)
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": 200,
+                                                                    "bytes": 4096}, done
+    finally:
+        service.terminate()
+        service.wait(timeout=30)
+    lines = [line for line in err.read_text().splitlines() if "refused" in line]
+    h1 = lab.net.address("h1")
+    assert len(lines) == 2 and all(f"refused {h1}:" in line for line in lines), lines
+    assert "certificate 'harness farm driver'" in lines[0], lines
+    assert "certificate 'harness farm scheduler'" in lines[1], lines
 
 
 def test_an_agent_whose_link_goes_down_mid_run_comes_back_and_nothing_is_lost_or_doubled(
