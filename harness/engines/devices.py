@@ -50,6 +50,9 @@ class Capability:
     devices: tuple[ComputeDevice, ...] = ()
     unknown: str | None = None  # why the build could not say (None: it did)
     peak_bytes: int | None = None  # the probe's high-water mark (VmHWM), when it was read
+    # a llama-bench too old for --list-devices: the usage it printed instead, which says which
+    # flags it has (``llama_bench.dialect_from_help``); None when it knew the flag
+    usage: str | None = None
 
     @property
     def driver_bytes(self) -> int | None:
@@ -64,6 +67,11 @@ class Capability:
 
     def find(self, name: str) -> ComputeDevice | None:
         return next((d for d in self.devices if d.name == name), None)
+
+
+# what llama-bench prints to stderr for a flag it does not know, before its usage on stdout
+# (tools/llama-bench/llama-bench.cpp, parse_cmd_params)
+_UNKNOWN_FLAG = "error: invalid parameter for argument: --list-devices"
 
 
 def list_devices_command(binary: str) -> list[str]:
@@ -113,6 +121,9 @@ def capability_from_output(build: str, exit_code: int | None, stdout: str,
     devices = parse_list_devices(stdout)
     if devices is not None:
         return Capability(build, devices, peak_bytes=probe_peak(stdout))
+    if _UNKNOWN_FLAG in stderr and "usage:" in stdout:  # llama-bench's answer to a flag it lacks
+        return Capability(build, unknown="this llama-bench has no --list-devices (an older "
+                          "build)", usage=stdout)
     tail = (stderr.strip().splitlines() or stdout.strip().splitlines() or ["no output"])[-1]
     return Capability(build, unknown=f"--list-devices failed (exit {exit_code}): {tail[:200]}")
 

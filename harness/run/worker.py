@@ -31,6 +31,7 @@ from harness.engines.devices import (
     list_devices_command,
     peak_watched,
 )
+from harness.engines.llama_bench import dialect_from_help
 from harness.errors import BuildError, ConfigError, DeviceError, DeviceLostError, HarnessError
 from harness.memory import ModelCard
 from harness.plan import PlannedCell, build_repack, plan_cells
@@ -631,7 +632,8 @@ class DeviceWorker:
                 found = self._capabilities[build]
                 self._emit(Kind.DEVICES, build=build, devices=list(found.names()),
                            error=found.unknown, driver_bytes=found.driver_bytes)
-            contexts[cell_id] = with_driver(ctx, self._capabilities[build])
+            contexts[cell_id] = with_driver(_with_dialect(ctx, self._capabilities[build]),
+                                            self._capabilities[build])
         return contexts
 
     def _has_backends(self, build: str) -> bool:
@@ -647,6 +649,16 @@ class DeviceWorker:
         except DeviceError as error:
             return Capability(build, unknown=f"--list-devices did not finish: {error}")
         return capability_from_output(build, result.exit_code, result.stdout, result.stderr)
+
+
+def _with_dialect(ctx: TrialContext, capability: Capability) -> TrialContext:
+    """A llama-bench too old for --list-devices is too old for -dev too: its context's adapter
+    takes the flags its usage lists, so a device cell, and a CPU cell of a build with a GPU
+    backend, are unsupported with the reason (``LlamaBench.supports``) instead of launched."""
+    if capability.usage is None or not isinstance(ctx.engine, LlamaBench):
+        return ctx
+    engine = dataclasses.replace(ctx.engine, dialect=dialect_from_help(capability.usage))
+    return dataclasses.replace(ctx, engine=engine)
 
 
 def with_driver(ctx: TrialContext, capability: Capability) -> TrialContext:

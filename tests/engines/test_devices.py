@@ -137,3 +137,24 @@ def test_llama_cpp_python_offloads_only_where_its_wheel_can() -> None:
 def test_a_capability_names_its_devices() -> None:
     cap = Capability("b", (ComputeDevice("Vulkan0", "x"),))
     assert cap.names() == ("Vulkan0",) and cap.find("Vulkan0") is not None
+
+
+def test_a_llama_bench_without_list_devices_gives_its_usage_and_so_its_dialect() -> None:
+    """llama-bench answers a flag it lacks with an error line on stderr and its usage on stdout
+    (parse_cmd_params); a usage without --device is a build too old for -dev, whose CPU cells
+    of a GPU build are then unsupported rather than run with -ngl 0 alone."""
+    from harness.engines.llama_bench import LlamaBench, dialect_from_help
+
+    usage = ("usage: ./llama-bench [options]\n\noptions:\n  -h, --help\n"
+             "  -ngl, --n-gpu-layers <n>                  (default: 99)\n"
+             "  -mmp, --mmap <0|1>                        (default: 1)\n")
+    found = capability_from_output(
+        "old", 1, usage, "error: invalid parameter for argument: --list-devices\n")
+    assert found.usage == usage and found.devices == ()
+    assert found.unknown is not None and "no --list-devices" in found.unknown
+    old = LlamaBench(dialect=dialect_from_help(found.usage), gpu_backends=("Vulkan",))
+    reason = old.supports(CELL)
+    assert reason is not None and "-ngl 0 alone" in reason
+    # a failure of another kind says what it printed, and is not read as a usage
+    other = capability_from_output("b", 134, "", "ggml_vulkan: no device\nAborted\n")
+    assert other.usage is None and other.unknown == "--list-devices failed (exit 134): Aborted"

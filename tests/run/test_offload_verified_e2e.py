@@ -85,3 +85,51 @@ def test_a_load_that_offloaded_fewer_layers_than_asked_is_config_not_applied(
         f"asked 9/9 layers on Vulkan0, the engine's log says offloaded {offloaded}/9 layers; "
         f"{offloaded}/9 layers assigned to a device")
     assert not bool(fit["valid"]) and "config not applied" in str(fit["invalid_reason"])
+
+
+# An older llama-bench, before -dev and --list-devices: the Vulkan build's own, answering those
+# two flags as llama-bench answers any flag it lacks (an error line on stderr, its usage on
+# stdout, exit 1), its usage the real one less their two lines.
+OLD = """#!/bin/sh
+for a in "$@"; do
+  case $a in --list-devices|-dev|--device)
+    echo "error: invalid parameter for argument: $a" >&2
+    "${0%/*}/llama-bench.bin" --help | grep -v -e --device -e --list-devices
+    exit 1;;
+  esac
+done
+exec "${0%/*}/llama-bench.bin" "$@"
+"""
+
+
+def test_a_gpu_build_too_old_for_dev_runs_no_cell_it_cannot_place(
+        virtual_phones: Any, tmp_path: Path, vulkan_build: Build, bench_ladder: Any) -> None:
+    """Its CPU cell is not run with -ngl 0 alone (which still sends big batches to the GPU:
+    docs/gpu.md), nor its device cell without -dev: both are unsupported, saying why."""
+    builds = tmp_path / "builds"
+    script = tmp_path / "llama-bench"
+    script.write_text(OLD)
+    script.chmod(0o755)
+    bin_dir = vulkan_build.path / "bin"
+    manifest = vulkan_build.manifest
+    write_build(builds, "host-vulkan-old",
+                {"bin/llama-bench": script, "bin/llama-bench.bin": bin_dir / "llama-bench",
+                 "bin/harness-generate": bin_dir / "harness-generate"},
+                engine=manifest.engine, abi=str(manifest.abi), version=manifest.version,
+                commit=manifest.commit, backends=manifest.backends,
+                source=f"{vulkan_build.path.name} without -dev and --list-devices")
+    matrix = tmp_path / "old.yaml"
+    matrix.write_text(MATRIX.read_text()
+                      .replace("build: [host-vulkan]", "build: [host-vulkan-old]")
+                      .replace("quant: [Q8_0, Q4_0]", "quant: [Q4_0]")
+                      .replace("n_gpu_layers: [0, half, all]", "n_gpu_layers: [0]"))
+    (phone,) = virtual_phones(1, profile=GPU_PHONE)
+    results = tmp_path / "r"
+    execute(matrix, [get_device(phone.serial)],
+            RunOptions(results=results, builds=builds, reserve_bytes=0))
+    trials = store.read_table(results, "trials").set_index("compute_device")
+    assert sorted(trials.index) == ["Vulkan0", "none"]
+    assert set(trials["outcome"]) == {"unsupported"}, trials[["outcome", "error"]]
+    assert "-ngl 0 alone still sends" in str(trials.loc["none", "error"])
+    assert "vulkan" in str(trials.loc["none", "error"]).lower()  # the backend the build has compiled in
+    assert "has no -dev/--device" in str(trials.loc["Vulkan0", "error"])
