@@ -131,5 +131,5 @@ def test_a_gpu_build_too_old_for_dev_runs_no_cell_it_cannot_place(
     assert sorted(trials.index) == ["Vulkan0", "none"]
     assert set(trials["outcome"]) == {"unsupported"}, trials[["outcome", "error"]]
     assert "-ngl 0 alone still sends" in str(trials.loc["none", "error"])
-    assert "vulkan" in str(trials.loc["none", "error"]).lower()  # the backend the build has compiled in
+    assert "vulkan" in str(trials.loc["none", "error"]).lower()  # its backend
     assert "has no -dev/--device" in str(trials.loc["Vulkan0", "error"])
