@@ -6,8 +6,8 @@ every layer on ``Vulkan0`` generates repetitions in blocks, and the harness's ow
 switched on and off block by block, with a placebo arm beside it. On that phone the sampler's
 script finds kgsl, so every tick also reads the engine's ``/sys/class/kgsl/kgsl/proc/<pid>``
 nodes and every state read the ``kgsl-3d0`` clock, load and thermal level. The trial that
-captures the launch is checked for those readings (device memory from kgsl, GPU clock samples)
-before the figure counts: a sampler that read no GPU node would make the row meaningless.
+captures the launch is checked for those readings (accelerator memory from kgsl, GPU clock
+samples) before the figure counts: a sampler that read no GPU node would make the row meaningless.
 
 lavapipe runs the "GPU" on the host's CPUs. Two settings keep that from standing in for the
 sampler's cost, both stated in the figure's data:
@@ -43,8 +43,8 @@ def gpu_readings(trials: Any, samples: Any) -> dict[str, Any]:
     (trial,) = trials.itertuples()
     own = samples[samples["trial_id"] == trial.trial_id]
     clocks = own["gpu_cur_khz"].dropna() if "gpu_cur_khz" in own else own.iloc[:0]
-    return {"outcome": trial.outcome, "device_memory_bytes": trial.device_memory_bytes,
-            "device_memory_source": trial.device_memory_source,
+    return {"outcome": trial.outcome, "accelerator_memory_bytes": trial.accelerator_memory_bytes,
+            "accelerator_memory_source": trial.accelerator_memory_source,
             "gpu_clock_samples": len(clocks)}
 
 
@@ -61,11 +61,12 @@ def figure(blocks: list[interleave.Block], readings: dict[str, Any]) -> Figure:
         low, high = mean_ci(placebo)
         note += (f"placebo {sum(placebo) / len(placebo):.3f} (CI95 {low:.3f}-{high:.3f}, "
                  f"n={len(placebo)}); ")
-    note += (f"GPU read by the capturing trial: device memory {readings['device_memory_bytes']} "
-             f"B from {readings['device_memory_source']}, {readings['gpu_clock_samples']} GPU "
+    note += ("GPU read by the capturing trial: accelerator memory "
+             f"{readings['accelerator_memory_bytes']} B from "
+             f"{readings['accelerator_memory_source']}, {readings['gpu_clock_samples']} GPU "
              f"clock samples; a fresh sampler every block of {BLOCK} x {N_GEN} tokens")
     read_gpu = (readings["gpu_clock_samples"] > 0
-                and str(readings["device_memory_source"]).startswith("kgsl"))
+                and str(readings["accelerator_memory_source"]).startswith("kgsl"))
     return Figure("12 GPU sampler: tg ratio default / none, one launch, Vulkan0 all layers",
                   mean, "ratio", iqr_text(values), ">= 0.99",
                   None if mean is None else (mean >= 0.99 and read_gpu), note)

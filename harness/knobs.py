@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: ``device: none`` runs every tensor on the CPU (llama.cpp's ``-dev none``): no backend device
-#: is used, even for the large batched ops llama.cpp offloads at ``-ngl 0``.
+#: ``compute_device: none`` runs every tensor on the CPU (llama.cpp's ``-dev none``): no backend
+#: device is used, even for the large batched ops llama.cpp offloads at ``-ngl 0``.
 CPU_DEVICE = "none"
 #: ``n_gpu_layers: all`` (llama.cpp's -1): every layer and the output layer on the device.
 ALL_LAYERS = -1
@@ -251,7 +251,7 @@ KNOBS: tuple[Knob, ...] = (
     # "": the page cache as the phone has it
     Knob("cache", "cache", "cache", "", choice(CACHE_STATES, "cache state"),
          "the model file's page cache at launch", {"type": "string", "enum": list(CACHE_STATES)}),
-    Knob("compute_device", "device", "compute_device", CPU_DEVICE, _device,
+    Knob("compute_device", "compute_device", "compute_device", CPU_DEVICE, _device,
          "the llama.cpp device the model runs on (none: the CPU only)",
          {"type": "string", "pattern": _DEVICE_NAME.pattern},
          flags=((_LLAMA_BENCH, "-dev"), (_GENERATE, "-dev"), (_PYBENCH, "--device"))),

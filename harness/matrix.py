@@ -37,6 +37,8 @@ AXES = (
     "engine", "build", "model", "quant", *knobs.axes(),
 )
 REQUIRED_AXES = ("build", "model", "quant", "n_ctx")
+#: axes read under an older name too: old name -> the name a matrix now gives (same values)
+OLD_AXES = {"device": "compute_device"}
 # Values of axes a matrix leaves out (llama.cpp's own defaults where it has one).
 AXIS_DEFAULTS: dict[str, Any] = {
     "engine": DEFAULT_ENGINE,
@@ -350,8 +352,23 @@ def _sustained(check: _Checker, value: Any, where: str) -> float:
 # --- sections -----------------------------------------------------------------------------------
 
 
+def _current_names(check: _Checker, data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``data`` with its keys of an old axis name under the current one (``OLD_AXES``)."""
+    for old, new in OLD_AXES.items():
+        if old in data and new in data:
+            raise check.fail(where, f"gives both {old} and {new} ({old} is the old name of "
+                                    f"{new}): keep {new} only")
+    return {OLD_AXES.get(key, key): value for key, value in data.items()}
+
+
+def _spelled(data: Mapping[str, Any], axis: str) -> str:
+    """The axis as the file names it (an old name, ``OLD_AXES``, in an older matrix)."""
+    return next((old for old, new in OLD_AXES.items() if new == axis and old in data), axis)
+
+
 def _parse_axes(check: _Checker, raw: Any) -> dict[str, tuple[Any, ...]]:
-    data = check.mapping(raw, "axes")
+    given = check.mapping(raw, "axes")
+    data = _current_names(check, given, "axes")
     check.keys(data, "axes", AXES)
     for axis in REQUIRED_AXES:
         if axis not in data:
@@ -362,11 +379,12 @@ def _parse_axes(check: _Checker, raw: Any) -> dict[str, tuple[Any, ...]]:
         if axis not in data:
             continue
         values = data[axis]
+        where = f"axes.{_spelled(given, axis)}"
         if not isinstance(values, list):
             values = [values]  # a single value is a one-value axis
         if not values:
-            raise check.fail(f"axes.{axis}", "empty list (an axis needs at least one value)")
-        parsed = [AXIS_PARSERS[axis](check, v, f"axes.{axis}[{i}]") for i, v in enumerate(values)]
+            raise check.fail(where, "empty list (an axis needs at least one value)")
+        parsed = [AXIS_PARSERS[axis](check, v, f"{where}[{i}]") for i, v in enumerate(values)]
         axes[axis] = tuple(dict.fromkeys(parsed))  # repeated values add nothing
     if "mmap" in axes and "load_mode" in axes:
         raise check.fail("axes.load_mode", "declare mmap or load_mode, not both (load_mode "
@@ -590,20 +608,22 @@ def _parse_rules(
     allowed = tuple(axes) if kind == "exclude" else AXES + WORKLOAD_KEYS
     for i, rule in enumerate(raw):
         where = f"{kind}[{i}]"
-        rule = check.mapping(rule, where)
+        given = check.mapping(rule, where)
+        rule = _current_names(check, given, where)
         if not rule:
             raise check.fail(where, "empty rule (name at least one axis)")
         parsed: dict[str, Any] = {}
         for key, value in rule.items():
+            at = f"{where}.{_spelled(given, key)}"
             if key not in allowed:
                 what = "axes of this matrix" if kind == "exclude" else "allowed"
                 names = ", ".join(allowed)
-                raise check.fail(f"{where}.{key}", f"unknown axis ({what}: {names})")
+                raise check.fail(at, f"unknown axis ({what}: {names})")
             parser = AXIS_PARSERS.get(key) or WORKLOAD_PARSERS[key]
-            parsed[key] = parser(check, value, f"{where}.{key}")
+            parsed[key] = parser(check, value, at)
             if kind == "exclude" and parsed[key] not in axes[key]:
                 raise check.fail(
-                    f"{where}.{key}",
+                    at,
                     f"{_show(value)} is not a value of axis {key} "
                     f"(values: {', '.join(_show_value(v) for v in axes[key])})",
                 )

@@ -180,7 +180,7 @@ class MemoryPrediction:
     caches: tuple[KvCache, ...] = ()  # the KV term, cache by cache
     compute_reserved: int = 0  # the compute buffer llama.cpp reserves (and logs); compute is
     # what the measured graphs touch: only the last token's logits are computed
-    # The compute device's share (harness.knobs: device, n_gpu_layers; 0 on the CPU): the
+    # The compute device's share (harness.knobs: compute_device, n_gpu_layers; 0 on the CPU): the
     # offloaded layers' weights and KV cache (parts of ``weights`` and ``kv``), and the device's
     # own compute buffer (on top of the host's). On a phone it is the same RAM (unified memory).
     device_weights: int = 0

@@ -40,7 +40,7 @@ from harness.memory import predict_peak as _predict_peak
 from harness.paging_predict import PagingPrediction, predict_paging
 from harness.units import size
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: a cell's predicted_device_bytes is named predicted_accelerator_bytes
 
 # Duration heuristic (docs/memory.md, "Estimated duration"): a phone-class CPU, not a device
 # model. Prompt processing is compute-bound, decoding is memory-bandwidth-bound.
@@ -118,7 +118,7 @@ class PlannedCell:
             "repetitions": cell.repetitions,
             "predicted_peak_bytes": pred.total if pred else None,
             "predicted_host_bytes": pred.host if pred else None,
-            "predicted_device_bytes": pred.device if pred else None,
+            "predicted_accelerator_bytes": pred.device if pred else None,
             "predicted": pred.terms() if pred else None,
             "feasible": self.feasible,
             "reason_code": self.reason_code,

@@ -204,11 +204,12 @@ class TrialRecord:
     offloaded_layers: int | None = None  # layers the engine reports it put on the device
     model_layers: int | None = None  # of that many (llama.cpp counts the output layer)
     gpu_emulated: str | None = None  # e.g. "lavapipe": a software GPU, never a phone's speed
-    device_memory_bytes: int | None = None  # peak device (GPU/NPU) memory the phone reported
-    device_memory_source: str | None = None  # where from, or "unreadable: <why>"
-    host_memory_bytes: int | None = None  # peak process memory less its device buffers
+    # schema 16 renamed device_* to accelerator_* (the phone is the device): store.RENAMED
+    accelerator_memory_bytes: int | None = None  # peak GPU/NPU memory the phone reported
+    accelerator_memory_source: str | None = None  # where from, or "unreadable: <why>"
+    host_memory_bytes: int | None = None  # peak process memory less its accelerator buffers
     device_reported_bytes: int | None = None  # llama.cpp's non-CPU buffers (model+KV+compute)
-    predicted_device_bytes: int | None = None  # the predictor's device share
+    predicted_accelerator_bytes: int | None = None  # the predictor's accelerator share
     predicted_host_bytes: int | None = None  # the predictor's host share
     max_gpu_temp_c: float | None = None  # the hottest GPU zone during the trial
     gpu_throttled: bool | None = None  # the GPU's clock was capped below its maximum
@@ -365,7 +366,7 @@ class SampleRecord:
     gpu_max_khz: int | None = None  # kgsl max_gpuclk: below the top clock when capped
     gpu_busy_pct: float | None = None  # kgsl gpu_busy_percentage
     gpu_temp_c: float | None = None  # the gpu thermal zone
-    device_memory_bytes: int | None = None  # the process's GPU memory (dumpsys / kgsl)
+    accelerator_memory_bytes: int | None = None  # the process's GPU memory (dumpsys / kgsl)
     # added in schema 13: the phone's swap-ins so far (cumulative, every process's)
     swap_in_bytes: int | None = None
 

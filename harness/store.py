@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from harness.errors import StoreError
 from harness.records import AdaptiveRecord, EnergyRecord, SampleRecord, TrialRecord
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16  # 16: the GPU/NPU's memory columns say accelerator (``RENAMED``)
 TABLES: dict[str, type] = {"trials": TrialRecord, "samples": SampleRecord,
                           "energy": EnergyRecord, "adaptive": AdaptiveRecord}
 log = logging.getLogger(__name__)
@@ -111,6 +111,24 @@ def _to_v5(table: pa.Table) -> pa.Table:
     if "engine" in table.column_names:
         return table.set_column(table.column_names.index("engine"), "engine", engine)
     return table.append_column("engine", engine)
+
+
+#: columns a part may store under an older name, per table: old name -> current name. A part is
+#: read under the current names whatever its version: the names changed before the version did
+#: (schema 16: "device" is the phone; a GPU's or NPU's memory is the accelerator's).
+RENAMED: dict[str, dict[str, str]] = {
+    "trials": {"device_memory_bytes": "accelerator_memory_bytes",
+               "device_memory_source": "accelerator_memory_source",
+               "predicted_device_bytes": "predicted_accelerator_bytes"},
+    "samples": {"device_memory_bytes": "accelerator_memory_bytes"},
+}
+
+
+def stored_names(name: str, stored: Sequence[str]) -> dict[str, str]:
+    """Current column name -> the older name a part stores it under (``RENAMED``)."""
+    have = set(stored)
+    return {new: old for old, new in RENAMED.get(name, {}).items()
+            if old in have and new not in have}
 
 
 # version -> what brings a part of that version (or older) up to the next one, per table
@@ -192,18 +210,23 @@ def _read_one(path: Path, name: str, columns: Sequence[str],
     try:
         # an older or foreign part may lack a column: ask for dictionaries only of those it has
         stored = pq.read_schema(path)
-        present = set(stored.names)
-        part = pq.ParquetFile(path, read_dictionary=[d for d in dictionary if d in present])
+        old = stored_names(name, stored.names)  # a column the part names the older way
+        present = {n for n in stored.names if n not in old.values()} | set(old)
+        part = pq.ParquetFile(path, read_dictionary=[old.get(d, d) for d in dictionary
+                                                     if d in present])
         if filters and any(f[0] not in present for f in filters):
             return None  # a filter on a column the part lacks matches nothing
-        wanted = [c for c in columns if c in present]
+        wanted = [old.get(c, c) for c in columns if c in present]
         if filters:
-            table = pq.read_table(path, columns=wanted, filters=filters)
+            table = pq.read_table(path, columns=wanted, filters=[
+                (old.get(f[0], f[0]), *f[1:]) for f in filters])
         else:
             table = part.read(columns=wanted, use_threads=False)
     except (OSError, pa.ArrowException) as error:
         _skip(path, name, f"unreadable: {error}")
         return None
+    current = {v: k for k, v in old.items()}
+    table = table.rename_columns([current.get(n, n) for n in table.column_names])
     table = _migrated(path, name, table, part_version(stored.empty_table()))
     arrays = []
     fields = []

@@ -66,7 +66,7 @@ def test_labels_say_where_the_model_runs_only_off_the_cpu() -> None:
 
 
 def test_half_is_half_the_offloadable_layers_of_each_model() -> None:
-    cells = expand(_matrix(device=["Vulkan0"], n_gpu_layers=[0, "half", "all"]))
+    cells = expand(_matrix(compute_device=["Vulkan0"], n_gpu_layers=[0, "half", "all"]))
     # tiny has 3 repeating layers; llama.cpp offloads 4 (the output layer counts)
     assert [c.n_gpu_layers for c in cells] == [0, 2, -1]
 
@@ -75,8 +75,11 @@ def test_half_is_half_the_offloadable_layers_of_each_model() -> None:
     ({"n_gpu_layers": -1}, "axes.n_gpu_layers[0]: -1 is below 0"),
     ({"n_gpu_layers": "most"}, 'axes.n_gpu_layers[0]: "most" is not a layer count'),
     ({"n_gpu_layers": True}, "axes.n_gpu_layers[0]: True is not a layer count"),
+    ({"compute_device": "Vulkan 0"},
+     'axes.compute_device[0]: "Vulkan 0" is not a compute device'),
+    ({"compute_device": 3}, "axes.compute_device[0]: 3 is not a compute device"),
+    # an older matrix's name of the axis: the message names the key as the file spells it
     ({"device": "Vulkan 0"}, 'axes.device[0]: "Vulkan 0" is not a compute device'),
-    ({"device": 3}, "axes.device[0]: 3 is not a compute device"),
 ])
 def test_bad_knob_values_name_the_file_and_key(axes: dict[str, Any], problem: str) -> None:
     with pytest.raises(ConfigError) as error:
@@ -88,7 +91,7 @@ def test_bad_knob_values_name_the_file_and_key(axes: dict[str, Any], problem: st
 def test_half_of_a_model_whose_layers_are_unknown_is_one_clear_line(tmp_path: Path) -> None:
     data = {**BASE, "models": {"x": {"path": str(tmp_path / "absent-{quant}.gguf")}},
             "axes": {"build": "b", "model": "x", "quant": "Q8_0", "n_ctx": 64,
-                     "device": "Vulkan0", "n_gpu_layers": "half"}}
+                     "compute_device": "Vulkan0", "n_gpu_layers": "half"}}
     with pytest.raises(ConfigError, match=re.escape("axes.n_gpu_layers: model x: n_gpu_layers "
                                                     "half needs the model's layer count")):
         parse_matrix(data, "m.yaml")

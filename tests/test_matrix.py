@@ -240,6 +240,9 @@ CLI_CASES = {
     "threads_zero.yaml": " axes.threads[1]: 0 is out of range (allowed: integers >= 1)",
     "undeclared_model.yaml": ' axes.model[1]: model "phi" is not declared in models '
                              "(declared: tiny)",
+    "device_and_compute_device.yaml": " axes: gives both device and compute_device (device is "
+                                      "the old name of compute_device): keep compute_device "
+                                      "only",
     "include_incomplete.yaml": " include[0]: matches no combination, so it adds one, but leaves "
                                "axis 'build' unset (a new combination sets every axis of the "
                                "matrix: build, model, quant, n_ctx, kv, threads)",
@@ -291,6 +294,31 @@ def test_nightly_matrix_covers_the_ladder_contexts_caches_and_threads() -> None:
     assert len({c.cell_id for c in cells}) == len(cells)
     card = matrix.models["llama-3.2-1b"].card
     assert card is not None and (card.n_layer, card.n_head_kv, card.head_dim) == (16, 8, 64)
+
+
+def test_an_older_matrix_s_device_axis_is_read_as_compute_device(tmp_path: Path) -> None:
+    """Matrices written before the axis was named compute_device give the same cells."""
+    text = (REPO / "matrices" / "gpu.yaml").read_text()
+    assert "\n  compute_device: " in text
+    old = tmp_path / "gpu-old.yaml"
+    old.write_text(text.replace("\n  compute_device: ", "\n  device: ") + "exclude:\n"
+                   "  - {device: none, n_gpu_layers: half}\n")
+    current, older = load_matrix(REPO / "matrices" / "gpu.yaml"), load_matrix(old)
+    assert older.axes["compute_device"] == current.axes["compute_device"] == ("none", "Vulkan0")
+    half = sorted({c.n_gpu_layers for c in expand(current)})[-1]  # -1 (all) sorts first
+    kept = [c.cell_id for c in expand(current)
+            if (c.compute_device, c.n_gpu_layers) != ("none", half)]
+    assert [c.cell_id for c in expand(older)] == kept
+    assert len(kept) < len(expand(current))  # the old name's exclude rule removed cells
+
+
+def test_a_rule_that_names_an_axis_by_both_names_is_one_line() -> None:
+    rule = {"device": "none", "compute_device": "none"}
+    with pytest.raises(ConfigError) as error:
+        parse_matrix(matrix_with(compute_device=["none", "Vulkan0"], exclude=[rule]), "m.yaml")
+    assert str(error.value) == ("m.yaml: exclude[0]: gives both device and compute_device "
+                                "(device is the old name of compute_device): keep "
+                                "compute_device only")
 
 
 def _schema() -> dict[str, Any]:

@@ -37,7 +37,7 @@ def test_schema_columns_are_the_record_fields_in_order() -> None:
     for name, record_type in store.TABLES.items():
         fields = [f.name for f in dataclasses.fields(record_type)]
         assert store.SCHEMAS[name].names == fields
-        assert store.SCHEMAS[name].metadata[b"harness.schema_version"] == b"15"
+        assert store.SCHEMAS[name].metadata[b"harness.schema_version"] == b"16"
 
 
 def test_nullable_follows_the_annotation() -> None:
@@ -75,6 +75,38 @@ def test_older_part_without_a_column_reads_it_as_null(tmp_path: Path) -> None:
     frame = store.read_table(tmp_path, "samples").sort_values("run_id")
     assert list(frame["run_id"]) == ["r0", "r1"]
     assert frame["pss_bytes"].isna().tolist() == [True, False]
+
+
+def test_a_part_with_the_older_accelerator_column_names_reads_them_under_the_new(
+        tmp_path: Path) -> None:
+    """Schema 15 named the GPU's memory device_*: a part written so reads as accelerator_*."""
+    folder = tmp_path / "trials" / "date=2026-12-01"
+    folder.mkdir(parents=True)
+    schema_15 = {b"harness.schema_version": b"15"}
+    old = pa.table({"run_id": ["r0", "r1"], "trial_id": ["t0", "t1"],
+                    "device_memory_bytes": [70_000_000, None],
+                    "device_memory_source": ["kgsl kernel_max", "unreadable: no kgsl"],
+                    "predicted_device_bytes": [71_000_000, 36_000_000]}).replace_schema_metadata(
+        schema_15)
+    pq.write_table(old, folder / "part-r0-old.parquet")
+    samples = tmp_path / "samples" / "date=2026-12-01"
+    samples.mkdir(parents=True)
+    pq.write_table(pa.table({"run_id": ["r0"], "trial_id": ["t0"], "t_ms": [5],
+                             "device_memory_bytes": [9_000]}).replace_schema_metadata(schema_15),
+                   samples / "part-r0-old.parquet")
+    trials = store.read_table(tmp_path, "trials").sort_values("trial_id")
+    assert trials["accelerator_memory_bytes"].tolist()[0] == 70_000_000
+    assert trials["accelerator_memory_bytes"].isna().tolist() == [False, True]
+    assert trials["accelerator_memory_source"].tolist() == ["kgsl kernel_max",
+                                                            "unreadable: no kgsl"]
+    assert trials["predicted_accelerator_bytes"].tolist() == [71_000_000, 36_000_000]
+    assert "device_memory_bytes" not in trials
+    assert store.read_table(tmp_path, "samples")["accelerator_memory_bytes"].tolist() == [9_000]
+    # a read that filters on the current name finds the part's rows under the older one
+    picked = store.read_columns(store.part_files(tmp_path, "trials"), "trials",
+                                ["trial_id", "predicted_accelerator_bytes"],
+                                filters=[("accelerator_memory_source", "==", "kgsl kernel_max")])
+    assert picked.to_pylist() == [{"trial_id": "t0", "predicted_accelerator_bytes": 71_000_000}]
 
 
 def test_corrupt_part_is_skipped_and_recorded(tmp_path: Path) -> None:

@@ -1,12 +1,13 @@
-"""A configuration's worst peak with its device (GPU/NPU) memory, never without it.
+"""A configuration's worst peak with its accelerator (GPU/NPU) memory, never without it.
 
 On a phone a GPU's buffers are its RAM, and the low-memory killer counts them. Per trial the
-peak is the largest of its sampled PSS, its VmHWM, and its host memory plus its device memory.
+peak is the largest of its sampled PSS, its VmHWM, and its host memory plus its accelerator
+memory.
 Where the phone could not say one of the two shares of a trial that ran on a device:
 
-- its device memory unreadable (a Mali phone without GpuService, an OEM build without the
-  memtrack HAL): the predictor's device share (``predicted_device_bytes``) stands for it, and
-  the peak says so (``PREDICTED``);
+- its accelerator memory unreadable (a Mali phone without GpuService, an OEM build without the
+  memtrack HAL): the predictor's accelerator share (``predicted_accelerator_bytes``) stands for
+  it, and the peak says so (``PREDICTED``);
 - its host share unknown (GpuService gives the device's total, not how much of it the process's
   PSS holds): the process's own peak stands for it. On a Mali phone the GPU's pages are not in
   the process's RSS, so the device's share is added to it; where they are (lavapipe, whose
@@ -28,8 +29,8 @@ READ = "read"
 PREDICTED = "predicted"
 UNKNOWN = "unknown"
 # what a pick and a fit verdict say of a peak whose device share is not the phone's reading
-SAYS = {PREDICTED: "device memory predicted, not read",
-        UNKNOWN: "device memory neither read nor predicted: the process's peak alone"}
+SAYS = {PREDICTED: "accelerator memory predicted, not read",
+        UNKNOWN: "accelerator memory neither read nor predicted: the process's peak alone"}
 
 
 @dataclass(frozen=True)
@@ -37,12 +38,12 @@ class WorstPeak:
     bytes: int | None
     # where the device share of the counted trials came from: read, predicted or unknown (the
     # least certain of them); None when none ran on a device
-    device_memory: str | None = None
+    accelerator_memory: str | None = None
 
     @property
     def says(self) -> str | None:
         """The words a pick carries about its peak's device share (None: it was read)."""
-        return SAYS.get(self.device_memory or "")
+        return SAYS.get(self.accelerator_memory or "")
 
 
 def _numbers(ok: pd.DataFrame, name: str) -> pd.Series:
@@ -65,8 +66,8 @@ def worst_peak(ok: pd.DataFrame) -> WorstPeak:
     process = pd.concat([_numbers(ok, "peak_pss_bytes"), _numbers(ok, "vm_hwm_bytes")],
                         axis=1).max(axis=1, skipna=True)
     asked = on_device(ok)
-    read = _numbers(ok, "device_memory_bytes")
-    device = read.where(read.notna() | ~asked, _numbers(ok, "predicted_device_bytes"))
+    read = _numbers(ok, "accelerator_memory_bytes")
+    device = read.where(read.notna() | ~asked, _numbers(ok, "predicted_accelerator_bytes"))
     host = _numbers(ok, "host_memory_bytes")
     host = host.where(host.notna() | ~asked | device.isna(), process)
     peaks = pd.concat([process, host + device], axis=1).max(axis=1, skipna=True).dropna()

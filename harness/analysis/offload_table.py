@@ -1,8 +1,8 @@
 """Where the model ran, per device and candidate: the CPU, a GPU/NPU, or a partial offload.
 
 One row per (device, config, build, engine) whose trials asked for a compute device or whose
-phone reported device memory. Medians over the ok trials: decode and prompt speed, the host's
-and the device's memory as the phone reported them (with the source, or why unreadable)
+phone reported accelerator memory. Medians over the ok trials: decode and prompt speed, the
+host's and the accelerator's memory as the phone reported them (with the source, or why unreadable)
 against the predictor's split, llama.cpp's own device buffers, the layers it says it offloaded,
 GPU throttling and temperature, and the output check of that device. Pure: the report and
 scripts read the same rows.
@@ -36,7 +36,7 @@ class OffloadRow:
     predicted_host_bytes: float | None
     device_bytes: float | None  # the phone's report (kgsl, dumpsys graphics)
     device_source: str | None  # where from, or "unreadable: ..."
-    predicted_device_bytes: float | None
+    predicted_accelerator_bytes: float | None
     reported_device_bytes: float | None  # llama.cpp's own buffers (its log)
     offloaded: str | None  # "9/9": what llama.cpp says it put on the device
     gpu_throttled: int  # ok trials with the GPU's clock capped
@@ -46,10 +46,10 @@ class OffloadRow:
 
     @property
     def device_error(self) -> float | None:
-        """Measured device memory over predicted, less one (None: either is missing)."""
-        if self.device_bytes is None or not self.predicted_device_bytes:
+        """Measured accelerator memory over predicted, less one (None: either is missing)."""
+        if self.device_bytes is None or not self.predicted_accelerator_bytes:
             return None
-        return self.device_bytes / self.predicted_device_bytes - 1
+        return self.device_bytes / self.predicted_accelerator_bytes - 1
 
 
 def _text(values: pd.Series) -> str | None:
@@ -73,9 +73,9 @@ def _row(key: tuple[str, ...], group: pd.DataFrame) -> OffloadRow:
         tg_tps=median(column(ok, "tg_tps")), pp_tps=median(column(ok, "pp_tps")),
         host_bytes=median(column(ok, "host_memory_bytes")),
         predicted_host_bytes=median(column(group, "predicted_host_bytes")),
-        device_bytes=median(column(ok, "device_memory_bytes")),
-        device_source=_text(column(ok, "device_memory_source")),
-        predicted_device_bytes=median(column(group, "predicted_device_bytes")),
+        device_bytes=median(column(ok, "accelerator_memory_bytes")),
+        device_source=_text(column(ok, "accelerator_memory_source")),
+        predicted_accelerator_bytes=median(column(group, "predicted_accelerator_bytes")),
         reported_device_bytes=median(column(ok, "device_reported_bytes")),
         offloaded=offloaded,
         gpu_throttled=int((column(ok, "gpu_throttled").astype(object) == True).sum()),  # noqa: E712
@@ -86,12 +86,13 @@ def _row(key: tuple[str, ...], group: pd.DataFrame) -> OffloadRow:
 
 
 def offload_table(trials: pd.DataFrame) -> tuple[OffloadRow, ...]:
-    """The candidates that asked for a device, or whose phone reported device memory."""
+    """The candidates that asked for a compute device, or whose phone reported accelerator
+    memory."""
     if trials.empty or "compute_device" not in trials:
         return ()
     device = column(trials, "compute_device").astype(object)
     asked = device.notna() & (device != CPU_DEVICE)
-    reported = column(trials, "device_memory_bytes").notna()
+    reported = column(trials, "accelerator_memory_bytes").notna()
     wanted = (asked | reported).to_numpy()
     if not wanted.any():
         return ()

@@ -15,7 +15,7 @@ measured follow, marked ``predicted``, ranked by predicted peak (there is no mea
 rank them by). The peak is the *worst* trial's, not the median: the low-memory killer acts on
 the worst case; per trial it is the larger of the sampled PSS and the kernel's high-water mark
 (VmHWM), which a trial shorter than the sampling interval cannot slip past, or its host plus
-device memory (a device's unreadable share predicted: ``offload_peak``). When nothing is
+accelerator memory (its unreadable share predicted: ``offload_peak``). When nothing is
 eligible, ``knobs.suggest`` says which knob to turn first.
 
 A candidate whose trials ran by paging their weights from storage (``paging``: its mmap'd model
@@ -71,7 +71,7 @@ from harness.run.paging_measure import file_reads
 from harness.units import MB, mib
 
 Objective = Literal["tg_tps", "pp_tps", "ttft", "sustained_tg", "energy"]
-SCHEMA_VERSION = 8  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
+SCHEMA_VERSION = 9  # 2: a pick is a (config, build, engine) candidate; pareto lists candidates
 #                     3: objectives sustained_tg and energy, their figures on picks, unranked
 #                     4: paging picks (paging, read_bytes_per_token, storage_bound_tg_tps)
 #                     5: the KV cache's quality loss on picks (kv_kl, kv_depth)
@@ -80,6 +80,7 @@ SCHEMA_VERSION = 8  # 2: a pick is a (config, build, engine) candidate; pareto l
 #                     7: the output check's state on picks (output_check), the
 #                        output_unchecked rejection (--require-output-check)
 #                     8: device_memory on picks (a device's unreadable share is predicted)
+#                     9: device_memory is named accelerator_memory (the phone is the device)
 #: What identifies a candidate: (config_id, build_id, engine).
 CandidateKey = tuple[str, str, str]
 
@@ -129,7 +130,7 @@ class Pick:
     output_check: str = "not_run"
     # its peak's device share: read (the phone's), predicted (unreadable: the predictor's
     # share stands for it), unknown (neither); None: no trial on a device, or a predicted pick
-    device_memory: str | None = None
+    accelerator_memory: str | None = None
 
     @property
     def candidate(self) -> CandidateKey:
@@ -771,7 +772,7 @@ def _pick(rank: int, row: Mapping[str, Any], m: _Measured | None, peak: int | No
         read_mb_s=paging.read_mb_s if paging else None,
         kv_kl=kv_loss.kl if kv_loss else None, kv_depth=kv_loss.depth if kv_loss else None,
         compute_device=device, n_gpu_layers=layers, output_check=checked,
-        device_memory=worst.device_memory if worst else None,
+        accelerator_memory=worst.accelerator_memory if worst else None,
     )
 
 

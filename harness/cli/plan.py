@@ -102,7 +102,7 @@ def _device_json(profile: DeviceProfile | None, memory: str | None) -> dict[str,
 
 def _cell_table(planned: list[PlannedCell]) -> Table:
     table = Table(show_lines=False, pad_edge=False)
-    for title in ("#", "runs on", "cell", "peak", "host", "device", "weights", "kv", "compute",
+    for title in ("#", "runs on", "cell", "peak", "host", "accelerator", "weights", "kv", "compute",
                   "fits", "time"):
         table.add_column(title, justify="right" if title not in ("runs on", "cell") else "left",
                          no_wrap=title == "cell")

@@ -243,7 +243,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 "storage reads not measured: mmap paging is not seen"),
     Measurement("engine CPU time", ("proc.stat",), "CPU time and major faults missing"),
     Measurement("GPU memory", ("gpu.kgsl", "gpu.gpumem", "gpu.memtrack"),
-                "device memory of GPU cells unreadable"),
+                "accelerator memory of GPU cells unreadable"),
     Measurement("GPU clock", ("gpu.clock",), "GPU clock and busy share missing"),
     Measurement("reboots", ("boot_id", "uptime"),
                 "a reboot during a trial is not told from a crash", True),

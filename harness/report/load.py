@@ -50,8 +50,8 @@ TRIAL_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((
     "predicted_paging_tg_tps", "swap_in_bytes", "swap_in_bytes_per_token", "paging_unknown",
     # schema 11: where the model ran and what the phone said of its GPU (the Offload section)
     "gpu_emulated", "gpu_info", "devices_used", "gpu_driver", "offloaded_layers",
-    "model_layers", "device_memory_bytes", "device_memory_source", "host_memory_bytes",
-    "device_reported_bytes", "predicted_device_bytes", "predicted_host_bytes",
+    "model_layers", "accelerator_memory_bytes", "accelerator_memory_source", "host_memory_bytes",
+    "device_reported_bytes", "predicted_accelerator_bytes", "predicted_host_bytes",
     "max_gpu_temp_c", "gpu_throttled", "output_check",
     # what the phone would not let the shell read (the conditions section)
     "unreadable",

@@ -102,7 +102,7 @@ def _buffer_problems(cell: Cell, log: EngineMemoryLog) -> list[str]:
 
 @dataclass(frozen=True)
 class AcceleratorMemory:
-    """A trial's device (GPU/NPU) memory as the phone reported it, and the host's rest."""
+    """A trial's accelerator (GPU/NPU) memory as the phone reported it, and the host's rest."""
 
     device_bytes: int | None  # peak; None: unreadable
     source: str  # where it was read, or "unreadable: <why>"
@@ -117,10 +117,10 @@ NO_GPU_MEMORY = ("unreadable: the phone has no /sys/class/kgsl (not an Adreno/kg
                  "dumpsys meminfo shows no graphics rows (no memtrack HAL)")
 
 
-def device_memory(memories: Sequence[ProcessMemory], kgsl: bool,
-                  dumpsys: Sequence[ProcessMemInfo], peak: int | None = None,
-                  peak_mapped: int | None = None, vm_hwm_kb: int | None = None,
-                  gpumem: Sequence[int | None] = ()) -> AcceleratorMemory:
+def accelerator_memory(memories: Sequence[ProcessMemory], kgsl: bool,
+                       dumpsys: Sequence[ProcessMemInfo], peak: int | None = None,
+                       peak_mapped: int | None = None, vm_hwm_kb: int | None = None,
+                       gpumem: Sequence[int | None] = ()) -> AcceleratorMemory:
     """The phone's report, in this order of preference, else unreadable (never 0):
 
     1. kgsl's per-process nodes (Adreno): the driver's own count for the process, with the

@@ -62,7 +62,7 @@ from harness.run.cooldown import CooldownPolicy, GateResult, wait_until_ready
 from harness.run.deploy import DEVICE_ROOT
 from harness.run.launchfacts import ALWAYS, Idle, Timing, headline, measured, rep_seconds
 from harness.run.offload import (
-    device_memory,
+    accelerator_memory,
     engine_offload,
     gpu_throttled,
     offload_not_applied,
@@ -136,7 +136,7 @@ class TrialContext:
     prompt_file: str | None = None  # a prompt of n_prompt tokens on the device, if asked
     predicted_paging_tg_tps: float | None = None  # the plan's storage-bound decode speed
     capability: Capability | None = None  # the build's devices on this phone (None: not asked)
-    predicted_device_bytes: int | None = None  # the predictor's split of the peak
+    predicted_accelerator_bytes: int | None = None  # the predictor's split of the peak
     predicted_host_bytes: int | None = None  # with driver_host_bytes
     driver_host_bytes: int | None = None  # the build's drivers on this phone (its probe)
 
@@ -628,7 +628,7 @@ class TrialRunner:
                 gpu_max_khz=tick.gpu.max_khz if tick.gpu else None,
                 gpu_busy_pct=tick.gpu.busy_pct if tick.gpu else None,
                 gpu_temp_c=s.max_gpu_temp_c if s else None,
-                device_memory_bytes=m.gpu_bytes if m else None,
+                accelerator_memory_bytes=m.gpu_bytes if m else None,
                 swap_in_bytes=m.swap_in_bytes if m else None,
             ))
         return out
@@ -700,7 +700,7 @@ class TrialRunner:
             kv_reported_bytes=log.kv_bytes if log else None,
             repack_reported_bytes=log.repack_bytes if log else None,
             compute_reported_bytes=log.compute_bytes if log else None,
-            predicted_device_bytes=ctx.predicted_device_bytes,
+            predicted_accelerator_bytes=ctx.predicted_accelerator_bytes,
             predicted_host_bytes=ctx.predicted_host_bytes,
             driver_host_bytes=ctx.driver_host_bytes,
             **findings.measured,
@@ -732,9 +732,9 @@ def _engine_columns(ok: Measurement | None, any_: Measurement | None) -> dict[st
 
 
 def _gpu_columns(cell: Cell, sampled: ondevice.Sampled, ticks: Sequence[Tick]) -> dict[str, Any]:
-    """Device memory (the phone's report), the host's rest, and the GPU's heat and clocks.
+    """Accelerator memory (the phone's report), the host's rest, and the GPU's heat and clocks.
 
-    A CPU cell has device memory only where the phone can say it (kgsl: 0 when the engine
+    A CPU cell has accelerator memory only where the phone can say it (kgsl: 0 when the engine
     allocated nothing there); a device cell whose phone cannot say it is "unreadable", never 0.
     """
     memories = [t.memory for t in ticks if t.memory is not None and t.memory.source ==
@@ -743,7 +743,7 @@ def _gpu_columns(cell: Cell, sampled: ondevice.Sampled, ticks: Sequence[Tick]) -
     hwm = peak([t.memory.vm_hwm_kb for t in ticks if t.memory is not None])
     gpumem = [snapshot.process_bytes(pid) if (snapshot := parse_gpumem(text)) else None
               for _, pid, text in sampled.gpumem]
-    found = device_memory(memories, sampled.kgsl, reports, sampled.gpu_peak_bytes,
+    found = accelerator_memory(memories, sampled.kgsl, reports, sampled.gpu_peak_bytes,
                           sampled.gpu_peak_mapped_bytes, hwm, gpumem)
     on_device = cell.compute_device != CPU_DEVICE
     states = [t.gpu for t in ticks if t.gpu is not None]
@@ -757,8 +757,8 @@ def _gpu_columns(cell: Cell, sampled: ondevice.Sampled, ticks: Sequence[Tick]) -
     }
     if found.device_bytes is None and not on_device:
         return columns  # a CPU cell on a phone that cannot tell: nothing to say
-    return {**columns, "device_memory_bytes": found.device_bytes,
-            "device_memory_source": found.source, "host_memory_bytes": found.host_bytes}
+    return {**columns, "accelerator_memory_bytes": found.device_bytes,
+            "accelerator_memory_source": found.source, "host_memory_bytes": found.host_bytes}
 
 
 def _after_command(workdir: str, engine_file: str | None = None) -> str:

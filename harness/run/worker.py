@@ -591,7 +591,7 @@ class DeviceWorker:
                 model_meta=model_meta,
                 pagecache=tool.remote if tool is not None else None,
                 predicted_paging_tg_tps=(planned[cell.cell_id].paging_tg_tps),
-                predicted_device_bytes=prediction.device if prediction else None,
+                predicted_accelerator_bytes=prediction.device if prediction else None,
                 predicted_host_bytes=prediction.host if prediction else None,
             )
         try:

@@ -321,7 +321,7 @@ def test_sustained_objective_ranks_sustained_workloads_and_lists_the_rest(tmp_pa
     assert rec.notes[-1] == ("2 ranked by sustained_tg; not ranked for it: 1 without sustained "
                              "trials")
     doc = rec.to_json()
-    assert doc["schema_version"] == 8 and doc["objective"] == "sustained_tg"
+    assert doc["schema_version"] == 9 and doc["objective"] == "sustained_tg"
     assert [p["sustained_tg_tps"] for p in doc["picks"]] == [16.0, 12.0]
     assert doc["unranked"][0]["reason_code"] == "burst_only"
 

@@ -137,8 +137,8 @@ def _gpu_blocks(on_rate: float) -> list[Block]:
 
 
 def test_gpu_sampler_figure_counts_only_when_the_sampler_read_the_gpu() -> None:
-    trials = pd.DataFrame([{"trial_id": "t1", "outcome": "ok", "device_memory_bytes": 41 << 20,
-                            "device_memory_source": KGSL_SOURCE}])
+    trials = pd.DataFrame([{"trial_id": "t1", "outcome": "ok", "accelerator_memory_bytes": 41 << 20,
+                            "accelerator_memory_source": KGSL_SOURCE}])
     samples = pd.DataFrame({"trial_id": ["t1", "t1", "t0"],
                             "gpu_cur_khz": [680000, None, 680000]})
     read = gpu_readings(trials, samples)
@@ -149,5 +149,5 @@ def test_gpu_sampler_figure_counts_only_when_the_sampler_read_the_gpu() -> None:
     # the same rates, but no GPU node was read by the trial: the row does not count
     unread = {**read, "gpu_clock_samples": 0}
     assert gpu_figure(_gpu_blocks(9.95), unread).met is False
-    assert gpu_figure(_gpu_blocks(9.95), {**read, "device_memory_source":
+    assert gpu_figure(_gpu_blocks(9.95), {**read, "accelerator_memory_source":
                                           "unreadable: no kgsl"}).met is False

@@ -83,10 +83,10 @@ def test_a_run_s_context_carries_the_drivers_in_its_predictions(tmp_path: Path) 
     ctx = TrialContext(engine=LlamaBench(), binary="b", lib_dir=None, model="m", cpu_mask=None,
                        big_cpu=0, memory_limit_bytes=None, predicted_peak_bytes=100 * MIB,
                        device_meta=None, build_meta=None, model_meta=None,  # type: ignore[arg-type]
-                       predicted_host_bytes=90 * MIB, predicted_device_bytes=10 * MIB)
+                       predicted_host_bytes=90 * MIB, predicted_accelerator_bytes=10 * MIB)
     probed = Capability("host-vulkan", peak_bytes=PROBE_BASE_BYTES + 40 * MIB)
     got = with_driver(ctx, probed)
-    assert (got.predicted_peak_bytes, got.predicted_host_bytes, got.predicted_device_bytes,
+    assert (got.predicted_peak_bytes, got.predicted_host_bytes, got.predicted_accelerator_bytes,
             got.driver_host_bytes) == (140 * MIB, 130 * MIB, 10 * MIB, 40 * MIB)
     unread = with_driver(ctx, Capability("host-vulkan"))
     assert unread.predicted_host_bytes == 90 * MIB and unread.driver_host_bytes is None

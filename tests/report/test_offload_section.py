@@ -22,16 +22,17 @@ def _store(root: Path) -> None:
     full = cell(model="bench", quant="Q8_0", compute_device="Vulkan0", n_gpu_layers=-1)
     half = cell(model="bench", quant="Q8_0", compute_device="Vulkan0", n_gpu_layers=4)
     common = {"serial": "<b>SER</b>", "gpu_emulated": "lavapipe"}
-    records = [trial(cpu, rep=rep, device_memory_bytes=0, device_memory_source=KGSL_SOURCE,
-                     host_memory_bytes=100 * MiB, **common) for rep in range(2)]
-    records += [trial(full, rep=rep, tg_tps=4.0 + rep, device_memory_bytes=(67 + rep) * MiB,
-                      device_memory_source=KGSL_SOURCE, host_memory_bytes=130 * MiB,
-                      predicted_device_bytes=68 * MiB, predicted_host_bytes=30 * MiB,
+    records = [trial(cpu, rep=rep, accelerator_memory_bytes=0,
+                     accelerator_memory_source=KGSL_SOURCE, host_memory_bytes=100 * MiB, **common)
+               for rep in range(2)]
+    records += [trial(full, rep=rep, tg_tps=4.0 + rep, accelerator_memory_bytes=(67 + rep) * MiB,
+                      accelerator_memory_source=KGSL_SOURCE, host_memory_bytes=130 * MiB,
+                      predicted_accelerator_bytes=68 * MiB, predicted_host_bytes=30 * MiB,
                       device_reported_bytes=66 * MiB, offloaded_layers=9, model_layers=9,
                       gpu_throttled=rep == 1, max_gpu_temp_c=41.0, output_check="match",
                       **common) for rep in range(2)]
-    records += [trial(half, rep=0, device_memory_bytes=None,
-                      device_memory_source=NO_GPU_MEMORY, predicted_device_bytes=36 * MiB,
+    records += [trial(half, rep=0, accelerator_memory_bytes=None,
+                      accelerator_memory_source=NO_GPU_MEMORY, predicted_accelerator_bytes=36 * MiB,
                       output_check="mismatch", **common)]
     write(root, records)
 

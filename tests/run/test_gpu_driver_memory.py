@@ -35,7 +35,7 @@ def test_the_cpu_cells_of_a_vulkan_build_are_predicted_with_its_drivers(
     trials = store.read_table(results, "trials")
     assert len(trials) == 2 and set(trials["outcome"]) == {"ok"}, trials[["outcome", "error"]]
     for row in trials.itertuples():
-        assert row.device_memory_bytes == 0  # a CPU cell: nothing on the GPU
+        assert row.accelerator_memory_bytes == 0  # a CPU cell: nothing on the GPU
         measured, predicted = row.host_memory_bytes, row.predicted_host_bytes
         assert abs(predicted / measured - 1) <= 0.10, (row.quant, measured / MiB,
                                                       predicted / MiB)

@@ -70,15 +70,15 @@ def _host_as_predicted(row: pd.Series) -> None:
     assert row["driver_host_bytes"] > 20 * MiB, row["driver_host_bytes"]  # measured, not 0
     unpredicted = row["host_memory_bytes"] - row["predicted_host_bytes"]
     low, high = HOST_UNPREDICTED
-    assert low <= unpredicted <= high + row["predicted_device_bytes"], (
+    assert low <= unpredicted <= high + row["predicted_accelerator_bytes"], (
         row["quant"], row["compute_device"], row["n_gpu_layers"], unpredicted / MiB)
 
 
 def _device_as_predicted(row: pd.Series) -> None:
-    error = row["device_memory_bytes"] / row["predicted_device_bytes"] - 1
+    error = row["accelerator_memory_bytes"] / row["predicted_accelerator_bytes"] - 1
     assert DEVICE_BAND[0] <= error <= DEVICE_BAND[1], (
-        row["quant"], row["n_gpu_layers"], row["device_memory_bytes"],
-        row["predicted_device_bytes"])
+        row["quant"], row["n_gpu_layers"], row["accelerator_memory_bytes"],
+        row["predicted_accelerator_bytes"])
 
 
 def test_cpu_partial_and_full_offload_on_the_virtual_gpu_phone(
@@ -101,8 +101,9 @@ def test_cpu_partial_and_full_offload_on_the_virtual_gpu_phone(
         cpu = _one(trials, quant, "none", 0)
         for record in _record(cpu):
             assert record["devices"] == "none" and record["n_gpu_layers"] == 0
-        assert cpu["device_memory_bytes"] == 0 and cpu["device_memory_source"] == KGSL_SOURCE
-        assert cpu["offloaded_layers"] == 0 and cpu["predicted_device_bytes"] == 0
+        assert cpu["accelerator_memory_bytes"] == 0
+        assert cpu["accelerator_memory_source"] == KGSL_SOURCE
+        assert cpu["offloaded_layers"] == 0 and cpu["predicted_accelerator_bytes"] == 0
         _host_as_predicted(cpu)
         hosts, measured_hosts = [], []
         for layers in (0, 4, -1):  # half of bench's 9 offloadable layers is 4
@@ -110,7 +111,7 @@ def test_cpu_partial_and_full_offload_on_the_virtual_gpu_phone(
             assert {r["devices"] for r in _record(gpu)} == {"Vulkan0"}
             assert {r["n_gpu_layers"] for r in _record(gpu)} == {layers}
             assert str(gpu["gpu_driver"]).startswith("ggml_vulkan: 0 = llvmpipe")
-            assert gpu["device_memory_source"] == KGSL_SOURCE
+            assert gpu["accelerator_memory_source"] == KGSL_SOURCE
             # with no layer offloaded too: llama.cpp's pinned compute buffer alone, which
             # lives for milliseconds and is in kgsl's kernel_max all the same
             _device_as_predicted(gpu)
@@ -163,10 +164,10 @@ def test_a_mali_phone_says_its_gpu_memory_through_gpuservice(
     trials = _run(_one_offloaded_cell(tmp_path), phone.serial, tmp_path / "r", vulkan_build)
     (row,) = trials.itertuples()
     assert row.outcome == "ok", row.error
-    assert row.device_memory_source == GPUMEM_SOURCE
+    assert row.accelerator_memory_source == GPUMEM_SOURCE
     # the device buffers llama.cpp logged (model, KV, compute) against what the phone said
-    assert abs(row.device_memory_bytes / row.device_reported_bytes - 1) <= 0.10, (
-        row.device_memory_bytes, row.device_reported_bytes)
+    assert abs(row.accelerator_memory_bytes / row.device_reported_bytes - 1) <= 0.10, (
+        row.accelerator_memory_bytes, row.device_reported_bytes)
     assert pd.isna(row.host_memory_bytes)  # GpuService does not say how much is in its PSS
 
 
@@ -180,8 +181,8 @@ def test_a_phone_that_cannot_say_its_gpu_memory_stores_unreadable(
     trials = _run(_one_offloaded_cell(tmp_path), phone.serial, tmp_path / "r", vulkan_build)
     (row,) = trials.itertuples()
     assert row.outcome == "ok", row.error
-    assert pd.isna(row.device_memory_bytes) and pd.isna(row.host_memory_bytes)
-    assert row.device_memory_source == NO_GPU_MEMORY
+    assert pd.isna(row.accelerator_memory_bytes) and pd.isna(row.host_memory_bytes)
+    assert row.accelerator_memory_source == NO_GPU_MEMORY
     assert row.device_reported_bytes > 0  # llama.cpp's own figure is still there
 
 

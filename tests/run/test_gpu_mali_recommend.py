@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 MALI_PHONE = REPO / "devices" / "virtual" / "gpu-phone-mali.yaml"
-SAYS = "device memory predicted, not read"
+SAYS = "accelerator memory predicted, not read"
 
 
 def _cpu_and_full_offload(tmp_path: Path) -> Path:
@@ -56,16 +56,16 @@ def _process_peak(row: pd.Series) -> int:
     return int(max(v for v in (row["peak_pss_bytes"], row["vm_hwm_bytes"]) if pd.notna(v)))
 
 
-def test_gpuservice_s_device_memory_is_added_to_the_process_peak(
+def test_gpuservice_s_accelerator_memory_is_added_to_the_process_peak(
         virtual_phones: Any, tmp_path: Path, vulkan_build: Build, bench_ladder: Any) -> None:
     (phone,) = virtual_phones(1, profile=str(MALI_PHONE))
     full = _run(phone, tmp_path / "r", vulkan_build)
     answer = _recommend(phone, tmp_path / "r")
-    assert full["device_memory_source"] == GPUMEM_SOURCE and pd.isna(full["host_memory_bytes"])
+    assert full["accelerator_memory_source"] == GPUMEM_SOURCE and pd.isna(full["host_memory_bytes"])
     pick = next(p for p in answer["picks"] if p["config_id"] == full["config_id"])
-    assert full["device_memory_bytes"] > 0
-    assert pick["peak_bytes"] == _process_peak(full) + full["device_memory_bytes"]
-    assert pick["device_memory"] == "read" and SAYS not in pick["explanation"]
+    assert full["accelerator_memory_bytes"] > 0
+    assert pick["peak_bytes"] == _process_peak(full) + full["accelerator_memory_bytes"]
+    assert pick["accelerator_memory"] == "read" and SAYS not in pick["explanation"]
 
 
 def test_an_unreadable_device_is_predicted_and_decides_the_fit(
@@ -76,12 +76,13 @@ def test_an_unreadable_device_is_predicted_and_decides_the_fit(
     (phone,) = virtual_phones(1, profile=str(profile))
     full = _run(phone, tmp_path / "r", vulkan_build)
     answer = _recommend(phone, tmp_path / "r")
-    assert full["device_memory_source"] == NO_GPU_MEMORY and pd.isna(full["device_memory_bytes"])
-    predicted = int(full["predicted_device_bytes"])
+    assert full["accelerator_memory_source"] == NO_GPU_MEMORY
+    assert pd.isna(full["accelerator_memory_bytes"])
+    predicted = int(full["predicted_accelerator_bytes"])
     assert predicted > 0
     pick = next(p for p in answer["picks"] if p["config_id"] == full["config_id"])
     assert pick["peak_bytes"] == _process_peak(full) + predicted
-    assert pick["device_memory"] == "predicted"
+    assert pick["accelerator_memory"] == "predicted"
     assert pick["explanation"].startswith(f"on Vulkan0 with n_gpu_layers all ({SAYS}); ")
     # memory for its process but not for its device's share as well: rejected, saying why
     memory = _process_peak(full) + predicted // 2

@@ -1,4 +1,4 @@
-"""A trial's device memory as the phone reports it (kgsl first, dumpsys gpu --gpumem second,
+"""A trial's accelerator memory as the phone reports it (kgsl first, dumpsys gpu --gpumem second,
 dumpsys meminfo's graphics rows third, else unreadable, never 0), the host's rest, and the
 engine's own account of its offload."""
 
@@ -20,8 +20,8 @@ from harness.run.offload import (
     GPUMEM_SOURCE,
     KGSL_SOURCE,
     NO_GPU_MEMORY,
+    accelerator_memory,
     asked_layers,
-    device_memory,
     engine_offload,
     gpu_throttled,
     offload_not_applied,
@@ -39,24 +39,24 @@ def _m(pss_kb: int, gpu: int | None, mapped: int | None = None) -> ProcessMemory
 
 
 def test_kgsl_gives_the_peak_and_the_host_s_rest() -> None:
-    found = device_memory([_m(50_000, 0), _m(80_000, 20_000 * KB), _m(70_000, 12_000 * KB)],
+    found = accelerator_memory([_m(50_000, 0), _m(80_000, 20_000 * KB), _m(70_000, 12_000 * KB)],
                           kgsl=True, dumpsys=())
     assert found.device_bytes == 20_000 * KB and found.source == KGSL_SOURCE
     # the mapped GPU pages are inside PSS: the host holds the rest (60 MB at the 80 MB reading)
     assert found.host_bytes == 60_000 * KB
     # a phone whose GPU memory is not mapped into the process: PSS is the host's already
-    real = device_memory([_m(50_000, 30_000 * KB, mapped=0)], kgsl=True, dumpsys=())
+    real = accelerator_memory([_m(50_000, 30_000 * KB, mapped=0)], kgsl=True, dumpsys=())
     assert (real.device_bytes, real.host_bytes) == (30_000 * KB, 50_000 * KB)
 
 
 def test_a_process_without_gpu_memory_on_a_kgsl_phone_has_zero_not_unknown() -> None:
-    assert device_memory([_m(50_000, 0)], kgsl=True, dumpsys=()).device_bytes == 0
+    assert accelerator_memory([_m(50_000, 0)], kgsl=True, dumpsys=()).device_bytes == 0
 
 
 def test_dumpsys_graphics_rows_when_there_is_no_kgsl() -> None:
     info = ProcessMemInfo(pid=1, name="llama-bench", pss_kb=90_000, graphics_kb=27_095,
                           mtrack_kb=27_095)
-    found = device_memory([_m(50_000, None)], kgsl=False, dumpsys=[info])
+    found = accelerator_memory([_m(50_000, None)], kgsl=False, dumpsys=[info])
     assert found.source == DUMPSYS_SOURCE and found.device_bytes == 27_095 * KB
     assert found.host_bytes == (90_000 - 27_095) * KB
 
@@ -66,23 +66,23 @@ def test_gpuservice_before_memtrack_and_kgsl_before_both() -> None:
     it); memtrack's rows are the vendor's choice. The host's rest still comes from meminfo."""
     info = ProcessMemInfo(pid=1, name="llama-bench", pss_kb=90_000, graphics_kb=20_000,
                           mtrack_kb=20_000)
-    found = device_memory([_m(50_000, None)], kgsl=False, dumpsys=[info],
+    found = accelerator_memory([_m(50_000, None)], kgsl=False, dumpsys=[info],
                           gpumem=[None, 24_000 * KB, 30_000 * KB, 0])
     assert (found.source, found.device_bytes) == (GPUMEM_SOURCE, 30_000 * KB)
     assert found.host_bytes == (90_000 - 20_000) * KB
-    alone = device_memory([_m(50_000, None)], kgsl=False, dumpsys=(), gpumem=[8 * KB])
+    alone = accelerator_memory([_m(50_000, None)], kgsl=False, dumpsys=(), gpumem=[8 * KB])
     assert (alone.source, alone.device_bytes, alone.host_bytes) == (GPUMEM_SOURCE, 8 * KB, None)
-    kgsl = device_memory([_m(50_000, 4 * KB)], kgsl=True, dumpsys=[info], gpumem=[9 * KB])
+    kgsl = accelerator_memory([_m(50_000, 4 * KB)], kgsl=True, dumpsys=[info], gpumem=[9 * KB])
     assert (kgsl.source, kgsl.device_bytes) == (KGSL_SOURCE, 4 * KB)
     # every reading without a snapshot (a kernel without the tracepoint): not a source
-    none = device_memory([_m(50_000, None)], kgsl=False, dumpsys=[info], gpumem=[None, None])
+    none = accelerator_memory([_m(50_000, None)], kgsl=False, dumpsys=[info], gpumem=[None, None])
     assert none.source == DUMPSYS_SOURCE
 
 
 def test_no_channel_is_unreadable_never_zero() -> None:
     """A Mali phone: no kgsl, and dumpsys's Graphics 0 without memtrack rows says nothing."""
     no_hal = ProcessMemInfo(pid=1, name="llama-bench", pss_kb=90_000, graphics_kb=0)
-    found = device_memory([_m(50_000, None)], kgsl=False, dumpsys=[no_hal])
+    found = accelerator_memory([_m(50_000, None)], kgsl=False, dumpsys=[no_hal])
     assert found.device_bytes is None and found.host_bytes is None
     assert found.source == NO_GPU_MEMORY and found.source.startswith("unreadable: ")
 
@@ -117,7 +117,7 @@ def test_a_trial_shorter_than_the_memory_reads_has_its_host_from_the_high_water_
     of mapped GPU memory still say what the host held."""
     early = ProcessMemory(pss_kb=5_000, rss_kb=6_000, vm_hwm_kb=150_000, gpu_bytes=0,
                           gpu_mapped_bytes=0)
-    found = device_memory([early], kgsl=True, dumpsys=(), peak=40_000 * KB,
+    found = accelerator_memory([early], kgsl=True, dumpsys=(), peak=40_000 * KB,
                           peak_mapped=40_000 * KB)
     assert found.device_bytes == 40_000 * KB
     assert found.host_bytes == 110_000 * KB
@@ -129,12 +129,12 @@ def test_a_short_cpu_trial_on_a_kgsl_phone_has_its_host_from_the_high_water_mark
     stored for a cell whose VmHWM was 148 MB, before this was fixed)."""
     early = ProcessMemory(pss_kb=10_000, rss_kb=11_000, vm_hwm_kb=150_000, gpu_bytes=0,
                           gpu_mapped_bytes=0)
-    found = device_memory([early], kgsl=True, dumpsys=())
+    found = accelerator_memory([early], kgsl=True, dumpsys=())
     assert (found.device_bytes, found.host_bytes) == (0, 150_000 * KB)
     # GPU memory seen by m lines only: the most of it mapped comes off the high-water mark
     seen = ProcessMemory(pss_kb=60_000, rss_kb=61_000, vm_hwm_kb=150_000,
                          gpu_bytes=30_000 * KB, gpu_mapped_bytes=30_000 * KB)
-    assert device_memory([early, seen], kgsl=True, dumpsys=()).host_bytes == 120_000 * KB
+    assert accelerator_memory([early, seen], kgsl=True, dumpsys=()).host_bytes == 120_000 * KB
 
 
 # stderr of llama-bench -v from the host-vulkan build (llama.cpp 0c1e570, as vendored by

@@ -27,7 +27,7 @@ from harness.android.meminfo import parse_meminfo
 from harness.device.adb import AdbDevice
 from harness.errors import ConfigError, DeviceError
 from harness.profiles import find_profile, parse_profile
-from harness.run.offload import KGSL_SOURCE, device_memory
+from harness.run.offload import KGSL_SOURCE, accelerator_memory
 from harness.run.ondevice import Rates, parse
 from harness.run.trial import launch_command
 from harness.testing.adbserver import AdbServer
@@ -596,7 +596,7 @@ def test_the_sampler_keeps_a_gpu_peak_that_lived_between_two_ticks(
     assert wait_for(lambda: (folder / "t1").is_file(), 10)  # the sampler's last write
     sampled = parse((folder / "smp").read_text(), float((folder / "t0").read_text().split()[0]))
     assert sampled.kgsl and sampled.gpu_peak_bytes == 6 * MIB, sampled
-    found = device_memory([t.memory for t in sampled.ticks if t.memory], sampled.kgsl, [],
+    found = accelerator_memory([t.memory for t in sampled.ticks if t.memory], sampled.kgsl, [],
                           sampled.gpu_peak_bytes, sampled.gpu_peak_mapped_bytes)
     assert (found.device_bytes, found.source) == (6 * MIB, KGSL_SOURCE)
 
