@@ -301,6 +301,28 @@ def axis_value(values: Mapping[str, Any], knob: Knob) -> Any:
     return value if knob.part is None else value[knob.part]
 
 
+def axes_of(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The matrix axes that give exactly these knob values (name -> value), each as one value:
+    an axis of several knobs (kv) one value when its parts agree, else their mapping; a knob
+    left unset ("") and mmap beside a load mode (which sets it) are left out, as a matrix
+    must."""
+    out: dict[str, Any] = {}
+    parts: dict[str, dict[str, Any]] = {}
+    for knob in KNOBS:
+        value = values[knob.name]
+        if value == "" or (knob.name == "mmap" and values.get("load_mode")):
+            continue
+        if knob.part is not None:
+            parts.setdefault(knob.axis, {})[knob.name] = value
+            continue
+        # every layer is written ``all`` in a matrix (the cell keeps llama.cpp's -1)
+        out[knob.axis] = "all" if knob.name == "n_gpu_layers" and value == ALL_LAYERS else value
+    for axis, named in parts.items():
+        distinct = set(named.values())
+        out[axis] = distinct.pop() if len(distinct) == 1 else named
+    return out
+
+
 def schema_properties() -> dict[str, Any]:
     """The registry's part of matrices/matrix.schema.json: axis -> schema of the axis (an axis
     of several knobs is the file's own)."""

@@ -30,6 +30,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from harness import knobs
 from harness.analysis.ab import compare_builds
 from harness.analysis.bisect import (
     BisectError,
@@ -157,16 +158,14 @@ def cell_from_trials(trials: pd.DataFrame, cell_id: str, results: Path) -> tuple
         raise ConfigError(f"--cell {cell_id}: no such cell in {results} "
                           "(see `harness history` or the store's cell_id column)")
     row = {k: _plain(v) for k, v in rows.iloc[-1].to_dict().items()}
+    values = {k.name: _plain(knobs.stored(row, k.name)) for k in knobs.KNOBS}
     base = Cell(
         build=str(row["build_id"]), model=str(row["model_name"]), quant=str(row["quant"]),
-        n_ctx=int(row["n_ctx"]), type_k=str(row["type_k"]), type_v=str(row["type_v"]),
-        threads=int(row["threads"]), affinity=str(row["affinity"]),
-        flash_attn=str(row["flash_attn"]), mmap=bool(row["mmap"]),
-        n_batch=int(row["n_batch"]), n_ubatch=int(row["n_ubatch"]),
         n_prompt=int(row["n_prompt"]), n_gen=int(row["n_gen"]), n_depth=int(row["n_depth"] or 0),
-        swa_full=bool(row.get("swa_full") or False), engine=str(row.get("engine") or
-                                                                 "llama-bench"),
+        engine=str(row.get("engine") or "llama-bench"),
         sustained_s=float(row.get("sustained_s") or 0.0),
+        **{k.name: values[k.name] for k in knobs.KNOBS if k.attribute},
+        extra=tuple((k.name, values[k.name]) for k in knobs.KNOBS if not k.attribute),
     )
     for affinity in (base.affinity, "big", "all"):  # a trial stores a resolved mask for "big"
         cell = replace(base, affinity=affinity)
@@ -194,13 +193,11 @@ def matrix_document(cell: Cell, origin: dict[str, Any], builds: Sequence[str],
     models = origin.get("models") or {}
     if cell.model not in models:
         raise ConfigError(f"the matrix of the cell's run declares no model {cell.model!r}")
-    kv: Any = cell.type_k if cell.type_k == cell.type_v else {"type_k": cell.type_k,
-                                                              "type_v": cell.type_v}
     axes: dict[str, Any] = {
         "engine": [cell.engine], "build": list(builds), "model": [cell.model],
-        "quant": [cell.quant], "n_ctx": [cell.n_ctx], "kv": [kv], "threads": [cell.threads],
-        "affinity": [cell.affinity], "flash_attn": [cell.flash_attn], "mmap": [cell.mmap],
-        "n_batch": [cell.n_batch], "n_ubatch": [cell.n_ubatch], "swa_full": [cell.swa_full],
+        "quant": [cell.quant],
+        # every knob of the registry, so the bisected cell is the stored one (its device too)
+        **{axis: [value] for axis, value in knobs.axes_of(cell.knob_values()).items()},
     }
     workload: dict[str, Any] = {"n_prompt": cell.n_prompt, "n_gen": cell.n_gen,
                                 "n_depth": cell.n_depth}

@@ -6,9 +6,11 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from analysis.factory import cell, trial, write
@@ -216,3 +218,24 @@ def test_a_second_process_in_the_same_bisect_folder_is_refused_by_pid(tmp_path: 
         holder.wait()
     with space.locked():  # the kernel dropped the dead holder's lock
         pass
+
+
+def test_a_gpu_cell_is_rebuilt_and_bisected_on_its_device(tmp_path: Path) -> None:
+    """Every knob of the registry comes back from the store and goes into the bisect's matrix:
+    a cell offloaded to Vulkan0 with its own load mode is bisected there, not on the CPU."""
+    from harness.matrix import expand, load_matrix
+
+    results = tmp_path / "results"
+    gpu = replace(cell(), compute_device="Vulkan0", n_gpu_layers=-1, load_mode="dio",
+                  mmap=False, type_v="q8_0")
+    write(results, [trial(gpu, load_mode=gpu.resolved_load_mode)])  # as a run stores it
+    rebuilt, _ = cell_from_trials(read_table(results, "trials"), gpu.cell_id, results)
+    assert rebuilt.cell_id == gpu.cell_id
+    doc = matrix_document(rebuilt, {"models": {"tiny": {"ladder": "tiny"}}}, ["g"], 3)
+    axes = doc["axes"]
+    assert axes["compute_device"] == ["Vulkan0"] and axes["n_gpu_layers"] == ["all"]
+    assert axes["load_mode"] == ["dio"] and axes["kv"] == [{"type_k": "f16", "type_v": "q8_0"}]
+    path = tmp_path / "bisect.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    (again,) = expand(load_matrix(path))
+    assert again.config_id == gpu.config_id
