@@ -20,6 +20,8 @@ from harness.artifacts.cmake_build import (
     build_llama_cpp,
     parse_defines,
 )
+from harness.artifacts.release_import import import_release
+from harness.errors import BuildError
 
 BUILDS_OPTION = click.option(
     "--builds", "builds_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -64,6 +66,7 @@ def build() -> None:
     Example:
       harness build llama.cpp --source ~/src/llama.cpp --name master-host
       harness build import ./ci-artifacts --name nightly --abi arm64-v8a
+      harness build import llama-b10375-bin-android-arm64.tar.gz
     """
 
 
@@ -145,30 +148,47 @@ def build_llama(
 
 
 @build.command("import")
-@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--name", required=True, help="Build name: the folder under the builds root.")
+@click.argument("source", metavar="ARCHIVE_OR_FOLDER",
+                type=click.Path(exists=True, path_type=Path))
+@click.option("--name", default=None,
+              help="Build name: the folder under the builds root (default for a release "
+                   "archive: llama-<tag>-<platform>; required for a folder).")
 @click.option("--abi", default="host", show_default=True,
-              help="ABI of the binaries: host (this machine) or e.g. arm64-v8a.")
+              help="ABI of a folder's binaries: host (this machine) or e.g. arm64-v8a (an "
+                   "archive's is read from its llama-bench).")
 @click.option("--engine", default="llama.cpp", show_default=True, help="Engine name.")
 @click.option("--replace", is_flag=True, help="Overwrite an existing build of that name.")
 @BUILDS_OPTION
 @JSON_OPTION
 def build_import(
-    directory: Path, name: str, abi: str, engine: str, replace: bool, builds_dir: Path | None,
-    as_json: bool,
+    source: Path, name: str | None, abi: str, engine: str, replace: bool,
+    builds_dir: Path | None, as_json: bool,
 ) -> None:
-    """Wrap prebuilt binaries (e.g. your CI's artefacts) into a build with a manifest.
+    """Make a build from an official llama.cpp release archive, or wrap a folder of prebuilt
+    binaries (e.g. your CI's artefacts).
 
-    DIRECTORY holds bin/ and lib/, or the files flat (executables go to bin/, *.so to lib/).
+    An archive is taken as llama.cpp publishes it (llama-<tag>-bin-<platform>.tar.gz or .zip,
+    one llama-<tag>/ folder inside): the tag is recorded as the version, the ABI is read from
+    llama-bench's ELF header, and the device backends (opencl, hexagon, vulkan) from the backend
+    libraries it holds; a build with a backend is asked for its --list-devices on a phone the
+    first time a run uses it.
+
+    A FOLDER holds bin/ and lib/, or the files flat (executables go to bin/, *.so to lib/).
     Host binaries named llama-bench are asked for their --version to fill in version and commit.
 
     \b
     Example:
+      harness build import llama-b10375-bin-android-arm64.tar.gz
       harness build import ./artifacts/android-arm64 --name nightly-2026-11-29 --abi arm64-v8a
     """
-    abi = abi_name(abi) if abi in ABIS else abi
-    made = import_build(directory, builds_root(builds_dir), name, abi=abi, engine=engine,
-                        replace=replace)
+    root = builds_root(builds_dir)
+    if source.is_file():
+        made = import_release(source, root, name, replace=replace)
+    elif name is None:
+        raise BuildError(f"{source}: a folder import needs a build name: add --name NAME")
+    else:
+        abi = abi_name(abi) if abi in ABIS else abi
+        made = import_build(source, root, name, abi=abi, engine=engine, replace=replace)
     _report(made, as_json)
 
 
