@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from harness.artifacts.builds import list_builds, load_manifest
+from harness.artifacts.builds import Build, list_builds, load_manifest
 from harness.artifacts.release_import import backends_of, elf_abi, release_tag
 from harness.cli import main
 
@@ -25,7 +25,6 @@ ARM64_ELF = b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + b"\x02\x00" + (183).to_bytes(
 RELEASE_LIBS = ("libllama.so", "libggml.so", "libggml-base.so", "libmtmd.so",
                 "libggml-cpu-android_armv8.0_1.so", "libggml-cpu-android_armv8.2_2.so",
                 "libggml-opencl.so", "libggml-hexagon.so", "libggml-htp-v79.so")
-HOST_BUILDS = Path.home() / ".cache" / "harness" / "builds"
 
 
 def _release_folder(tmp_path: Path, bench: bytes | Path | None, libs: tuple[str, ...]) -> Path:
@@ -149,16 +148,9 @@ def test_release_tag_elf_abi_and_backends_from_names() -> None:
         "vulkan",)
 
 
-def _host_bench() -> Path | None:
-    found = sorted(HOST_BUILDS.glob("host-release-*/bin/llama-bench"))
-    return found[0] if found else None
-
-
-@pytest.mark.skipif(_host_bench() is None, reason="no host build in ~/.cache/harness/builds")
-def test_imported_host_release_runs_list_devices(tmp_path: Path) -> None:
+def test_imported_host_release_runs_list_devices(tmp_path: Path, host_build: Build) -> None:
     """A release archive laid out as llama.cpp packs it, around a llama-bench built here."""
-    bench = _host_bench()
-    assert bench is not None
+    bench = host_build.path / "bin" / "llama-bench"
     folder = _release_folder(tmp_path, bench, ())
     for lib in (bench.parent.parent / "lib").glob("*.so*"):
         shutil.copy(lib, folder / lib.name)
