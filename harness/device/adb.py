@@ -171,6 +171,20 @@ SYNC_TIMEOUT_S = 600.0  # socket timeout of a push, as adbutils' open_transport 
 _SYNC_HEADER = struct.Struct("<4sI")
 
 
+def _expect_okay(connection: Any, what: str) -> None:
+    """The server's OKAY, or its FAIL as an error. A server that hangs up instead (no answer at
+    all) has lost the device's transport while we asked: EOFError, which is a lost device
+    (``translate_error``), not adbutils' "Unknown data: b''"."""
+    data = connection.read(4)
+    if data == b"OKAY":
+        return
+    if data == b"FAIL":
+        raise adbutils.AdbError(connection.read_string_block())
+    if not data:
+        raise EOFError(f"the adb server closed the connection while {what}")
+    raise adbutils.AdbError(f"unknown answer from the adb server: {data!r}")
+
+
 class _DirectConnection(_RunningServerConnection):
     """A push's or a shell command's connection: closed at once, without adbutils' sleep.
 
@@ -321,9 +335,9 @@ class AdbDevice:
     def _open_service(self, connection: _DirectConnection, service: str) -> None:
         """Switch ``connection`` to this device, then open ``service`` on it (FAIL raises)."""
         connection.send_command(f"host:transport:{self._serial}")
-        connection.check_okay()
+        _expect_okay(connection, "switching to the device")
         connection.send_command(service)
-        connection.check_okay()
+        _expect_okay(connection, "opening the service")
 
     def facts(self) -> DeviceFacts:
         return gather_facts(self, kind="adb", storage_path=DEVICE_TMP)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,31 @@ def test_a_server_that_never_answers_is_a_shell_timeout() -> None:
             device.shell(["echo", "never"], timeout=0.5)
         assert time.monotonic() - started < 5
     assert str(caught.value) == "127.0.0.1:5555: command timed out: echo never"
+
+
+def test_a_server_that_hangs_up_while_the_service_opens_is_a_lost_device() -> None:
+    """The adb server closes a client's connection without OKAY or FAIL when the device's
+    transport goes away as the service opens (a dropped phone, seen once in a fresh-machine
+    run): that is the device lost, as the run classifies it, not an unknown answer."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+
+        def answer_then_hang_up() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(4096)  # host:transport:SERIAL
+                conn.sendall(b"OKAY")
+                conn.recv(4096)  # shell,v2,raw:...: the transport is gone, the server hangs up
+
+        serving = threading.Thread(target=answer_then_hang_up, daemon=True)
+        serving.start()
+        device = AdbDevice("127.0.0.1:5555", adbutils.AdbClient("127.0.0.1", port))
+        with pytest.raises(DeviceLostError) as caught:
+            device.shell("true", timeout=5)
+        serving.join(timeout=5)
+    assert "device connection lost" in str(caught.value), caught.value
 
 
 def test_push_errors_name_the_push_and_keep_the_phones_reason(
