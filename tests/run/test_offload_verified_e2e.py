@@ -36,19 +36,36 @@ exec "${{0%/*}}/llama-bench.bin" "$@" -fitt {FIT_MARGIN_MIB}
 """
 
 
-def _fitting_build(vulkan: Build, root: Path, scratch: Path) -> Build:
-    """The Vulkan build under another name, its llama-bench fitting to the device's memory."""
-    script = scratch / "llama-bench"
-    script.write_text(FITTING)
-    script.chmod(0o755)
+def _wrapped_build(vulkan: Build, root: Path, scratch: Path, name: str, script: str,
+                   source: str) -> Build:
+    """The Vulkan build under another name, its llama-bench behind ``script`` (which runs the
+    real one, ``llama-bench.bin`` beside it)."""
+    wrapper = scratch / f"{name}-llama-bench"
+    wrapper.write_text(script)
+    wrapper.chmod(0o755)
     bin_dir = vulkan.path / "bin"
     manifest = vulkan.manifest
-    return write_build(root, "host-vulkan-fit",
-                       {"bin/llama-bench": script, "bin/llama-bench.bin": bin_dir / "llama-bench",
+    return write_build(root, name,
+                       {"bin/llama-bench": wrapper, "bin/llama-bench.bin": bin_dir / "llama-bench",
                         "bin/harness-generate": bin_dir / "harness-generate"},
                        engine=manifest.engine, abi=str(manifest.abi), version=manifest.version,
                        commit=manifest.commit, backends=manifest.backends,
-                       source=f"{vulkan.path.name} with llama-bench -fitt {FIT_MARGIN_MIB}")
+                       source=f"{vulkan.path.name} {source}")
+
+
+def _run_on_gpu_phone(virtual_phones: Any, tmp_path: Path, builds: Path,
+                      replacements: dict[str, str]) -> pd.DataFrame:
+    """The GPU matrix with ``replacements`` made in its text, run on one GPU phone."""
+    text = MATRIX.read_text()
+    for old, new in replacements.items():
+        text = text.replace(old, new)
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(text)
+    (phone,) = virtual_phones(1, profile=GPU_PHONE)
+    results = tmp_path / "r"
+    execute(matrix, [get_device(phone.serial)],
+            RunOptions(results=results, builds=builds, reserve_bytes=0))
+    return store.read_table(results, "trials")
 
 
 def test_a_load_that_offloaded_fewer_layers_than_asked_is_config_not_applied(
@@ -56,18 +73,13 @@ def test_a_load_that_offloaded_fewer_layers_than_asked_is_config_not_applied(
     """The same cell on the Vulkan build and on its fitting copy: the same echo, two loads."""
     builds = tmp_path / "builds"
     copy_build(vulkan_build, builds, "host-vulkan")
-    _fitting_build(vulkan_build, builds, tmp_path)
-    matrix = tmp_path / "fit.yaml"
-    matrix.write_text(MATRIX.read_text()
-                      .replace("build: [host-vulkan]", "build: [host-vulkan, host-vulkan-fit]")
-                      .replace("quant: [Q8_0, Q4_0]", "quant: [Q4_0]")
-                      .replace("n_gpu_layers: [0, half, all]", "n_gpu_layers: [all]")
-                      .replace("device: [none, Vulkan0]", "device: [Vulkan0]"))
-    (phone,) = virtual_phones(1, profile=GPU_PHONE)
-    results = tmp_path / "r"
-    execute(matrix, [get_device(phone.serial)],
-            RunOptions(results=results, builds=builds, reserve_bytes=0))
-    trials = store.read_table(results, "trials").set_index("build_id")
+    _wrapped_build(vulkan_build, builds, tmp_path, "host-vulkan-fit", FITTING,
+                   f"with llama-bench -fitt {FIT_MARGIN_MIB}")
+    trials = _run_on_gpu_phone(virtual_phones, tmp_path, builds, {
+        "build: [host-vulkan]": "build: [host-vulkan, host-vulkan-fit]",
+        "quant: [Q8_0, Q4_0]": "quant: [Q4_0]",
+        "n_gpu_layers: [0, half, all]": "n_gpu_layers: [all]",
+        "device: [none, Vulkan0]": "device: [Vulkan0]"}).set_index("build_id")
     for build in ("host-vulkan", "host-vulkan-fit"):
         row = trials.loc[build]
         assert row["outcome"] == "ok", row["error"]
@@ -107,27 +119,12 @@ def test_a_gpu_build_too_old_for_dev_runs_no_cell_it_cannot_place(
     """Its CPU cell is not run with -ngl 0 alone (which still sends big batches to the GPU:
     docs/gpu.md), nor its device cell without -dev: both are unsupported, saying why."""
     builds = tmp_path / "builds"
-    script = tmp_path / "llama-bench"
-    script.write_text(OLD)
-    script.chmod(0o755)
-    bin_dir = vulkan_build.path / "bin"
-    manifest = vulkan_build.manifest
-    write_build(builds, "host-vulkan-old",
-                {"bin/llama-bench": script, "bin/llama-bench.bin": bin_dir / "llama-bench",
-                 "bin/harness-generate": bin_dir / "harness-generate"},
-                engine=manifest.engine, abi=str(manifest.abi), version=manifest.version,
-                commit=manifest.commit, backends=manifest.backends,
-                source=f"{vulkan_build.path.name} without -dev and --list-devices")
-    matrix = tmp_path / "old.yaml"
-    matrix.write_text(MATRIX.read_text()
-                      .replace("build: [host-vulkan]", "build: [host-vulkan-old]")
-                      .replace("quant: [Q8_0, Q4_0]", "quant: [Q4_0]")
-                      .replace("n_gpu_layers: [0, half, all]", "n_gpu_layers: [0]"))
-    (phone,) = virtual_phones(1, profile=GPU_PHONE)
-    results = tmp_path / "r"
-    execute(matrix, [get_device(phone.serial)],
-            RunOptions(results=results, builds=builds, reserve_bytes=0))
-    trials = store.read_table(results, "trials").set_index("compute_device")
+    _wrapped_build(vulkan_build, builds, tmp_path, "host-vulkan-old", OLD,
+                   "without -dev and --list-devices")
+    trials = _run_on_gpu_phone(virtual_phones, tmp_path, builds, {
+        "build: [host-vulkan]": "build: [host-vulkan-old]",
+        "quant: [Q8_0, Q4_0]": "quant: [Q4_0]",
+        "n_gpu_layers: [0, half, all]": "n_gpu_layers: [0]"}).set_index("compute_device")
     assert sorted(trials.index) == ["Vulkan0", "none"]
     assert set(trials["outcome"]) == {"unsupported"}, trials[["outcome", "error"]]
     assert "-ngl 0 alone still sends" in str(trials.loc["none", "error"])
