@@ -35,6 +35,7 @@ from bench import (
     farm,
     gpusampler,
     memory,
+    overhead,
     paging,
     push,
     realmodel,
@@ -48,7 +49,8 @@ from bench.common import RESULTS, Figure, Lab, machine, open_lab, parse_models_o
 PhoneFigure = Callable[[Lab, bool], tuple[list[Figure], dict[str, Any]]]
 HostFigure = Callable[[Path, bool], tuple[list[Figure], dict[str, Any]]]
 PHONE_FIGURES: dict[str, PhoneFigure] = {
-    "sampler": sampler.measure, "push": push.measure, "memory": memory.measure,
+    "sampler": sampler.measure, "overhead": overhead.measure, "push": push.measure,
+    "memory": memory.measure,
     "real": realmodel.measure, "farm": farm.measure,
     "validity": validity.measure, "sustained": sustained.measure, "paging": paging.measure,
     "gpusampler": gpusampler.measure,

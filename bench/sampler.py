@@ -26,6 +26,7 @@ from typing import Any
 
 from bench import interleave
 from bench.common import MATRICES, Figure, Lab, Timeline, iqr_text, mean_ci, summarize
+from bench.overhead import breakdown
 
 MATRIX = MATRICES / "sampler.yaml"  # quick: ~1 s of generation, inside the 2 s fast start
 LONG = MATRICES / "sampler-long.yaml"  # full: ~4 s of generation, mostly at the set interval
@@ -113,7 +114,8 @@ def measure(lab: Lab, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
                            bytes_pushed=sum(d.bytes_pushed for d in summary.devices),
                            outcome=spans[0]["outcome"] if spans else None,
                            tg_tps=spans[0]["tg_tps"] if spans else None,
-                           span_s=spans[0]["span_s"] if spans else None)
+                           span_s=spans[0]["span_s"] if spans else None,
+                           timings=spans[0].get("timings") if spans else None)
             rows.append(row)
     _join_store(rows, results)
     blocks, one_launch = interleave.run(device, launch, 30 if quick else 160, BLOCK, N_GEN)
@@ -255,10 +257,14 @@ def _figures(rows: list[dict[str, Any]], first_pushed: int, default_s: float,
                        f"first run pushed {first_pushed:,} B"))
     over = overheads(rows)
     stats = summarize(over)
+    laps = breakdown([r for r in rows if r["arm"] == "default" and r.get("timings")])
     figs.append(Figure("4 overhead per trial (span - bare engine)", stats.get("median"), "s",
                        iqr_text(over, "{:.2f}"), "<= 1 s",
                        None if not over else stats["median"] <= 1.0,
-                       "span = runner's trial..done events; engine run alone on the host"))
+                       "span = runner's trial..done events; engine run alone on the host; "
+                       "one trial per run, so its span also holds the run's one-offs (the "
+                       "output check, the bandwidth probe in validity); laps (median s): "
+                       + ", ".join(f"{k} {v:.3f}" for k, v in laps.items())))
     inner = [r["span_s"] - r["engine_s"] for r in rows
              if r["arm"] == "default" and r.get("engine_s") and r.get("span_s")]
     figs.append(Figure("4 span - llama-bench samples_ns", summarize(inner).get("median"), "s",

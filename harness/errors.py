@@ -30,6 +30,21 @@ class DeviceLostError(DeviceError):
     """The connection to a device is gone (unplugged, adb transport offline)."""
 
 
+class NotRunError(DeviceError):
+    """The command never ran: the device's shell for it could not be opened."""
+
+
+class NotRunLostError(DeviceLostError, NotRunError):
+    """The command never ran because the device's transport is gone."""
+
+
+def not_run(error: DeviceError) -> NotRunError:
+    """``error`` (already naming its device) as a command that never ran."""
+    found = (NotRunLostError if isinstance(error, DeviceLostError) else NotRunError)(str(error))
+    found.serial = error.serial
+    return found
+
+
 class DeviceTimeoutError(DeviceError):
     """A device command did not finish within its timeout (the command was stopped)."""
 

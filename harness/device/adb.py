@@ -34,6 +34,7 @@ from harness.errors import (
     DeviceError,
     DeviceLostError,
     DeviceTimeoutError,
+    not_run,
 )
 from harness.units import MIB
 
@@ -283,6 +284,8 @@ class AdbDevice:
                 self._open_service(connection, f"shell,v2,raw:{command}")
             except (adbutils.AdbTimeout, TimeoutError):  # the deadline covers the handshake too
                 raise DeviceTimeoutError(f"command timed out: {shown}", self._serial) from None
+            except Exception as error:  # refused or offline: the command never ran
+                raise not_run(translate_error(error, self._serial, shown)) from error
             return _read_shell_v2(connection.conn, deadline, shown, self._serial)
         except DeviceError:
             raise

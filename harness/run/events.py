@@ -20,7 +20,7 @@ class Kind(StrEnum):
     PUSH_FAILED = "push_failed"  # error
     ABI_MISMATCH = "abi_mismatch"  # error: the device cannot run an (engine, build) at all
     TRIAL = "trial"  # index, total, label, build, runs_on, trial_id: a trial starts
-    DONE = "done"  # outcome, tg_tps, pp_tps: a trial was stored
+    DONE = "done"  # outcome, tg_tps, pp_tps, timings (a run trial's laps): a trial was stored
     PRECONDITION_FAILED = "precondition_failed"  # error: the phone and the requirement
     RECONNECTING = "reconnecting"  # seconds it is waited for
     RECONNECTED = "reconnected"

@@ -61,7 +61,7 @@ def _command(sections: list[tuple[str, str]]) -> str:
     return "; ".join(f"echo {MARK}{name}; {command}" for name, command in sections)
 
 
-def _concurrently(sections: list[tuple[str, str]], then: str) -> str:
+def _concurrently(sections: list[tuple[str, str]], then: str, meanwhile: str = "") -> str:
     """Sections whose commands ask the phone's system services, asked all at once.
 
     Each of ``dumpsys``, ``settings`` and ``logcat`` is a round trip to a system service that
@@ -69,13 +69,15 @@ def _concurrently(sections: list[tuple[str, str]], then: str) -> str:
     other they made the pre-trial read the largest part of the harness's overhead per trial.
     Each answer goes to its own file, then the sections are printed in order; without a
     writable scratch folder they run one after the other. ``then`` runs after them, while the
-    answers are still in ``$d``.
+    answers are still in ``$d``; ``meanwhile`` (its own sections) while they are asked, or
+    first when they run one after the other.
     """
+    during = f"{meanwhile}; " if meanwhile else ""
     jobs = " ".join(f"{{ {command}; }} > \"$d/{name}\" 2>/dev/null &" for name, command in sections)
     shown = "; ".join(f"echo {MARK}{name}; cat \"$d/{name}\"" for name, _ in sections)
     plain = "; ".join(f"echo {MARK}{name}; {command} 2>/dev/null" for name, command in sections)
-    return (f"d={SCRATCH}; if mkdir -p \"$d\" 2>/dev/null; then {jobs} wait; {shown}; "
-            f"{then}; rm -rf \"$d\"; else {plain}; {then}; fi")
+    return (f"d={SCRATCH}; if mkdir -p \"$d\" 2>/dev/null; then {jobs} {during}wait; {shown}; "
+            f"{then}; rm -rf \"$d\"; else {during}{plain}; {then}; fi")
 
 
 # (dumpsys battery, for charging and its source, is the state command's "battery" section).
@@ -210,10 +212,10 @@ class Conditions:
     baseline: Baseline
 
 
-def conditions_command(big_cpu: int) -> str:
+def conditions_command(big_cpu: int, meanwhile: str = "") -> str:
     """The gate's state, the pre-flight state and the baseline in one shell; every system
-    service asked at once (``_concurrently``)."""
-    services = _concurrently([*STATE_SERVICES, *SERVICES], then=STAY_ON)
+    service asked at once (``_concurrently``), ``meanwhile`` run while they answer."""
+    services = _concurrently([*STATE_SERVICES, *SERVICES], then=STAY_ON, meanwhile=meanwhile)
     return "; ".join([services, state_files(big_cpu), BASELINE])
 
 

@@ -42,7 +42,7 @@ from harness.engines.base import (
 )
 from harness.engines.devices import Capability, device_problem
 from harness.engines.llamalog import EngineMemoryLog, parse_memory_log
-from harness.errors import DeviceError, EngineError, HarnessError
+from harness.errors import DeviceError, EngineError, HarnessError, NotRunError
 from harness.knobs import CPU_DEVICE
 from harness.matrix import EnergyPolicy, Requirements
 from harness.paging_predict import maps_weights
@@ -60,6 +60,7 @@ from harness.run import ondevice, paging_measure, sustained
 from harness.run.affinity import AffinityCheck, check_applied, parse_readback
 from harness.run.cooldown import CooldownPolicy, GateResult, wait_until_ready
 from harness.run.deploy import DEVICE_ROOT
+from harness.run.laps import Laps
 from harness.run.launchfacts import ALWAYS, Idle, Timing, headline, measured, rep_seconds
 from harness.run.offload import (
     accelerator_memory,
@@ -73,7 +74,6 @@ from harness.run.outcome import Observation, Verdict, classify
 from harness.run.paging_measure import Point
 from harness.run.preflight import (
     BOOT_ID,
-    LMKD_LINES,
     Baseline,
     Conditions,
     conditions_command,
@@ -113,6 +113,12 @@ GPU_DUMPSYS_S = 1.0  # a device cell's dumpsys meminfo, on phones without kgsl n
 ENGINE_FILE = "engine_file"  # the section of the after-read holding the engine's own file
 CALIBRATION_MARK = "@@harness:calibration-file"
 TAIL_LINES = 8  # the last lines of the output kept as a failed trial's evidence
+# The after-read's reading of the phone's conditions serves as the next trial's pre-flight
+# reading (and the gate's first poll) when that trial starts within this many seconds with
+# nothing run on the phone in between (the worker says so: ``forget_reading``); the gate itself
+# polls every 2 s
+REUSE_S = 1.0
+EVIDENCE_ERRORS = "evidence_errors"  # the after-read's section of its evidence reads' stderr
 
 
 @dataclass(frozen=True)
@@ -309,6 +315,21 @@ class TrialRunner:
         self.clock = clock
         self._started: _Started | None = None
         self._reps: dict[str, int] = {}  # sustained repetitions per cell, from its calibration
+        self.laps = Laps(clock)  # where the last trial's time went (harness.run.laps)
+        # the last after-read's conditions: (host clock, big cpu, reading); see REUSE_S
+        self._reading: tuple[float, int, Conditions] | None = None
+
+    def forget_reading(self) -> None:
+        """Something else ran on the phone: the next trial reads its conditions afresh."""
+        self._reading = None
+
+    def _fresh_conditions(self, big_cpu: int) -> Conditions:
+        """The pre-flight reading: the last after-read's when it is fresh (``REUSE_S``), else
+        one read now. Either is used once."""
+        kept, self._reading = self._reading, None
+        if kept is not None and kept[1] == big_cpu and self.clock() - kept[0] <= REUSE_S:
+            return kept[2]
+        return self.read_conditions(big_cpu)
 
     def read_state(self, big_cpu: int) -> DeviceState:
         result = self.device.shell(state_command(big_cpu), timeout=30)
@@ -339,12 +360,15 @@ class TrialRunner:
 
     def run(self, spec: TrialSpec, ctx: TrialContext) -> tuple[TrialRecord, list[SampleRecord]]:
         started_at = datetime.now(UTC)
+        self.laps.start()
         unsupported = ctx.engine.supports(spec.cell) or device_problem(
             spec.cell.compute_device, ctx.capability, self.device.serial)
         if unsupported:
+            self._reading = None
             return self._record(spec, ctx, started_at,
                                 Verdict(Outcome.UNSUPPORTED, unsupported), [], None), []
-        first = self.read_conditions(ctx.big_cpu)
+        first = self._fresh_conditions(ctx.big_cpu)
+        self.laps.lap("preflight")
         unmet = unmet_requirement(self.policy.require, first.preflight)
         if unmet:  # not waited for: a phone in battery saver does not leave it by cooling
             return self._record(spec, ctx, started_at, self._refused(unmet), [], None,
@@ -353,6 +377,7 @@ class TrialRunner:
             self._sustained_reps(spec, ctx, _trial_dir(spec))
         gate, conditions = self.gate(ctx.big_cpu, first)
         conditions = conditions or first
+        self.laps.lap("cooldown")
         unmet = unmet_requirement(self.policy.require, conditions.preflight)
         if unmet:  # it changed while the gate waited
             return self._record(spec, ctx, started_at, self._refused(unmet), [], None,
@@ -384,7 +409,9 @@ class TrialRunner:
                                timeout_s)
         exit_code, stdout, stderr, lost, wall = (ran.exit_code, ran.stdout, ran.stderr, ran.lost,
                                                  ran.wall)
+        self.laps.lap("launch")
         found = self._read_after(workdir, wall, ctx, lost)
+        self.laps.lap("evidence")
         ticks, pid, after, sampled = found.ticks, found.pid, found.after, found.sampled
         # an engine that failed, then the phone gone before its evidence was read: what took the
         # phone (a reboot: the kernel's OOM killer took system_server, and the engine with it)
@@ -430,6 +457,10 @@ class TrialRunner:
                                        **engine_offload(records, engine_log), **gpu}))
         samples = self._samples(spec, ticks)
         samples += [_sample(spec, **row) for row in extra_samples]
+        self.laps.lap("classify")
+        if timing.t0 is not None and timing.t1 is not None and ran.exit_code is not None:
+            # the engine's own run, on the phone's clock, out of the launch's wall time
+            self.laps.seconds["engine"] = max(0.0, timing.t1 - timing.t0)
         return trial, sorted(samples, key=lambda r: r.t_ms)
 
     def _run_engine(self, workdir: str, command: str, timeout_s: float) -> _Ran:
@@ -453,6 +484,11 @@ class TrialRunner:
         try:
             result = self.device.shell(command, timeout=timeout_s + 60)
             exit_code, stdout, stderr = result.exit_code, result.stdout, result.stderr
+        except NotRunError:
+            # the launch's shell never opened (the phone went offline since the reading before
+            # it): nothing ran, so the trial is not lost; the worker waits for the phone and
+            # tries the trial again, as after a failed pre-flight read (``_attempt``)
+            raise
         except DeviceError as error:
             # A command our watchdog gave up on is a timeout; any other transport failure
             # (connection dropped, adb server gone) means the device was lost mid-trial.
@@ -470,9 +506,14 @@ class TrialRunner:
         if lost:
             return found
         try:
-            done = self.device.shell(_after_command(workdir, output_file(ctx.engine)),
-                                     timeout=60)
-            found.after, found.errors = split_sections(done.stdout), done.stderr
+            done = self.device.shell(
+                _after_command(workdir, output_file(ctx.engine), ctx.big_cpu), timeout=60)
+            found.after = split_sections(done.stdout)
+            found.errors = found.after.pop(EVIDENCE_ERRORS, "")
+            # the state the trial left the phone in (heat shows after the work), read in the
+            # same shell as the evidence, and the next trial's pre-flight reading (REUSE_S)
+            left = conditions_from_output(done.stdout, done.stderr)
+            self._reading = (self.clock(), ctx.big_cpu, left)
             pid_text = found.after.get("pid", "").strip()
             found.pid = int(pid_text) if pid_text.isdigit() else None
             found.sampled = ondevice.parse(found.after.get("smp", ""),
@@ -486,11 +527,11 @@ class TrialRunner:
             watched = watcher_memory(found.after.get("mem", ""))
             if watched is not None:
                 found.ticks.append(Tick(int(wall * 1000), watched, None))
+            found.ticks.append(Tick(int(wall * 1000), None, left.state))
         except DeviceError:  # the engine's end was seen; only the evidence is missing
             found.gone = True
-        # the state the trial left the phone in: heat shows after the work
-        with contextlib.suppress(HarnessError):
-            found.ticks.append(Tick(int(wall * 1000), None, self.read_state(ctx.big_cpu)))
+            with contextlib.suppress(HarnessError):
+                found.ticks.append(Tick(int(wall * 1000), None, self.read_state(ctx.big_cpu)))
         return found
 
     def _rates(self, ctx: TrialContext, power: bool, gpu: bool = False) -> ondevice.Rates | None:
@@ -761,15 +802,22 @@ def _gpu_columns(cell: Cell, sampled: ondevice.Sampled, ticks: Sequence[Tick]) -
             "accelerator_memory_source": found.source, "host_memory_bytes": found.host_bytes}
 
 
-def _after_command(workdir: str, engine_file: str | None = None) -> str:
-    """The evidence a trial leaves: the pid, the watcher's files (its end stamp t1 may lag the
-    engine's exit by a round), the file the engine wrote its results to (if it names one),
-    lmkd's lines, memory pressure; then the trial's folder goes."""
+def _after_command(workdir: str, engine_file: str | None = None, big_cpu: int = 0) -> str:
+    """The evidence a trial leaves, and the phone's conditions after it, in one shell.
+
+    ``conditions_command`` starts its system-service queries; meanwhile the evidence is read:
+    the pid, the watcher's files (its end stamp t1 may lag the engine's exit by a round, so
+    the sampler is woken through its FIFO first, then waited for up to 1 s), the file the
+    engine wrote its results to (if it names one), with their stderr in its own section
+    (``EVIDENCE_ERRORS``); then the trial's folder goes. The conditions are the state the trial
+    left the phone in, lmkd's lines and memory pressure (the trial's end, against its
+    baseline), and the next trial's pre-flight reading (``REUSE_S``).
+    """
     folder = shlex.quote(workdir)
+    errors = shlex.quote(f"{workdir}.err")
     written = (f"echo @@harness:{ENGINE_FILE}; cat {folder}/{shlex.quote(engine_file)} "
                "2>/dev/null; " if engine_file else "")
-    return (f"i=0; while [ -f {folder}/mem ] && [ ! -f {folder}/t1 ] && [ $i -lt 20 ]; do "
-            "sleep 0.05; i=$((i+1)); done; "
+    evidence = (
             f"echo @@harness:pid; cat {folder}/pid; "
             f"echo @@harness:t0; cat {folder}/t0 2>/dev/null; "
             f"echo @@harness:t1; cat {folder}/t1 2>/dev/null; "
@@ -779,10 +827,15 @@ def _after_command(workdir: str, engine_file: str | None = None) -> str:
             f"echo @@harness:smp; cat {folder}/smp 2>/dev/null; "
             f"echo @@harness:err; cat {folder}/err 2>/dev/null; "
             f"echo @@harness:dm; cat {folder}/dm.txt 2>/dev/null; "
-            f"echo @@harness:cache; cat {folder}/cache 2>/dev/null; {written}"
-            f"echo @@harness:lmkd; {LMKD_LINES}; "
-            "echo @@harness:pressure; cat /proc/pressure/memory; "
-            f"rm -rf {folder}")
+            f"echo @@harness:cache; cat {folder}/cache 2>/dev/null; {written}")
+    # without a writable place for its stderr, the evidence's errors go with the conditions'
+    read = (f"[ -p {folder}/nap ] && echo w 1<>{folder}/nap; "
+            f"i=0; while [ -f {folder}/mem ] && [ ! -f {folder}/t1 ] && [ $i -lt 50 ]; do "
+            "sleep 0.02; i=$((i+1)); done; "
+            f"if true 2>{errors}; then {{ {evidence} }} 2>{errors}; "
+            f"echo @@harness:{EVIDENCE_ERRORS}; cat {errors}; else {evidence} fi; "
+            f"rm -rf {folder} {errors}")
+    return conditions_command(big_cpu, meanwhile=read)  # the services answer meanwhile
 
 
 def cache_prelude(ctx: TrialContext, cache: str) -> str:

@@ -54,6 +54,7 @@ from harness.run.deploy import (
     model_remote_path,
 )
 from harness.run.events import Event, Kind
+from harness.run.laps import Laps
 from harness.run.modelfiles import model_folder, prompt_artifact
 from harness.run.order import TrialSpec, interleave
 from harness.run.pyruntime import (
@@ -342,10 +343,15 @@ class DeviceWorker:
             self._emit(Kind.TRIAL, index=index, total=self._ready.todo_count,
                        label=spec.cell.label(), build=spec.cell.build,
                        runs_on=spec.cell.setup_label(), trial_id=spec.trial_id)
+            laps: Laps | None = None
             if spec.trial_id in runnable_ids and contexts is not None:
                 ctx = contexts[spec.cell.cell_id]
+                checking = time.monotonic()
                 verdict = self._output_verdict(spec.cell, ctx)
+                checked = time.monotonic() - checking  # once per run and cell: its first trial
                 trial, samples = self._attempt(runner, spec, ctx, plan)
+                laps = runner.laps
+                laps.seconds["output_check"] = checked
                 trial = dataclasses.replace(trial, **verdict.columns())
                 if trial.outcome == "device_lost":
                     if not self._device_back():
@@ -366,12 +372,13 @@ class DeviceWorker:
                     plan.prediction.total if plan.prediction else None), []
             else:
                 trial, samples = store_io.skipped_trial(spec, plan), []
-            self._store(trial, samples)
+            self._store(trial, samples, laps)
 
     def _attempt(self, runner: TrialRunner, spec: TrialSpec, ctx: TrialContext,
                  plan: PlannedCell) -> tuple[TrialRecord, list[Any]]:
-        """One trial. A device that fails before its engine starts (the gate's reads) is
-        waited for and the trial tried once more, so a blip never costs a measurement."""
+        """One trial. A device that fails before its engine starts (the gate's reads, or a
+        launch whose shell never opened) is waited for and the trial tried once more, so a
+        blip never costs a measurement."""
         for attempt in (1, 2):
             try:
                 return runner.run(spec, ctx)
@@ -388,6 +395,8 @@ class DeviceWorker:
         knobs = outputcheck.CheckKnobs.of(cell)
         key = (cell.engine, cell.build, ctx.model, knobs)
         if key not in self._checks:
+            if self._ready is not None:  # the check runs on the phone: conditions change
+                self._ready.runner.forget_reading()
             self._checks[key] = self._check_output(cell, ctx, knobs)
             verdict = self._checks[key]
             self._emit(Kind.OUTPUT_CHECK, build=cell.build, model=cell.model, quant=cell.quant,
@@ -455,6 +464,8 @@ class DeviceWorker:
     def _memory_bandwidth(self) -> Bandwidth | None:
         """The profile's figure, else one copy test on the phone (both asked once a run)."""
         if self._bandwidth is None:
+            if self._ready is not None:  # a copy test may run on the phone: conditions change
+                self._ready.runner.forget_reading()
             found = bandwidth.from_profile(self._model) or bandwidth.measure(self.device)
             self._bandwidth = [found]
         return self._bandwidth[0]
@@ -465,11 +476,20 @@ class DeviceWorker:
         figure = self._memory_bandwidth() if needs_bandwidth(trial) else None
         return validate(trial, self.prepared.matrix.require, figure)
 
-    def _store(self, trial: TrialRecord, samples: Sequence[Any]) -> None:
+    def _store(self, trial: TrialRecord, samples: Sequence[Any], laps: Laps | None = None,
+               ) -> None:
         if self.stop.is_set():
             return
+        if laps is not None:
+            laps.lap("classify")  # the worker's part: the output verdict's columns, a loss
         trial = self.validated(trial)
+        if laps is not None:
+            laps.lap("validity")  # the gates, and the bandwidth probe once per run
         self.sink(trial, samples)
+        timings = {}
+        if laps is not None:
+            laps.lap("store")
+            timings = {"timings": laps.rounded()}
         if self.adaptive_policy is not None:
             self._values.setdefault(trial.cell_id, []).append(
                 adaptive.value_of(trial, self.adaptive_policy.metric))
@@ -477,7 +497,8 @@ class DeviceWorker:
         self.summary.outcomes[trial.outcome] += 1
         if trial.outcome == "precondition_failed":  # the phone and the requirement it failed
             self._emit(Kind.PRECONDITION_FAILED, error=trial.error)
-        self._emit(Kind.DONE, outcome=trial.outcome, tg_tps=trial.tg_tps, pp_tps=trial.pp_tps)
+        self._emit(Kind.DONE, outcome=trial.outcome, tg_tps=trial.tg_tps, pp_tps=trial.pp_tps,
+                   **timings)
 
     def _push(self, artifacts: Sequence[Artifact]) -> PushReport:
         return ensure_artifacts(

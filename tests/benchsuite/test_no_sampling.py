@@ -9,14 +9,12 @@ while the engine runs, and the samples are the file's.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from silent_engine import SilentEngine
 
-from harness.cell import Cell
-from harness.engines.base import Measurement
 from harness.matrix import expand, load_matrix
 from harness.records import BuildMeta, DeviceMeta, ModelMeta
 from harness.run.order import TrialSpec
@@ -57,23 +55,6 @@ class RecordingDevice:
         if "dumpsys thermalservice" in cmd:
             return Result()
         raise AssertionError(f"unexpected command: {cmd}")
-
-
-class SilentEngine:
-    name = "silent"
-
-    def supports(self, cell: Cell) -> str | None:
-        return None
-
-    def argv(self, cell: Cell, binary_path: str, model_path: str,
-             cpu_mask: str | None = None) -> list[str]:
-        return [binary_path, model_path]
-
-    def parse(self, stdout: str) -> Sequence[object]:
-        return []
-
-    def measure(self, records: Sequence[object]) -> list[Measurement]:
-        return []
 
 
 def _run(interval: float) -> tuple[RecordingDevice, int]:
