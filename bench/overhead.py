@@ -54,7 +54,7 @@ def shell_kind(command: str) -> str:
 Call = tuple[float, float, str, float | None]  # host start, seconds, kind, engine seconds
 
 
-def engine_seconds(stdout: str) -> float | None:
+def phone_engine_seconds(stdout: str) -> float | None:
     """The engine's run on the phone's clock (its t0 .. t1 stamps) from an evidence read's
     output; None without both (pure)."""
     from harness.run.probe import split_sections
@@ -85,7 +85,7 @@ def counted(device: Any) -> Iterator[Shells]:
         engine = None
         try:
             result = original(cmd, timeout=timeout)
-            engine = engine_seconds(result.stdout) if kind == "evidence" else None
+            engine = phone_engine_seconds(result.stdout) if kind == "evidence" else None
             return result
         finally:
             shells.calls.append((start, time.monotonic() - start, kind, engine))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.overhead import breakdown, engine_seconds, gaps, per_trial, shell_kind
+from bench.overhead import breakdown, gaps, per_trial, phone_engine_seconds, shell_kind
 from harness.run.bandwidth import probe_command
 from harness.run.preflight import conditions_command
 from harness.run.probe import state_command
@@ -22,8 +22,8 @@ def test_each_command_of_the_trial_path_is_named_by_its_text() -> None:
 
 
 def test_the_engines_time_is_its_t0_t1_stamps_and_none_without_both() -> None:
-    assert engine_seconds("@@harness:t0\n10.25\n@@harness:t1\n11.00\n") == 0.75
-    assert engine_seconds("@@harness:t0\n10.25\n@@harness:t1\n") is None
+    assert phone_engine_seconds("@@harness:t0\n10.25\n@@harness:t1\n11.00\n") == 0.75
+    assert phone_engine_seconds("@@harness:t0\n10.25\n@@harness:t1\n") is None
 
 
 def test_shells_go_to_the_trial_whose_span_they_started_in() -> None:
