@@ -85,13 +85,14 @@ class JobRecord:
     busy: str | None = None  # the phone's lease holder, when the job could not take it
     corrupt_replaced: tuple[str, ...] = ()  # cached files found corrupt and fetched again
     lease_s: float = 0.0  # of setup_s: taking the phone's lease (waiting out a dead host's)
+    phone_state: str = ""  # "kept" from an earlier run, "new", "" (an earlier job's): JobReport
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "serial": self.serial, "worker": self.worker, "pid": self.pid,
                 "trials": self.trials, "written": self.written,
                 "seconds": round(self.finished - self.started, 2),
                 "setup_s": round(self.setup_s, 3), "trials_s": round(self.trials_s, 3),
-                "lease_s": round(self.lease_s, 3),
+                "lease_s": round(self.lease_s, 3), "phone_state": self.phone_state,
                 "bytes_fetched": self.bytes_fetched, "busy": self.busy,
                 "corrupt_replaced": list(self.corrupt_replaced)}
 
@@ -371,7 +372,8 @@ class _FarmRun:
         self.jobs.append(JobRecord(job.key, job.serial, report.worker, report.pid,
                                    report.started, report.finished, len(report.trials), written,
                                    report.setup_s, report.trials_s, report.bytes_fetched,
-                                   report.busy, report.corrupt_replaced, report.lease_s))
+                                   report.busy, report.corrupt_replaced, report.lease_s,
+                                   report.phone_state))
         returned = {trial.trial_id for trial, _ in report.trials}
         summary.not_run += sum(1 for s in job.specs if s.trial_id not in returned)
         if report.busy:

@@ -10,9 +10,12 @@ takes) for as long as it runs, renewed in the background; a phone leased by some
 touched and the report names the holder.
 
 The device is prepared (facts, plan, artefacts pushed) by the first job of a run that reaches this
-worker process and kept for the next ones; a restarted worker prepares again, which pushes nothing
-when the files are still on the phone. The report splits a job's time into set-up (artifact fetch,
-lease, preparing the phone) and the trials.
+worker process and kept for the run's next jobs. What preparing learnt of the phone (its facts,
+the files verified on it, its probes) is kept for later runs too (``harness.farm.phonestate``):
+a later run's first job checks it in one round trip (same boot id, files unchanged) instead of
+checksumming every file on the phone again. A restarted worker prepares again, which pushes
+nothing when the files are still on the phone. The report splits a job's time into set-up
+(artifact fetch, lease, preparing the phone) and the trials.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from harness.farm.artifacts import (
     localize,
     worker_tls,
 )
+from harness.farm.phonestate import PhoneState, StateLedger, revalidate
 from harness.records import AdaptiveRecord, SampleRecord, TrialRecord
 from harness.run.events import Kind
 from harness.run.order import TrialSpec
@@ -100,6 +104,10 @@ class JobReport:
     bytes_fetched: int = 0  # downloaded from the driver's artifact service by this job
     corrupt_replaced: tuple[str, ...] = ()  # cached files whose sha256 no longer matched
     adaptive: tuple[AdaptiveRecord, ...] = ()  # why this job's A/B pairs stopped
+    # how this job found the phone's prepared state: "kept" from an earlier run (checked in one
+    # round trip), "new" (first run on this worker, or the phone rebooted), "" (an earlier job
+    # of this run prepared it)
+    phone_state: str = ""
 
     @property
     def setup_s(self) -> float:
@@ -145,6 +153,7 @@ class _Collector:
 
 
 _devices: OrderedDict[tuple[str, str], tuple[DeviceWorker, _Collector]] = OrderedDict()
+_phones: dict[str, PhoneState] = {}  # serial -> what preparing it taught, kept across runs
 
 
 @dataclass
@@ -156,6 +165,7 @@ class _Timing:
     fetched: Fetched = field(default_factory=Fetched)
     pushed: int = 0
     adaptive: tuple[AdaptiveRecord, ...] = ()
+    phone_state: str = ""
 
 
 def _prepared_device(request: JobRequest, device: Device, emit: _Emitter,
@@ -176,10 +186,16 @@ def _prepared_device(request: JobRequest, device: Device, emit: _Emitter,
     timing.fetch_s = time.monotonic() - clock
     clock = time.monotonic()
     collector = _Collector()
+    kept = _phones.pop(request.serial, None)
+    state, facts = revalidate(device, kept)
+    timing.phone_state = "kept" if state is kept else "new"
     device_worker = DeviceWorker(device, Prepared(prepared.matrix, prepared.cells, models, builds),
                                  request.run_id, request.options, set(request.done), emit,
-                                 sink=collector)
-    device_worker.prepare_jobs()
+                                 sink=collector, ledger=StateLedger(device, state))
+    if state.probed is not None:
+        device_worker.reuse(state.probed)
+    device_worker.prepare_jobs(facts)
+    _phones[request.serial] = state
     timing.prepare_s = time.monotonic() - clock
     timing.pushed = device_worker.summary.bytes_pushed
     _devices[key] = (device_worker, collector)
@@ -241,17 +257,19 @@ def run_job(request: JobRequest) -> JobReport:
             finally:
                 timing.trials_s = time.monotonic() - clock
                 timing.adaptive = tuple(device_worker.summary.adaptive[decided:])
+            if request.serial in _phones:
+                _phones[request.serial].probed = device_worker.probed()
     except DeviceBusyError as error:  # a local run (or another farm) holds the phone: touch nothing
         busy = str(error)
     except DeviceLostError as error:
         lost = str(error)
-        _devices.pop((request.run_id, request.serial), None)
+        _forget(request)
     except HarnessError as error:
         failed = str(error)
-        _devices.pop((request.run_id, request.serial), None)
+        _forget(request)
     except OSError as error:  # the host's artifact cache cannot be written, ...
         failed = f"{error} (on the worker's host {socket.gethostname()})"
-        _devices.pop((request.run_id, request.serial), None)
+        _forget(request)
     return JobReport(
         job_id=request.job_id, serial=request.serial, worker=str(worker.name), pid=os.getpid(),
         started=started, finished=time.time(), trials=tuple(collector.trials),
@@ -259,4 +277,11 @@ def run_job(request: JobRequest) -> JobReport:
         fetch_s=timing.fetch_s, lease_s=timing.lease_s, prepare_s=timing.prepare_s,
         trials_s=timing.trials_s, bytes_fetched=timing.fetched.bytes,
         corrupt_replaced=timing.fetched.corrupt, adaptive=timing.adaptive,
+        phone_state=timing.phone_state,
     )
+
+
+def _forget(request: JobRequest) -> None:
+    """A phone lost or failed: its run's device and its kept state go (prepared anew next)."""
+    _devices.pop((request.run_id, request.serial), None)
+    _phones.pop(request.serial, None)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from harness.artifacts.builds import Build
 from harness.device.base import Device
@@ -45,11 +46,27 @@ def build_remote_dir(build_digest: str) -> str:
     return f"{DEVICE_ROOT}/builds/{build_digest}"
 
 
+class Ledger(Protocol):
+    """What a caller remembers of files verified on the device (``harness.farm.phonestate``)."""
+
+    def known(self, paths: Sequence[str]) -> dict[str, str]:
+        """sha256 of those ``paths`` still as they were when verified, without reading them."""
+        ...
+
+    def verified(self, sums: Mapping[str, str]) -> None:
+        """Files whose sha256 was just checked on the device, or that were just pushed."""
+        ...
+
+
+def build_digest(build: Build) -> str:
+    """A digest of a build's files' checksums: its content, whatever its name."""
+    return hashlib.sha256("|".join(f.sha256 for f in build.manifest.files).encode()).hexdigest()
+
+
 def build_artifacts(build: Build, tool: str = "llama-bench") -> tuple[list[Artifact], str, str]:
     """Artefacts of a build, its binary and its library folder on the device (a folder named
     by the build and a digest of its files' checksums)."""
-    digest = hashlib.sha256("|".join(f.sha256 for f in build.manifest.files).encode())
-    remote_root = f"{DEVICE_ROOT}/builds/{build.name}-{digest.hexdigest()[:12]}"
+    remote_root = f"{DEVICE_ROOT}/builds/{build.name}-{build_digest(build)[:12]}"
     artifacts = [
         Artifact(build.path / f.path, f.sha256, f"{remote_root}/{f.path}",
                  executable=f.path.startswith("bin/"))
@@ -84,9 +101,15 @@ def ensure_artifacts(
     device: Device,
     artifacts: Sequence[Artifact],
     progress: Callable[[str, int, int], None] | None = None,
+    ledger: Ledger | None = None,
 ) -> PushReport:
-    """Make every artefact present and verified on the device; push only what is missing."""
-    present = remote_checksums(device, [a.remote for a in artifacts])
+    """Make every artefact present and verified on the device; push only what is missing.
+
+    A ``ledger`` vouches for files it saw verified and unchanged since: those are not read
+    again; it is told of every file checked or pushed here."""
+    paths = [a.remote for a in artifacts]
+    known = ledger.known(paths) if ledger is not None else {}
+    present = {**known, **remote_checksums(device, [p for p in paths if p not in known])}
     pushed = files = reused = 0
     for artifact in artifacts:
         if present.get(artifact.remote) == artifact.sha256:
@@ -123,4 +146,7 @@ def ensure_artifacts(
                               device.serial)
         pushed += size
         files += 1
+    if ledger is not None:
+        ledger.verified({a.remote: a.sha256 for a in artifacts
+                         if known.get(a.remote) != a.sha256})
     return PushReport(bytes_pushed=pushed, files_pushed=files, files_reused=reused)

@@ -48,8 +48,10 @@ from harness.run import adaptive, bandwidth, outputcheck, reference, store_io
 from harness.run.deploy import (
     DEVICE_ROOT,
     Artifact,
+    Ledger,
     PushReport,
     build_artifacts,
+    build_digest,
     ensure_artifacts,
     model_remote_path,
 )
@@ -126,6 +128,20 @@ def jobs_of(trials: Sequence[TrialSpec]) -> list[list[TrialSpec]]:
     return jobs
 
 
+CheckKey = tuple[str, str, str, outputcheck.CheckKnobs]  # engine, build, model on the phone, knobs
+
+
+@dataclass(frozen=True)
+class Probed:
+    """What a run learnt by probing its phone that holds while the phone keeps its boot: the
+    memory bandwidth, and per build content (``build_digest``) its ``--list-devices`` answer
+    and the output checks that matched (a mismatch or an error is asked again next run)."""
+
+    bandwidth: tuple[Bandwidth, ...]  # empty: not measured yet, or no figure to be had
+    capabilities: Mapping[str, tuple[str, Capability]]  # build -> (its digest, the answer)
+    checks: Mapping[CheckKey, tuple[str, outputcheck.Verdict]]  # -> (build digest, verdict)
+
+
 @dataclass(frozen=True)
 class _Ready:
     """A device after ``prepare_jobs``: its plan, its pushed artefacts, its trial runner."""
@@ -147,8 +163,10 @@ class DeviceWorker:
     """
 
     def __init__(self, device: Device, prepared: Prepared, run_id: str, options: RunOptions,
-                 done: set[str], on_event: Event, sink: Sink | None = None) -> None:
+                 done: set[str], on_event: Event, sink: Sink | None = None,
+                 ledger: Ledger | None = None) -> None:
         self.device = device
+        self.ledger = ledger  # files verified on the phone before this run (the farm's)
         self.prepared = prepared
         self.run_id = run_id
         self.options = options
@@ -176,7 +194,7 @@ class DeviceWorker:
         self._bandwidth: list[Bandwidth | None] | None = None
         # output check verdicts per (engine, build, model file on the device, compute device,
         # offloaded layers), made once
-        self._checks: dict[tuple[str, str, str, outputcheck.CheckKnobs], outputcheck.Verdict] = {}
+        self._checks: dict[CheckKey, outputcheck.Verdict] = {}
         # each llama.cpp build's devices on this phone, asked once (--list-devices)
         self._capabilities: dict[str, Capability] = {}
         # set when the run is stopped (Ctrl-C, SIGTERM): no trial starts and nothing more is
@@ -221,9 +239,10 @@ class DeviceWorker:
             self.run_job(job, index)
             index += len(job)
 
-    def prepare_jobs(self) -> list[list[TrialSpec]]:
-        """Plan this device's trials and push what the runnable ones need; its jobs, in order."""
-        facts = self.device.facts()
+    def prepare_jobs(self, facts: DeviceFacts | None = None) -> list[list[TrialSpec]]:
+        """Plan this device's trials and push what the runnable ones need; its jobs, in order.
+        ``facts``: the device's, when the caller has them fresh (else read here)."""
+        facts = facts or self.device.facts()
         self._model = facts.model
         self.summary.memory_model = facts.memory_model
         planned = self.plan(facts)
@@ -504,7 +523,7 @@ class DeviceWorker:
         return ensure_artifacts(
             self.device, artifacts,
             progress=lambda name, done, total: self._emit(
-                "push", name=name, done=done, total=total))
+                "push", name=name, done=done, total=total), ledger=self.ledger)
 
     def _engine_files(self, cell: Cell, engine: Engine) -> tuple[list[Artifact], dict[str, Any]]:
         """What one engine needs on the device for a cell, and where (binary, lib_dir, env)."""
@@ -656,6 +675,27 @@ class DeviceWorker:
             contexts[cell_id] = with_driver(_with_dialect(ctx, self._capabilities[build]),
                                             self._capabilities[build])
         return contexts
+
+    def probed(self) -> Probed:
+        """What this run probed on the phone, for a later run's ``reuse``."""
+        digests = {name: build_digest(build) for name, build in self.prepared.builds.items()}
+        return Probed(
+            bandwidth=tuple(b for b in self._bandwidth or () if b is not None),  # found
+            capabilities={b: (digests[b], c) for b, c in self._capabilities.items()
+                          if b in digests},
+            checks={k: (digests[k[1]], v) for k, v in self._checks.items()
+                    if k[1] in digests and v.status == outputcheck.Status.MATCH})
+
+    def reuse(self, probed: Probed) -> None:
+        """Take an earlier run's probes of this phone (same boot) for the builds whose content
+        is unchanged, before ``prepare_jobs``."""
+        digests = {name: build_digest(build) for name, build in self.prepared.builds.items()}
+        if probed.bandwidth:
+            self._bandwidth = list(probed.bandwidth)
+        self._capabilities.update({b: c for b, (d, c) in probed.capabilities.items()
+                                   if digests.get(b) == d})
+        self._checks.update({k: v for k, (d, v) in probed.checks.items()
+                             if digests.get(k[1]) == d})
 
     def _has_backends(self, build: str) -> bool:
         """Whether a build has a device backend compiled in (its manifest says so)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.farm import dask_figures, job_split, two_host_figures
+from bench.farm import breakdown, dask_figures, job_split, two_host_figures
 
 
 def test_the_engine_span_is_the_busiest_phones_trial_time_and_setup_is_apart() -> None:
@@ -21,7 +21,9 @@ def test_the_engine_span_is_the_busiest_phones_trial_time_and_setup_is_apart() -
 def test_farm_efficiency_is_reported_by_makespan_and_by_engine_time() -> None:
     def run(phones: int, make: float, engine: float) -> dict[str, object]:
         return {"kind": "warm", "phones": phones, "makespan_s": make, "engine_span_s": engine,
-                "setup_share": 0.1, "setup_median_s": 0.5, "bytes_served": 0, "jobs": []}
+                "setup_share": 0.05 * phones, "setup_median_s": 0.5, "bytes_served": 0,
+                "jobs": [], "breakdown": {"setup_s": 0.5, "trials_s": engine,
+                                          "rest_s": make - engine - 0.5}}
 
     cold = {"kind": "cold", "phones": 2, "setup_median_s": 4.0, "bytes_served": 2**20,
             "jobs": [{"bytes_fetched": 2**20}]}
@@ -31,6 +33,19 @@ def test_farm_efficiency_is_reported_by_makespan_and_by_engine_time() -> None:
     assert figures["3 farm (dask): efficiency, 2 phones"].met is False
     assert figures["3 farm (dask): engine-only efficiency, 2 phones"].value == 1.0
     assert figures["3 farm (dask): cold run set-up per job"].value == 4.0
+    share = figures["3 farm (dask): set-up share of job time, 2 phones"]
+    assert share.value == pytest.approx(10.0) and share.met is True
+    assert "rest 4.00 s" in figures["3 farm (dask): efficiency, 2 phones"].note
+    assert "2 on 2 cores" in figures["3 farm (dask): engine-only efficiency, 2 phones"].note
+
+
+def test_a_runs_makespan_splits_into_its_busiest_phones_setup_trials_and_the_rest() -> None:
+    jobs = [{"serial": "a", "setup_s": 0.5, "trials_s": 2.0},
+            {"serial": "a", "setup_s": 0.1, "trials_s": 2.0},
+            {"serial": "b", "setup_s": 1.5, "trials_s": 2.5}]
+    assert breakdown(jobs, 6.0) == pytest.approx({"setup_s": 0.6, "trials_s": 4.0,
+                                                  "rest_s": 1.4})
+    assert breakdown([], 1.0) == {"setup_s": 0.0, "trials_s": 0.0, "rest_s": 1.0}
 
 
 def test_the_two_host_rows_compare_one_phone_on_h1_with_one_phone_per_host() -> None:
