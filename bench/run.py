@@ -58,6 +58,7 @@ PHONE_FIGURES: dict[str, PhoneFigure] = {
 HOST_FIGURES: dict[str, HostFigure] = {
     "report": scripts.report,
     "site": scripts.site,
+    "recommend": scripts.recommend,
     "detector": lambda work, quick: scripts.detector(quick),
 }
 NAMES = (*PHONE_FIGURES, *HOST_FIGURES)
@@ -138,7 +139,7 @@ def _group_loads(meta: dict[str, Any]) -> dict[str, str]:
     """Figure number -> load average text, from the module that measured it."""
     module_of = {"1": "sampler", "2": "push", "3": "farm", "4": "sampler", "5": "report",
                  "6": "detector", "7": "memory", "8": "real",
-                 "12": "gpusampler", "13": "site"}
+                 "12": "gpusampler", "13": "site", "14": "recommend"}
     loads = {}
     for number, module in module_of.items():
         info = meta["figures"].get(module)

@@ -60,6 +60,20 @@ def load_trials(results: Path) -> pd.DataFrame:
     return with_stored_energy(results, frame)
 
 
+def load_device_trials(results: Path, serial: str) -> pd.DataFrame:
+    """``load_trials`` narrowed to the phone whose serial is ``serial``, read with the filter
+    pushed into Parquet; every trial when the store has no such serial (``serial`` may then be
+    a device model or a profile: ``phonemem.resolve_device`` decides)."""
+    if not (results / "trials").is_dir():
+        return load_trials(results)
+    frame = read_table(results, "trials", filters=[("device_serial", "=", serial)])
+    if frame.empty:
+        return load_trials(results)
+    from harness.analysis.monitor import with_stored_energy
+
+    return with_stored_energy(results, frame)
+
+
 @dataclass(frozen=True)
 class CellKey:
     """One device and one configuration; ``str`` gives the form gate messages print."""

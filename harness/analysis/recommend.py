@@ -47,20 +47,27 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from harness.analysis.candidates import (
+    PAGING,
+    Groups,
+    Outputs,
+    Trials,
+    groups_of,
+    has_column_values,
+    medians,
+    outputs,
+    paging_flags,
+    peaks,
+    trial_masks,
+)
 from harness.analysis.energy_table import EnergyFigures, energy_of
-from harness.analysis.frames import engine_column, invalid, not_applied, throttled, usable
+from harness.analysis.frames import engine_column, invalid, not_applied
 from harness.analysis.knobs import Suggestion, suggest
 from harness.analysis.kv_loss import KvEvidence, KvLoss, KvType, combined_kl
-from harness.analysis.offload_peak import WorstPeak, worst_peak
+from harness.analysis.offload_peak import WorstPeak
 from harness.analysis.phonemem import PhoneMemory, resolve_device
 from harness.analysis.quality import QualityScore
-from harness.analysis.sustained import (
-    SustainedFigures,
-    column,
-    counted,
-    figures,
-    sustained_mask,
-)
+from harness.analysis.sustained import SustainedFigures, column, figures, sustained_mask
 from harness.budget import fit
 from harness.knobs import CPU_DEVICE, gpu_layers_text, offload_of
 from harness.knobs import default as knob_default
@@ -190,13 +197,19 @@ class Recommendation:
             "objective": self.objective, "available_bytes": self.available_bytes,
             "reserve_bytes": self.reserve_bytes, "budget_bytes": self.budget_bytes,
             "max_quality_loss": self.max_quality_loss,
-            "picks": [asdict(p) for p in self.picks],
+            "picks": [_flat(p) for p in self.picks],
             "pareto": [{"config_id": c, "build_id": b, "engine": e} for c, b, e in self.pareto],
             "rejected": [asdict(r) for r in self.rejected],
             "unranked": [asdict(u) for u in self.unranked],
             "suggestion": asdict(self.suggestion) if self.suggestion else None,
             "notes": list(self.notes),
         }
+
+
+def _flat(pick: Pick) -> dict[str, Any]:
+    """``asdict`` of a pick, whose fields are all scalars, without its deep copies (10,000
+    picks of a farm's phone took seconds)."""
+    return {f.name: getattr(pick, f.name) for f in dataclasses.fields(pick)}
 
 
 def _median(values: pd.Series) -> float | None:
@@ -229,68 +242,6 @@ class _Measured:
 def _reject(row: Mapping[str, Any], code: str, reason: str) -> Rejected:
     return Rejected(str(row["config_id"]), str(row["label"]), code, reason,
                     str(row["build_id"]), str(row["engine"]))
-
-
-def _health(row: Mapping[str, Any], rows: pd.DataFrame, applied: pd.DataFrame,
-            max_throttled: float) -> Rejected | None:
-    """Why a candidate's trials cannot be trusted to run on this phone, if they cannot."""
-    n = len(rows)
-    ooms = int((rows["outcome"] == "oom_killed").sum())
-    if ooms:
-        return _reject(row, "oom_killed", f"killed by the low-memory killer in {ooms} of {n} "
-                                          "trials")
-    n_ok = int((rows["outcome"] == "ok").sum())
-    if not n_ok:
-        counts = rows["outcome"].astype(str).value_counts()
-        outcomes = ", ".join(f"{k} {v}" for k, v in counts.items())
-        return _reject(row, "no_ok_trial", f"no successful trial ({outcomes})")
-    if applied.empty:
-        ok = rows[rows["outcome"] == "ok"]
-        failed_gates = ok[invalid(ok)]
-        if len(failed_gates) and not not_applied(ok).all():
-            reasons = failed_gates.get("invalid_reason", pd.Series(dtype=object)).dropna()
-            why = str(reasons.iloc[0]) if len(reasons) else "a validity gate failed"
-            return _reject(row, "invalid", f"none of the {n_ok} successful trials is valid "
-                                           f"({why})")
-        return _reject(row, "not_applied", f"none of the {n_ok} successful trials ran as "
-                                           "configured (affinity or threads not applied)")
-    burst = applied[~sustained_mask(applied)]  # a sustained trial is meant to heat the phone
-    hot = throttled(burst)
-    if len(burst) and hot.mean() > max_throttled:
-        return _reject(row, "throttled", f"{int(hot.sum())} of {len(burst)} trials throttled")
-    return None
-
-
-def _assess(key: CandidateKey, rows: pd.DataFrame, *, available: int | None, reserve: int,
-            max_throttled: float, quality: Mapping[tuple[str, str], QualityScore],
-            max_loss: float | None, kv: KvEvidence, require_check: bool = False,
-            ) -> tuple[_Measured | None, Rejected | None, int | None]:
-    """(eligible measurement, or rejection; bytes over budget when rejected for memory)."""
-    row = rows.iloc[0].to_dict()
-    row.update(config_id=key[0], build_id=key[1], engine=key[2], label=config_label(row))
-    applied = usable(rows, include_throttled=True)
-    unhealthy = _health(row, rows, applied, max_throttled)
-    if unhealthy is not None:
-        return None, unhealthy, None
-    paging = paging_of(applied)
-    worst = worst_peak(applied)
-    peak = _worst_anon_peak(applied) if paging is not None else worst.bytes
-    what = f"worst measured peak ({worst.says})" if worst.says else "worst measured peak"
-    verdict = fit(peak, available, reserve, what) \
-        if available is not None and peak is not None else None
-    if verdict is not None and not verdict.fits:
-        return None, _reject(row, "over_budget", verdict.reason), verdict.over_bytes
-    rejected = _quality_rejection(row, quality, max_loss, kv)
-    if rejected:
-        return None, rejected, None
-    chosen = counted(rows)
-    checked, why = output_state(chosen)
-    if require_check and checked != "checked":
-        return None, _reject(row, "output_unchecked", (
-            f"its output was not checked ({'the check failed: ' if checked == 'error' else ''}"
-            f"{why or 'no reason stored'}) and --require-output-check is on")), None
-    return dataclasses.replace(_measured(key, row, rows, peak, chosen), paging=paging,
-                               output=(checked, why), worst=worst), None, None
 
 
 @dataclass(frozen=True)
@@ -343,22 +294,6 @@ def output_state(ok: pd.DataFrame) -> tuple[str, str | None]:
     if (states == "error").any():
         return "error", None
     return "unchecked", "no output check stored for its trials"
-
-
-def _measured(key: CandidateKey, row: dict[str, Any], rows: pd.DataFrame,
-              peak: int | None, chosen: pd.DataFrame) -> _Measured:
-    """An eligible candidate's figures: medians over its counted trials (``chosen``)."""
-    speeds = {k: _median(chosen[k]) for k in ("tg_tps", "pp_tps", "ttft_ms")}
-    device = str(rows.iloc[0]["device_serial"])
-    full = (device, *key)
-    sustained = figures(full, chosen)
-    energy = energy_of(full, chosen, str(row["label"]))
-    speeds["sustained_tg_tps"] = sustained.sustained_tg_tps if sustained else None
-    speeds["steady_state_ratio"] = sustained.steady_state_ratio if sustained else None
-    speeds["time_to_throttle_s"] = sustained.time_to_throttle_s if sustained else None
-    speeds["tg_j_per_token"] = energy.tg_j_per_token if energy and energy.ok else None
-    speeds["pp_j_per_token"] = energy.pp_j_per_token if energy and energy.valid else None
-    return _Measured(row, speeds, peak, len(rows), sustained, energy)
 
 
 def _unranked(m: _Measured, objective: str) -> Unranked | None:
@@ -418,18 +353,6 @@ def _quality_rejection(row: Mapping[str, Any], quality: Mapping[tuple[str, str],
         return _reject(row, "quality",
                        f"KL {score.kl:.4g} (weights){kv_part} > max quality loss {max_loss:g}")
     return None
-
-
-def _pareto(points: Sequence[tuple[CandidateKey, float, int]]) -> set[CandidateKey]:
-    """Candidates not dominated in (speed higher better, peak lower better)."""
-    front = set()
-    for cid, speed, peak in points:
-        dominated = any(
-            s >= speed and p <= peak and (s > speed or p < peak) for c, s, p in points if c != cid
-        )
-        if not dominated:
-            front.add(cid)
-    return front
 
 
 def _sustained_text(m: _Measured) -> str:
@@ -540,18 +463,191 @@ class _Assessed:
     seen: set[CandidateKey] = field(default_factory=set)
 
 
+def _no_ok_trial(row: Mapping[str, Any], rows: pd.DataFrame) -> Rejected:
+    """A candidate none of whose trials succeeded: each outcome with its count."""
+    counts = rows["outcome"].astype(str).value_counts()
+    outcomes = ", ".join(f"{k} {v}" for k, v in counts.items())
+    return _reject(row, "no_ok_trial", f"no successful trial ({outcomes})")
+
+
+def _unapplied(row: Mapping[str, Any], rows: pd.DataFrame, n_ok: int) -> Rejected:
+    """A candidate none of whose successful trials counts: invalid, or not applied as asked."""
+    ok = rows[rows["outcome"] == "ok"]
+    failed_gates = ok[invalid(ok)]
+    if len(failed_gates) and not not_applied(ok).all():
+        reasons = failed_gates.get("invalid_reason", pd.Series(dtype=object)).dropna()
+        why = str(reasons.iloc[0]) if len(reasons) else "a validity gate failed"
+        return _reject(row, "invalid", f"none of the {n_ok} successful trials is valid "
+                                       f"({why})")
+    return _reject(row, "not_applied", f"none of the {n_ok} successful trials ran as "
+                                       "configured (affinity or threads not applied)")
+
+
+@dataclass(frozen=True)
+class _Bulk:
+    """A device's candidates aggregated at once (``candidates``): what ``_assess`` reads."""
+
+    rows: pd.DataFrame
+    groups: Groups
+    trials: Trials
+    records: list[dict[str, Any]]  # each candidate's first trial, as ``_assess`` reads its row
+    counts: dict[str, np.ndarray]  # n, ok, oom, applied, burst, hot
+    peaks: np.ndarray
+    states: list[str | None]
+    paging: np.ndarray
+    anon: np.ndarray
+    speeds: dict[str, np.ndarray]  # medians over the counted trials
+    paged: dict[str, np.ndarray]  # medians over the applied trials (paging figures)
+    outputs: Outputs
+    sustained: np.ndarray  # has a counted sustained trial
+    energy: np.ndarray  # has a counted trial whose energy was measured
+
+
+def _bulk(rows: pd.DataFrame) -> _Bulk:
+    groups = groups_of(rows)
+    t = trial_masks(rows, groups)
+    every = np.ones(len(rows), dtype=bool)
+    counts = {"n": groups.count(every), "ok": groups.count(t.ok), "oom": groups.count(t.oom),
+              "applied": groups.count(t.applied), "burst": groups.count(t.burst),
+              "hot": groups.count(t.hot)}
+    worst, states = peaks(rows, groups, t.applied)
+    paging = paging_flags(rows, groups, t.applied)
+    anon = (groups.reduce(pd.to_numeric(rows["peak_pss_anon_bytes"], errors="coerce"),
+                          t.applied, "max") if "peak_pss_anon_bytes" in rows
+            else np.full(len(groups), np.nan))
+    pages = t.applied & paging[np.maximum(groups.codes, 0)] & (groups.codes >= 0)
+    records = rows.iloc[groups.order[groups.starts[:-1]]].to_dict("records")
+    return _Bulk(rows, groups, t, records, counts, worst, states, paging, anon,
+                 medians(rows, groups, t.counted, ("tg_tps", "pp_tps", "ttft_ms")),
+                 medians(rows, groups, pages, PAGING), outputs(rows, groups, t.counted),
+                 groups.count(t.counted & sustained_mask(rows).to_numpy()) > 0,
+                 has_column_values(rows, groups, t.counted, "energy_valid"))
+
+
+def _number(values: np.ndarray | None, g: int) -> float | None:
+    return None if values is None or np.isnan(values[g]) else float(values[g])
+
+
+def _bulk_health(b: _Bulk, g: int, row: Mapping[str, Any],
+                 max_throttled: float) -> Rejected | None:
+    """``_health`` of candidate ``g`` from the counts (its rows only for the rare messages
+    that list them)."""
+    c = {name: int(values[g]) for name, values in b.counts.items()}
+    if c["oom"]:
+        return _reject(row, "oom_killed", f"killed by the low-memory killer in {c['oom']} of "
+                                          f"{c['n']} trials")
+    if not c["ok"]:
+        return _no_ok_trial(row, b.rows.iloc[b.groups.positions(g)])
+    if not c["applied"]:
+        return _unapplied(row, b.rows.iloc[b.groups.positions(g)], c["ok"])
+    if c["burst"] and c["hot"] / c["burst"] > max_throttled:
+        return _reject(row, "throttled", f"{c['hot']} of {c['burst']} trials throttled")
+    return None
+
+
+def _bulk_paging(b: _Bulk, g: int) -> Paging | None:
+    if not b.paging[g]:
+        return None
+    read = _number(b.paged.get("read_bytes_per_token"), g)
+    read = file_reads(read, _number(b.paged.get("swap_in_bytes_per_token"), g)
+                      if "swap_in_bytes_per_token" in b.paged else None)
+    tg = _number(b.paged.get("tg_tps"), g)
+    return Paging(read, _number(b.paged.get("storage_read_mb_s"), g),
+                  _number(b.paged.get("predicted_paging_tg_tps"), g),
+                  read * tg / MB if read and tg else None)
+
+
+def _bulk_output(b: _Bulk, g: int) -> tuple[str, str | None]:
+    """``output_state`` of candidate ``g``'s counted trials."""
+    o = b.outputs
+    if o.all_match[g]:
+        return "checked", None
+    if o.error_detail[g] >= 0:
+        return "error", o.details[int(o.error_detail[g])]
+    if o.unchecked_detail[g] >= 0:
+        return "unchecked", o.details[int(o.unchecked_detail[g])]
+    if o.any_error[g]:
+        return "error", None
+    return "unchecked", "no output check stored for its trials"
+
+
+def _bulk_measured(b: _Bulk, g: int, row: dict[str, Any], peak: int | None) -> _Measured:
+    """``_measured``: the medians of the counted trials, and the sustained and energy figures
+    of the candidates that have them (from their counted rows, by ``sustained.figures`` and
+    ``energy_table.energy_of``, the report's tables' own rules)."""
+    key = b.groups.keys[g]
+    speeds = {k: _number(b.speeds.get(k), g) for k in ("tg_tps", "pp_tps", "ttft_ms")}
+    full = (str(b.records[g]["device_serial"]), *key)
+    sustained = energy = None
+    if b.sustained[g] or b.energy[g]:
+        where = b.groups.positions(g)
+        chosen = b.rows.iloc[where[b.trials.counted[where]]]
+        sustained = figures(full, chosen) if b.sustained[g] else None
+        energy = energy_of(full, chosen, str(row["label"])) if b.energy[g] else None
+    speeds["sustained_tg_tps"] = sustained.sustained_tg_tps if sustained else None
+    speeds["steady_state_ratio"] = sustained.steady_state_ratio if sustained else None
+    speeds["time_to_throttle_s"] = sustained.time_to_throttle_s if sustained else None
+    speeds["tg_j_per_token"] = energy.tg_j_per_token if energy and energy.ok else None
+    speeds["pp_j_per_token"] = energy.pp_j_per_token if energy and energy.valid else None
+    return _Measured(row, speeds, peak, int(b.counts["n"][g]), sustained, energy)
+
+
+@dataclass(frozen=True)
+class _Bounds:
+    """What a candidate is held against: memory, throttling, quality, the output check."""
+
+    available: int | None
+    reserve: int
+    max_throttled: float
+    quality: Mapping[tuple[str, str], QualityScore]
+    max_loss: float | None
+    kv: KvEvidence
+    require_check: bool
+
+
+def _assess(b: _Bulk, g: int, bounds: _Bounds,
+            ) -> tuple[_Measured | None, Rejected | None, int | None]:
+    """Candidate ``g``: (eligible measurement, or rejection; bytes over budget when rejected
+    for memory)."""
+    key = b.groups.keys[g]
+    row = dict(b.records[g])
+    row.update(config_id=key[0], build_id=key[1], engine=key[2], label=config_label(row))
+    unhealthy = _bulk_health(b, g, row, bounds.max_throttled)
+    if unhealthy is not None:
+        return None, unhealthy, None
+    paging = _bulk_paging(b, g)
+    worst = WorstPeak(_int(_number(b.peaks, g)), b.states[g])
+    peak = _int(_number(b.anon, g)) if paging is not None else worst.bytes
+    what = f"worst measured peak ({worst.says})" if worst.says else "worst measured peak"
+    verdict = fit(peak, bounds.available, bounds.reserve, what) \
+        if bounds.available is not None and peak is not None else None
+    if verdict is not None and not verdict.fits:
+        return None, _reject(row, "over_budget", verdict.reason), verdict.over_bytes
+    rejected = _quality_rejection(row, bounds.quality, bounds.max_loss, bounds.kv)
+    if rejected:
+        return None, rejected, None
+    checked, why = _bulk_output(b, g)
+    if bounds.require_check and checked != "checked":
+        return None, _reject(row, "output_unchecked", (
+            f"its output was not checked ({'the check failed: ' if checked == 'error' else ''}"
+            f"{why or 'no reason stored'}) and --require-output-check is on")), None
+    return dataclasses.replace(_bulk_measured(b, g, row, peak), paging=paging,
+                               output=(checked, why), worst=worst), None, None
+
+
 def _assess_all(rows: pd.DataFrame, objective: str, *, available: int | None, reserve: int,
                 max_throttled: float, quality: Mapping[tuple[str, str], QualityScore],
                 max_loss: float | None, kv: KvEvidence, require_check: bool) -> _Assessed:
-    """Each (config, build, engine) group of ``rows`` through ``_assess``."""
+    """Every (config, build, engine) candidate of ``rows``, aggregated in bulk, then each
+    through ``_assess`` in ``groupby`` order."""
     out = _Assessed()
-    for key, candidate in rows.groupby(["config_id", "build_id", "engine"], sort=True,
-                                       observed=True):
-        ckey = (str(key[0]), str(key[1]), str(key[2]))
+    if rows.empty:
+        return out
+    b = _bulk(rows)
+    bounds = _Bounds(available, reserve, max_throttled, quality, max_loss, kv, require_check)
+    for g, ckey in enumerate(b.groups.keys):
         out.seen.add(ckey)
-        m, rej, over = _assess(ckey, candidate, available=available, reserve=reserve,
-                               max_throttled=max_throttled, quality=quality, max_loss=max_loss,
-                               kv=kv, require_check=require_check)
+        m, rej, over = _assess(b, g, bounds)
         if m is not None and (why := _unranked(m, objective)) is not None:
             out.unranked.append(why)
         elif m is not None:
@@ -559,10 +655,26 @@ def _assess_all(rows: pd.DataFrame, objective: str, *, available: int | None, re
         elif rej is not None:
             out.rejected.append(rej)
             if rej.reason_code in ("over_budget", "oom_killed"):
-                out.memory_rejects.append({**candidate.iloc[0].to_dict(),
-                                           "config_id": rej.config_id, "label": rej.label,
-                                           "over_bytes": over})
+                out.memory_rejects.append({**b.records[g], "config_id": rej.config_id,
+                                           "label": rej.label, "over_bytes": over})
     return out
+
+
+def _pareto(points: Sequence[tuple[CandidateKey, float, int]]) -> set[CandidateKey]:
+    """Candidates not dominated in (speed higher better, peak lower better): a point is
+    dominated by a faster one at no larger peak, or an equally fast one at a smaller peak."""
+    if not points:
+        return set()
+    speed = np.array([s for _, s, _ in points], dtype=np.float64)
+    peak = np.array([p for _, _, p in points], dtype=np.int64)
+    unique, at = np.unique(speed, return_inverse=True)
+    top = np.iinfo(np.int64).max
+    least = np.full(len(unique), top, dtype=np.int64)
+    np.minimum.at(least, at, peak)  # the smallest peak at each speed
+    from_here = np.minimum.accumulate(least[::-1])[::-1]  # at this speed or faster
+    faster = np.append(from_here[1:], top)
+    dominated = (faster[at] <= peak) | (least[at] < peak)
+    return {points[int(i)][0] for i in np.flatnonzero(~dominated)}
 
 
 def _measured_picks(measured: Sequence[_Measured], objective: str, available: int | None,

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from harness.analysis.ab import BuildComparison, canonical_gates, compare_builds, load_sequential
 from harness.analysis.alerts import AlertDocument
-from harness.analysis.frames import load_trials, parse_metrics
+from harness.analysis.frames import load_device_trials, load_trials, parse_metrics
 from harness.analysis.kv_loss import (
     DEFAULT_DEPTHS,
     DEFAULT_GEN_TOKENS,
@@ -275,7 +275,7 @@ def recommend_command(device_name: str, results: Path, reserve: str, memory: str
     from harness.analysis.offload_peak import driver_costs
     from harness.analysis.recommend import cached_kv_evidence, cached_scores, recommend_device
 
-    trials = load_trials(results)
+    trials = load_device_trials(results, device_name)
     reserve_bytes = parse_size(reserve, "--reserve")
     rec, target = recommend_device(
         trials, device_name, reserve_bytes=reserve_bytes,
