@@ -34,6 +34,13 @@ MATRIX = MATRICES / "gpu-sampler.yaml"
 PROFILE = ROOT / "devices" / "virtual" / "gpu-phone.yaml"
 BLOCK = 6  # repetitions per block: ~6.6 s at lavapipe's ~7 tok/s for bench Q4_0
 N_GEN = 8  # tokens per repetition
+# --quick: half the tokens, the same 10 on-blocks (5 pairs a side). Generation is most of the
+# figure (22 blocks x 6 x 8 = 1,056 tokens, ~165 s at ~6.4 tok/s, of the 226 s an idle quick
+# run took, docs/benchmarks.md);
+# a block of ~3.3 s still holds the sampler's 2 s fast start and a second of its steady rate,
+# so the on-blocks weigh its costlier start more, not less (a pessimistic bound, as figure 1's
+# 1.8 s blocks are).
+N_GEN_QUICK = 4
 LAVAPIPE = {"LP_NUM_THREADS": "1"}
 COOLED = {"heat_c_per_core_s": 0.2}
 
@@ -48,7 +55,8 @@ def gpu_readings(trials: Any, samples: Any) -> dict[str, Any]:
             "gpu_clock_samples": len(clocks)}
 
 
-def figure(blocks: list[interleave.Block], readings: dict[str, Any]) -> Figure:
+def figure(blocks: list[interleave.Block], readings: dict[str, Any],
+           n_gen: int = N_GEN) -> Figure:
     """The target row: mean of the on-block / neighbouring off-block ratios, placebo beside."""
     sched = interleave.paired_ratios(blocks, "sched_tps")
     values, placebo = sched.get("default", []), sched.get("placebo", [])
@@ -64,7 +72,7 @@ def figure(blocks: list[interleave.Block], readings: dict[str, Any]) -> Figure:
     note += ("GPU read by the capturing trial: accelerator memory "
              f"{readings['accelerator_memory_bytes']} B from "
              f"{readings['accelerator_memory_source']}, {readings['gpu_clock_samples']} GPU "
-             f"clock samples; a fresh sampler every block of {BLOCK} x {N_GEN} tokens")
+             f"clock samples; a fresh sampler every block of {BLOCK} x {n_gen} tokens")
     read_gpu = (readings["gpu_clock_samples"] > 0
                 and str(readings["accelerator_memory_source"]).startswith("kgsl"))
     return Figure("12 GPU sampler: tg ratio default / none, one launch, Vulkan0 all layers",
@@ -93,9 +101,10 @@ def measure(lab: Lab, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
         if readings["outcome"] != "ok":
             raise RuntimeError(f"the capturing trial on the GPU phone ended {readings}")
         launch.env.update(LAVAPIPE)
-        blocks, one_launch = interleave.run(device, launch, 10 if quick else 30, BLOCK, N_GEN)
+        n_gen = N_GEN_QUICK if quick else N_GEN
+        blocks, one_launch = interleave.run(device, launch, 10 if quick else 30, BLOCK, n_gen)
     finally:
         stop_phones([phone.serial], home=lab.sim_home)
-    return [figure(blocks, readings)], {"readings": readings, "one_launch": one_launch,
-                                        "matrix": str(MATRIX.relative_to(ROOT)),
-                                        "lavapipe_env": LAVAPIPE, "thermal": COOLED}
+    return [figure(blocks, readings, n_gen)], {
+        "readings": readings, "one_launch": one_launch, "matrix": str(MATRIX.relative_to(ROOT)),
+        "lavapipe_env": LAVAPIPE, "thermal": COOLED, "n_gen": n_gen}

@@ -66,33 +66,42 @@ def demo_environment(paths: DemoPaths) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def prepare_artifacts(paths: DemoPaths, say: Callable[[str], None], ladder: str = "tiny") -> None:
-    from harness.artifacts.cmake_build import ensure_host_build
+def prepare_ladder(paths: DemoPaths, say: Callable[[str], None], ladder: str) -> str:
+    """The ``ladder`` quant ladder in the models cache (made once, cached by content)."""
     from harness.artifacts.testmodels import ensure_ladder
 
     say(f"models: making the {ladder} quant ladder (cached by content)")
     ensure_ladder(ladder, progress=say)
-    say("engine: building llama-bench from the vendored llama.cpp (cached by content; "
-        "about 5 minutes the first time)")
-    ensure_host_build("host-release", paths.builds)
+    return f"models: the {ladder} ladder is ready"
 
 
-def prepare_slow_build(paths: DemoPaths, say: Callable[[str], None]) -> None:
-    """``host-slow``: the same llama.cpp without AVX/AVX2/FMA/F16C/BMI2, the demo's candidate."""
+def prepare_build(paths: DemoPaths, say: Callable[[str], None], variant: str) -> str:
+    """A host build of the vendored llama.cpp (compiled once, cached by content) in
+    ``paths.builds``: host-release, host-slow (without AVX/AVX2/FMA/F16C/BMI2, the demo's
+    candidate) or host-vulkan (the Vulkan backend, for the virtual GPU phone)."""
     from harness.artifacts.cmake_build import ensure_host_build
 
-    say("engine: building host-slow, the same llama.cpp without AVX2 (cached by content; about "
-        "5 minutes the first time)")
-    ensure_host_build("host-slow", paths.builds)
+    say(f"engine: {'finding' if build_cached(variant) else 'compiling'} {variant} "
+        "(cached by content)")
+    ensure_host_build(variant, paths.builds)
+    return f"engine: {variant} is ready in {paths.builds}"
 
 
-def prepare_vulkan_build(paths: DemoPaths, say: Callable[[str], None]) -> None:
-    """``host-vulkan``: llama.cpp with its Vulkan backend, for the virtual GPU phone."""
-    from harness.artifacts.cmake_build import ensure_host_build
+def ladder_cached(ladder: str) -> bool:
+    """Whether every file of the ``ladder`` quant ladder is made already."""
+    from harness.artifacts.testmodels import ladder_paths
 
-    say("engine: building host-vulkan, llama.cpp with its Vulkan backend (cached by content; "
-        "about 8 minutes the first time)")
-    ensure_host_build("host-vulkan", paths.builds)
+    return all(path.is_file() for path in ladder_paths(ladder).values())
+
+
+def build_cached(variant: str) -> bool:
+    """Whether the host build ``variant`` is compiled already (the cache ensure_host_build uses)."""
+    from harness.artifacts.builds import MANIFEST
+    from harness.artifacts.cmake_build import host_variant_key
+    from harness.artifacts.llama_source import cache_root
+
+    name = f"{variant}-{host_variant_key(variant)}"
+    return (cache_root() / "builds" / name / MANIFEST).is_file()
 
 
 def build_demo_site(paths: DemoPaths) -> Path:

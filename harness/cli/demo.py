@@ -2,27 +2,42 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
+from harness import demoplan
 from harness.demo import (
     DemoPaths,
+    build_cached,
     build_demo_site,
     demo_environment,
-    prepare_artifacts,
-    prepare_slow_build,
-    prepare_vulkan_build,
+    ladder_cached,
+    prepare_build,
+    prepare_ladder,
 )
+from harness.demoplan import Step
 from harness.matrix import load_matrix
 
-BUILDS = Path("matrices/builds.yaml")
-SUSTAINED = Path("matrices/sustained.yaml")
-HOT_PHONE = Path("devices/virtual/hot-unplugged.yaml")
-BIGGER = Path("matrices/bigger-than-ram.yaml")
-SMALL_PHONE = Path("devices/virtual/small-ram.yaml")
-GPU = Path("matrices/gpu.yaml")
-GPU_PHONE = Path("devices/virtual/gpu-phone.yaml")
+HOT_PHONE = "devices/virtual/hot-unplugged.yaml"
+SMALL_PHONE = "devices/virtual/small-ram.yaml"
+GPU_PHONE = "devices/virtual/gpu-phone.yaml"
+HOST_BUILDS = ("host-release", "host-slow", "host-vulkan")
+# matrix -> (what the line before its run says, run_command's options beyond the defaults)
+ONE_PHONE_RUNS: dict[str, tuple[str, dict[str, Any]]] = {
+    demoplan.SUSTAINED: (
+        f"on a virtual phone that heats fast, on battery ({HOT_PHONE}): 30 s of decode per "
+        "configuration", {"profile": HOT_PHONE}),
+    demoplan.BIGGER: (
+        f"on a virtual phone with 128 MB free and 100 MB/s storage ({SMALL_PHONE}): models "
+        "bigger than its RAM, mapped and read in",
+        {"profile": SMALL_PHONE, "reserve": "0", "no_skip": True}),
+    demoplan.GPU: (
+        f"on a virtual phone with a software Vulkan GPU ({GPU_PHONE}): the CPU against partial "
+        "and full offload", {"profile": GPU_PHONE, "reserve": "0"}),
+}
 
 
 @click.command()
@@ -30,8 +45,8 @@ GPU_PHONE = Path("devices/virtual/gpu-phone.yaml")
               help="Folder for builds/, results/demo and reports/demo.html.")
 @click.option("--phones", default=2, show_default=True, help="Virtual phones to start.")
 @click.option("--matrix", type=click.Path(path_type=Path), default=None,
-              help="Matrix to run [default: matrices/smoke.yaml, builds.yaml, engines.yaml and "
-                   "sustained.yaml, or "
+              help="Matrix to run [default: matrices/smoke.yaml, builds.yaml, engines.yaml, "
+                   "sustained.yaml, bigger-than-ram.yaml and gpu.yaml, or "
                    "matrices/real.yaml with --real].")
 @click.option("--real", is_flag=True,
               help="The real model instead: Gemma 3 270M's quant ladder (needs the models "
@@ -43,71 +58,85 @@ def demo(ctx: click.Context, root: Path, phones: int, matrix: Path | None, real:
 
     Starts a private adb server and virtual phones, builds llama-bench from the llama.cpp
     inside llama-cpp-python's source distribution, makes the synthetic model ladder, runs the
-    smoke matrix on the phones, then matrices/builds.yaml (the release build against one
+    smoke matrix on the phones and writes the report and dashboard at once (the first report
+    comes after one build, not three), then compiles host-slow and runs
+    matrices/builds.yaml (the release build against one
     compiled without AVX2, compared in the report), matrices/engines.yaml (llama-bench and
     llama-cpp-python on the same cells), then matrices/sustained.yaml on one phone that heats
     fast and runs on battery (sustained curves, energy per token), then
     matrices/bigger-than-ram.yaml on a phone with 128 MB free and slow storage (models bigger
     than its RAM: paging with mmap, killed without it, cold and warm loads), then
     matrices/gpu.yaml on a phone with a (software) Vulkan GPU (the CPU against partial and full
-    offload, with the GPU's memory as the phone reports it), writes reports/demo.html with
-    host-release and host-slow compared, and the farm dashboard of the store in
-    reports/demo-site/ (harness site build, the report linked as its night's).
+    offload, with the GPU's memory as the phone reports it; compiled just before, the Vulkan
+    build being the slowest). It rewrites reports/demo.html (host-release and host-slow
+    compared once both ran) and the farm dashboard of the store in reports/demo-site/ (harness
+    site build, the report linked as its night's) before each build that has to compile and at
+    the end. After each step it says what comes next and about how long it takes: this
+    machine's time for it last time ($HARNESS_CACHE/demo-times.json), else the time measured
+    on 2 cores.
 
     \b
     Example:
       harness demo --phones 2
       harness demo --real          # Gemma 3 270M, matrices/real.yaml
     """
+    paths = DemoPaths(root.absolute(), "real" if real else "demo")
+    say = lambda text: click.echo(f"demo: {text}", err=True)  # noqa: E731
+    if matrix is None and not real:
+        steps = demoplan.demo_plan(v for v in HOST_BUILDS if build_cached(v))
+    else:
+        chosen = str(matrix) if matrix is not None else "matrices/real.yaml"
+        wanted = load_matrix(Path(chosen)).axes.get("build", ())
+        steps = demoplan.matrix_plan("gemma3-270m" if real else "tiny", chosen,
+                                     ["host-release", *[b for b in HOST_BUILDS[1:]
+                                                        if b in wanted]])
+
+    def cached(step: Step) -> bool:
+        return {"build": build_cached, "ladder": ladder_cached}.get(
+            step.kind, lambda name: False)(step.name)
+
+    ran: set[str] = set()
+    cache = demoplan.cache_dir()
+    with demo_environment(paths):
+        demoplan.run_plan(steps, lambda step: _act(ctx, step, paths, phones, ran, say), say,
+                          cached, cache)
+
+
+def _act(ctx: click.Context, step: Step, paths: DemoPaths, phones: int, ran: set[str],
+         say: Callable[[str], None]) -> str:
+    """Do one step of the demo; what it made, in a few words."""
     from harness.cli.run import run_command
 
-    paths = DemoPaths(root.absolute(), "real" if real else "demo")
-    if matrix is not None:
-        matrices = [matrix]
-    elif real:
-        matrices = [Path("matrices/real.yaml")]
-    else:  # the pipeline, two builds compared, two engines on the same cells
-        matrices = [Path("matrices/smoke.yaml"), BUILDS, Path("matrices/engines.yaml")]
-    say = lambda text: click.echo(f"demo: {text}", err=True)  # noqa: E731
-    prepare_artifacts(paths, say, "gemma3-270m" if real else "tiny")
-    sustained = matrix is None and not real  # and the sustained section, on a phone that heats
-    if sustained:
-        prepare_artifacts(paths, say, "bench")
-        prepare_artifacts(paths, say, "moe")
-    if BUILDS in matrices:
-        prepare_slow_build(paths, say)
-    if sustained or any("host-vulkan" in load_matrix(m).axes.get("build", ()) for m in matrices):
-        prepare_vulkan_build(paths, say)
-    with demo_environment(paths):
-        for each in matrices:
-            say(f"running {each} on {phones} virtual phones")
-            ctx.invoke(run_command, matrix=each, devices_spec=f"sim:{phones}",
-                       results=paths.results, builds=paths.builds)
-        if sustained:
-            say(f"running {SUSTAINED} on a virtual phone that heats fast, on battery "
-                f"({HOT_PHONE}): 30 s of decode per configuration")
-            ctx.invoke(run_command, matrix=SUSTAINED, devices_spec="sim:1",
-                       results=paths.results, builds=paths.builds, profile=str(HOT_PHONE))
-            say(f"running {BIGGER} on a virtual phone with 128 MB free and 100 MB/s storage "
-                f"({SMALL_PHONE}): models bigger than its RAM, mapped and read in")
-            ctx.invoke(run_command, matrix=BIGGER, devices_spec="sim:1",
-                       results=paths.results, builds=paths.builds, profile=str(SMALL_PHONE),
-                       reserve="0", no_skip=True)
-            say(f"running {GPU} on a virtual phone with a software Vulkan GPU ({GPU_PHONE}): "
-                "the CPU against partial and full offload")
-            ctx.invoke(run_command, matrix=GPU, devices_spec="sim:1", results=paths.results,
-                       builds=paths.builds, profile=str(GPU_PHONE), reserve="0")
+    if step.kind == "ladder":
+        return prepare_ladder(paths, say, step.name)
+    if step.kind == "build":
+        return prepare_build(paths, say, step.name)
+    if step.kind == "run":
+        line, options = ONE_PHONE_RUNS.get(step.name, (f"on {phones} virtual phones", {}))
+        say(f"running {step.name} {line}")
+        ctx.invoke(run_command, matrix=Path(step.name), devices_spec=f"sim:{phones}"
+                   if step.name not in ONE_PHONE_RUNS else "sim:1", results=paths.results,
+                   builds=paths.builds, **options)
+        ran.add(step.name)
+        return f"ran {step.name}"
+    return _write_report(ctx, paths, step.name, demoplan.BUILDS in ran, say)
+
+
+def _write_report(ctx: click.Context, paths: DemoPaths, holds: str, compared: bool,
+                  say: Callable[[str], None]) -> str:
+    """The report of the store so far (host-release against host-slow once both ran), then the
+    dashboard with the report as its latest night's."""
     from harness.cli import main
 
     report = main.get_command(ctx, "report")
     if report is not None:
         paths.report.parent.mkdir(parents=True, exist_ok=True)
-        compared = {"baseline": "host-release", "candidate": "host-slow"} \
-            if BUILDS in matrices else {}
-        ctx.invoke(report, results=paths.results, output=paths.report, **compared)
+        builds = {"baseline": "host-release", "candidate": "host-slow"} if compared else {}
+        ctx.invoke(report, results=paths.results, output=paths.report, **builds)
         say(f"report: {paths.report}")
     say(f"dashboard: {build_demo_site(paths)} (harness site build; the report above is "
         "its night's report)")
+    return f"report and dashboard written ({holds})"
 
 
 COMMANDS: list[click.Command] = [demo]
