@@ -33,6 +33,7 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 
 from bench import (
     farm,
+    farmsim,
     gpusampler,
     memory,
     paging,
@@ -57,6 +58,7 @@ HOST_FIGURES: dict[str, HostFigure] = {
     "report": scripts.report,
     "site": scripts.site,
     "detector": lambda work, quick: scripts.detector(quick),
+    "farmsim": farmsim.measure,
 }
 NAMES = (*PHONE_FIGURES, *HOST_FIGURES)
 
@@ -136,7 +138,7 @@ def _group_loads(meta: dict[str, Any]) -> dict[str, str]:
     """Figure number -> load average text, from the module that measured it."""
     module_of = {"1": "sampler", "2": "push", "3": "farm", "4": "sampler", "5": "report",
                  "6": "detector", "7": "memory", "8": "real",
-                 "12": "gpusampler", "13": "site"}
+                 "12": "gpusampler", "13": "site", "17": "farmsim"}
     loads = {}
     for number, module in module_of.items():
         info = meta["figures"].get(module)
