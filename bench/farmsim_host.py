@@ -1,7 +1,7 @@
 """One simulated USB host of the simulated farm: ``python -m bench.farmsim_host CONFIG HOST``.
 
-A real agent starts one ``dask worker`` process per phone. 200 such processes do not fit on a
-2-core machine (each imports Dask and harness: about 2 s of CPU and 100 MB), so a simulated host
+A real agent starts one ``dask worker`` process per phone. 200 such processes, each importing
+Dask and harness, do not fit the start-up time of a 2-core machine, so a simulated host
 runs its phones' workers as Dask ``Worker`` objects in one process and one event loop: each is a
 worker of its own to the scheduler (its own connection, heartbeats, name ``<serial>@<host>``,
 one thread, the resources ``device:<serial>=1`` and ``host:<host>=1`` the agent gives), running

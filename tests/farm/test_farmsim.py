@@ -30,8 +30,8 @@ def test_ten_phones_lose_one_phone_and_one_host_and_nothing_is_lost_or_doubled(
         tmp_path: Path) -> None:
     data = simulate(tmp_path, SMALL)
     trials = 4  # 2 quants x 1 thread count x 2 repetitions per phone
-    assert data["account"] == {"planned": 10 * trials, "stored": 10 * trials, "lost": 0,
-                               "duplicated": 0, "unplanned": 0}
+    assert data["account"] == {"planned": 10 * trials, "stored": 10 * trials, "not_run": 0,
+                               "lost": 0, "duplicated": 0, "unplanned": 0}
     faults, rows = data["faults"], data["first_session_rows"]
     (lost, at), = faults["lose_at"].items()
     # the lost phone: its trial in flight device_lost, the rest of the job not run until resumed
@@ -59,7 +59,9 @@ def test_spans_are_per_phone_and_run() -> None:
 
 def test_account_counts_missing_doubled_and_foreign_trials() -> None:
     assert account({"a", "b", "c"}, ["a", "a", "b", "x"]) == {
-        "planned": 3, "stored": 3, "lost": 1, "duplicated": 1, "unplanned": 1}
+        "planned": 3, "stored": 3, "not_run": 0, "lost": 1, "duplicated": 1, "unplanned": 1}
+    # a trial the driver reported not run (for --resume) is not lost
+    assert account({"a", "b", "c"}, ["a", "b"], not_run=1)["lost"] == 0
 
 
 def test_ideal_is_the_busiest_phone_with_its_push() -> None:
