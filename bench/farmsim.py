@@ -401,6 +401,21 @@ def _rows(results: Path, files: Sequence[Path]) -> dict[str, list[str]]:
     return {c: [str(v) for v in table.column(c).to_pylist()] for c in ("trial_id", "outcome")}
 
 
+def _timed_reads(results: Path, run_id: str,
+                 files: Sequence[Path]) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """The first session's trials (two columns), and how long that read and a resume's first
+    read (``store_io.finished_trials``: every column of every part of the run) take."""
+    from harness.run import store_io
+
+    clock = time.monotonic()
+    rows = _rows(results, files)
+    read_s = {"two_columns_s": time.monotonic() - clock}
+    clock = time.monotonic()
+    store_io.finished_trials(results, run_id)
+    read_s["resume_read_s"] = time.monotonic() - clock
+    return rows, read_s
+
+
 def simulate(work: Path, scenario: Scenario) -> dict[str, Any]:
     """Run ``scenario`` once (then a resume of the same run); every figure's raw data."""
     from harness import store
@@ -442,7 +457,7 @@ def simulate(work: Path, scenario: Scenario) -> dict[str, Any]:
         parts = {t: len(store.run_files(results, t, run_id)) for t in ("trials", "samples")}
         planned = _planned(matrix, builds, run_id, serials)
         first_files = store.run_files(results, "trials", run_id)
-        after_first = _rows(results, first_files)
+        after_first, read_s = _timed_reads(results, run_id, first_files)
         resume = execute_farm(matrix, run["address"], run["options"], serials, run_id=run_id,
                               grace_s=scenario.grace_s, tls=run["tls"]) if scenario.resume else None
     finally:
@@ -452,6 +467,7 @@ def simulate(work: Path, scenario: Scenario) -> dict[str, Any]:
     later = sorted(set(store.run_files(results, "trials", run_id)) - set(first_files))
     stored = {k: after_first[k] + _rows(results, later)[k] for k in after_first}
     summary = first.summary
+    not_run = sum(d.not_run for d in summary.run.devices)
     return {
         "scenario": scenario.__dict__ | {"quants": list(scenario.quants),
                                          "threads": list(scenario.threads)},
@@ -459,18 +475,16 @@ def simulate(work: Path, scenario: Scenario) -> dict[str, Any]:
         "startup_s": round(startup_s, 1), "load_1min_before": round(first.load, 2),
         "makespan_s": summary.run.wall_s, "ideal_critical_s": critical,
         "ideal_mean_s": mean_work, "resume_s": resume.run.wall_s if resume else None,
-        "first": {"outcomes": dict(summary.run.outcomes()),
-                  "not_run": sum(d.not_run for d in summary.run.devices),
+        "first": {"outcomes": dict(summary.run.outcomes()), "not_run": not_run,
                   "duplicates_skipped": summary.duplicates_skipped, "jobs": len(summary.jobs),
                   "events": dict(first.events.kinds)},
         "resume": {"outcomes": dict(resume.run.outcomes()),
                    "not_run": sum(d.not_run for d in resume.run.devices)} if resume else None,
         "account": account({t for ids in planned.values() for t in ids},
-                           list(stored["trial_id"]),
-                           0 if resume else sum(d.not_run for d in summary.run.devices)),
+                           list(stored["trial_id"]), 0 if resume else not_run),
         "outcomes_stored": dict(Counter(stored["outcome"])),
         "first_session_rows": session_rows(planned, watched, after_first),
-        "parts_first": parts, "night_parts": night_parts(results),
+        "parts_first": parts, "night_parts": night_parts(results), "reads": read_s,
         "scheduler": {"cpu_s": first.scheduler.cpu_s, "peak_rss": first.scheduler.peak_rss,
                       "series": first.scheduler.series},
         "driver": {"cpu_s": first.driver.cpu_s, "peak_rss": first.driver.peak_rss},
@@ -520,6 +534,10 @@ def figures(data: dict[str, Any]) -> list[Figure]:
         Figure(f"{head}: largest part-file count per night", max(data["night_parts"].values()),
                "files", ", ".join(f"{k} {v}" for k, v in data["night_parts"].items()), "-",
                None, "one night = one date= folder of the store"),
+        Figure(f"{head}: a resume's first read of the run's trials", data["reads"]["resume_read_s"],
+               "s", f"{data['parts_first']['trials']} parts, every column "
+               "(store_io.finished_trials)", "-", None,
+               f"trial_id and outcome only: {data['reads']['two_columns_s']:.1f} s"),
     ]
 
 
