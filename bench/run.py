@@ -33,6 +33,7 @@ if __package__ in (None, ""):  # run as a file: make `bench` importable
 
 from bench import (
     farm,
+    farmsim,
     gpusampler,
     memory,
     overhead,
@@ -61,6 +62,7 @@ HOST_FIGURES: dict[str, HostFigure] = {
     "site": scripts.site,
     "recommend": scripts.recommend,
     "detector": lambda work, quick: scripts.detector(quick),
+    "farmsim": farmsim.measure,
 }
 NAMES = (*PHONE_FIGURES, *HOST_FIGURES)
 
@@ -140,7 +142,7 @@ def _group_loads(meta: dict[str, Any]) -> dict[str, str]:
     """Figure number -> load average text, from the module that measured it."""
     module_of = {"1": "sampler", "2": "push", "3": "farm", "4": "sampler", "5": "report",
                  "6": "detector", "7": "memory", "8": "real",
-                 "12": "gpusampler", "13": "site", "14": "recommend"}
+                 "12": "gpusampler", "13": "site", "14": "recommend", "17": "farmsim"}
     loads = {}
     for number, module in module_of.items():
         info = meta["figures"].get(module)
