@@ -143,8 +143,8 @@ class SimDeviceWorker(DeviceWorker):
     config: SimConfig  # set by install()
     unplug: Unplug = staticmethod(lambda serial: None)  # set by the host process
 
-    def prepare_jobs(self) -> list[list[TrialSpec]]:
-        facts = self.device.facts()
+    def prepare_jobs(self, facts: DeviceFacts | None = None) -> list[list[TrialSpec]]:
+        facts = facts or self.device.facts()
         self.summary.memory_model = facts.memory_model
         phone = self.config.folder(self.device.serial)
         marker = phone / "pushed"
