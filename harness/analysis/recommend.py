@@ -462,6 +462,20 @@ class _Assessed:
     memory_rejects: list[dict[str, Any]] = field(default_factory=list)  # for ``suggest``
     seen: set[CandidateKey] = field(default_factory=set)
 
+    def add(self, assessed: tuple[_Measured | None, Rejected | None, int | None],
+            first: Mapping[str, Any], objective: str) -> None:
+        """File one candidate's assessment; ``first`` is its first trial's row."""
+        m, rej, over = assessed
+        if m is not None and (why := _unranked(m, objective)) is not None:
+            self.unranked.append(why)
+        elif m is not None:
+            self.measured.append(m)
+        elif rej is not None:
+            self.rejected.append(rej)
+            if rej.reason_code in ("over_budget", "oom_killed"):
+                self.memory_rejects.append({**first, "config_id": rej.config_id,
+                                            "label": rej.label, "over_bytes": over})
+
 
 def _no_ok_trial(row: Mapping[str, Any], rows: pd.DataFrame) -> Rejected:
     """A candidate none of whose trials succeeded: each outcome with its count."""
@@ -647,16 +661,7 @@ def _assess_all(rows: pd.DataFrame, objective: str, *, available: int | None, re
     bounds = _Bounds(available, reserve, max_throttled, quality, max_loss, kv, require_check)
     for g, ckey in enumerate(b.groups.keys):
         out.seen.add(ckey)
-        m, rej, over = _assess(b, g, bounds)
-        if m is not None and (why := _unranked(m, objective)) is not None:
-            out.unranked.append(why)
-        elif m is not None:
-            out.measured.append(m)
-        elif rej is not None:
-            out.rejected.append(rej)
-            if rej.reason_code in ("over_budget", "oom_killed"):
-                out.memory_rejects.append({**b.records[g], "config_id": rej.config_id,
-                                           "label": rej.label, "over_bytes": over})
+        out.add(_assess(b, g, bounds), b.records[g], objective)
     return out
 
 

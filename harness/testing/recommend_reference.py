@@ -26,7 +26,6 @@ from harness.analysis.recommend import (
     _quality_rejection,
     _reject,
     _unapplied,
-    _unranked,
     _worst_anon_peak,
     output_state,
     paging_of,
@@ -125,17 +124,8 @@ def _assess_all(rows: pd.DataFrame, objective: str, *, available: int | None, re
                                        observed=True):
         ckey = (str(key[0]), str(key[1]), str(key[2]))
         out.seen.add(ckey)
-        m, rej, over = _assess(ckey, candidate, available=available, reserve=reserve,
-                               max_throttled=max_throttled, quality=quality, max_loss=max_loss,
-                               kv=kv, require_check=require_check)
-        if m is not None and (why := _unranked(m, objective)) is not None:
-            out.unranked.append(why)
-        elif m is not None:
-            out.measured.append(m)
-        elif rej is not None:
-            out.rejected.append(rej)
-            if rej.reason_code in ("over_budget", "oom_killed"):
-                out.memory_rejects.append({**candidate.iloc[0].to_dict(),
-                                           "config_id": rej.config_id, "label": rej.label,
-                                           "over_bytes": over})
+        out.add(_assess(ckey, candidate, available=available, reserve=reserve,
+                        max_throttled=max_throttled, quality=quality, max_loss=max_loss,
+                        kv=kv, require_check=require_check),
+                candidate.iloc[0].to_dict(), objective)
     return out
