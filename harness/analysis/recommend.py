@@ -60,6 +60,7 @@ from harness.analysis.candidates import (
     peaks,
     trial_masks,
 )
+from harness.analysis.candidates import records as candidate_records
 from harness.analysis.energy_table import EnergyFigures, energy_of
 from harness.analysis.frames import engine_column, invalid, not_applied
 from harness.analysis.knobs import Suggestion, suggest
@@ -530,7 +531,7 @@ def _bulk(rows: pd.DataFrame) -> _Bulk:
                           t.applied, "max") if "peak_pss_anon_bytes" in rows
             else np.full(len(groups), np.nan))
     pages = t.applied & paging[np.maximum(groups.codes, 0)] & (groups.codes >= 0)
-    records = rows.iloc[groups.order[groups.starts[:-1]]].to_dict("records")
+    records = candidate_records(rows.iloc[groups.order[groups.starts[:-1]]])
     return _Bulk(rows, groups, t, records, counts, worst, states, paging, anon,
                  medians(rows, groups, t.counted, ("tg_tps", "pp_tps", "ttft_ms")),
                  medians(rows, groups, pages, PAGING), outputs(rows, groups, t.counted),

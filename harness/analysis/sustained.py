@@ -81,7 +81,7 @@ TABLE_COLUMNS = (*GROUP, *CONFIG_COLUMNS, "started_at", "time_to_throttle_s",
 def narrow(trials: pd.DataFrame, rows: pd.Series) -> pd.DataFrame:
     """The ``rows`` of ``trials`` with only ``TABLE_COLUMNS`` (missing ones null) and the
     engine filled: cheap to group after the selection was made on the whole frame."""
-    picked = trials[rows.to_numpy()]
+    picked = trials[[c for c in TABLE_COLUMNS if c in trials]][rows.to_numpy()]  # columns first
     out = pd.DataFrame({c: column(picked, c) for c in TABLE_COLUMNS}, index=picked.index)
     out["engine"] = engine_column(picked).to_numpy()
     return out

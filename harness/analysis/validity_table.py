@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
+from harness.analysis.candidates import records
 from harness.analysis.sustained import GROUP, column, narrow
-from harness.labels import config_label
+from harness.labels import CONFIG_COLUMNS, config_label
 
 
 @dataclass(frozen=True)
@@ -34,11 +36,6 @@ class ValidityRow:
     reasons: tuple[tuple[str, int], ...]  # each failed gate's text -> trials, most first
     tg_tps: float | None = None  # median generation speed of the invalid trials (kept, shown)
     pp_tps: float | None = None
-
-
-def _median(frame: pd.DataFrame, name: str) -> float | None:
-    values = pd.to_numeric(column(frame, name), errors="coerce").dropna()
-    return float(values.median()) if len(values) else None
 
 
 @dataclass(frozen=True)
@@ -65,18 +62,21 @@ SHOWN_REASONS = 5
 
 def output_checks(trials: pd.DataFrame) -> OutputChecks:
     """Count the ok trials by output check state (a trial stored before the check: unchecked)."""
-    ok = trials[trials["outcome"] == "ok"] if "outcome" in trials else trials.iloc[0:0]
-    states = column(ok, "output_check").astype(object)
-    details = column(ok, "output_check_detail").astype(object)
+    ok = (trials["outcome"] == "ok").to_numpy() if "outcome" in trials else \
+        np.zeros(len(trials), dtype=bool)
+    states = column(trials, "output_check")[ok].astype(object)
+    details = column(trials, "output_check_detail")[ok].astype(object)
     unchecked = ~states.isin(["match", "mismatch", "error"])
-    found: Counter[tuple[str, str]] = Counter()
-    for state, detail in zip(states, details, strict=True):
-        if state == "error" or state not in ("match", "mismatch"):
-            name = "error" if state == "error" else "unchecked"
-            text = detail if isinstance(detail, str) and detail else "no output check stored"
-            found[(name, text)] += 1
+    named = (states == "error").to_numpy() | unchecked.to_numpy()
+    texts = details[named]
+    given = texts.map(lambda d: isinstance(d, str) and bool(d)).astype(bool)
+    found = pd.DataFrame({
+        "state": np.where((states[named] == "error").to_numpy(), "error", "unchecked"),
+        "text": texts.where(given, "no output check stored").to_numpy(dtype=object),
+    }).value_counts(sort=False)
+    ranked = sorted(((str(state), str(text)), int(n)) for (state, text), n in found.items())
     reasons = tuple((state, text, n) for (state, text), n in
-                    sorted(found.items(), key=lambda p: (-p[1], p[0]))[:SHOWN_REASONS])
+                    sorted(ranked, key=lambda p: (-p[1], p[0]))[:SHOWN_REASONS])
     return OutputChecks(int((states == "match").sum()), int((states == "mismatch").sum()),
                         int((states == "error").sum()), int(unchecked.sum()), reasons,
                         int(states.notna().sum()))
@@ -94,33 +94,64 @@ class Validity:
         return self.checked > 0 or self.output.stored > 0
 
 
-def _reasons(texts: pd.Series) -> tuple[tuple[str, int], ...]:
-    found: Counter[str] = Counter()
-    for text in texts:
+def _reasons(texts: pd.Series, codes: np.ndarray, groups: int) -> list[tuple[tuple[str, int], ...]]:
+    """Per group (``codes``: each text's group), each failed gate's text and its trials, most
+    first (a trial without a text: "no reason recorded")."""
+    found: list[Counter[str]] = [Counter() for _ in range(groups)]
+    for code, text in zip(codes.tolist(), texts.tolist(), strict=True):
         parts = [p.strip() for p in text.split("; ")] if isinstance(text, str) else []
-        found.update([p for p in parts if p] or ["no reason recorded"])
-    return tuple(sorted(found.items(), key=lambda p: (-p[1], p[0])))
+        found[code].update([p for p in parts if p] or ["no reason recorded"])
+    return [tuple(sorted(c.items(), key=lambda p: (-p[1], p[0]))) for c in found]
+
+
+def _medians(values: pd.Series, codes: np.ndarray, groups: int) -> list[float | None]:
+    """Per group, the median of its numeric ``values`` (None: none)."""
+    numbers = pd.Series(pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64))
+    found = numbers.groupby(codes).median().reindex(range(groups)).to_numpy(dtype=np.float64)
+    return [None if np.isnan(v) else v for v in found.tolist()]
 
 
 def validity(trials: pd.DataFrame) -> Validity:
-    """The ok trials the validity gates checked, and the candidates with invalid ones."""
+    """The ok trials the validity gates checked, and the candidates with invalid ones.
+
+    Grouped once over the frame (a farm year has tens of thousands of candidates with an
+    invalid trial; a pandas selection per candidate took minutes)."""
     state = column(trials, "valid")
     checked = (trials["outcome"] == "ok").to_numpy() & state.notna().to_numpy()
     output = output_checks(trials)
     if not checked.any():
         return Validity(0, 0, (), output)
     failed = checked & (state.astype(object) == False).to_numpy()  # noqa: E712 - nullable
-    rows = []
-    if failed.any():
-        scope = narrow(trials, pd.Series(checked, index=trials.index))
-        keys = pd.MultiIndex.from_frame(scope[list(GROUP)].astype(str))
-        wanted = keys[(scope["valid"].astype(object) == False).to_numpy()].unique()  # noqa: E712
-        for key, group in scope[keys.isin(wanted)].groupby(list(GROUP), sort=True,
-                                                            observed=True):
-            bad = group[(group["valid"].astype(object) == False).to_numpy()]  # noqa: E712
-            rows.append(ValidityRow(str(key[0]), str(key[1]), str(key[2]), str(key[3]),
-                                    config_label(group.iloc[0].to_dict()), len(group),
-                                    len(bad), _reasons(column(bad, "invalid_reason")),
-                                    _median(bad, "tg_tps"), _median(bad, "pp_tps")))
+    rows = _invalid_rows(narrow(trials, pd.Series(checked, index=trials.index))) \
+        if failed.any() else []
     rows.sort(key=lambda r: (-r.invalid, r.device, r.label, r.build_id, r.engine))
     return Validity(int(checked.sum()), int(failed.sum()), tuple(rows), output)
+
+
+def _invalid_rows(scope: pd.DataFrame) -> list[ValidityRow]:
+    """The candidates of ``scope`` (checked trials) with an invalid trial, in key order."""
+    keys = scope[list(GROUP)]
+    scope = scope[keys.notna().all(axis=1).to_numpy()]  # groupby leaves null keys out
+    codes, uniques = pd.MultiIndex.from_frame(scope[list(GROUP)].astype(str)).factorize(
+        sort=True)
+    bad = (scope["valid"].astype(object) == False).to_numpy()  # noqa: E712 - nullable
+    n = len(uniques)
+    checked = np.bincount(codes, minlength=n)
+    invalid = np.bincount(codes[bad], minlength=n)
+    worst = scope[bad]
+    reasons = _reasons(column(worst, "invalid_reason"), codes[bad], n)
+    tg = _medians(column(worst, "tg_tps"), codes[bad], n)
+    pp = _medians(column(worst, "pp_tps"), codes[bad], n)
+    wanted = np.flatnonzero(invalid)
+    _, first = np.unique(codes, return_index=True)  # each group's first row
+    labels: dict[tuple[object, ...], str] = {}
+    rows = []
+    for g, row in zip(wanted.tolist(), records(scope.iloc[first[wanted]]), strict=True):
+        config = tuple(v if isinstance(v, str | int) else repr(v)
+                       for v in (row.get(c) for c in CONFIG_COLUMNS))
+        if config not in labels:
+            labels[config] = config_label(row)
+        device, config_id, build_id, engine = (str(row[k]) for k in GROUP)
+        rows.append(ValidityRow(device, config_id, build_id, engine, labels[config],
+                                int(checked[g]), int(invalid[g]), reasons[g], tg[g], pp[g]))
+    return rows
