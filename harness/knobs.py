@@ -267,9 +267,15 @@ EXTRA_COLUMN = "knobs"
 # What the registry's readers derive is read from ``KNOBS`` when asked, never kept apart from it.
 
 
+_BY_NAME: list[tuple[tuple[Knob, ...], dict[str, Knob]]] = []  # (KNOBS, its index by name)
+
+
 def spec(name: str) -> Knob:
-    """The knob whose Cell attribute is ``name``."""
-    found = next((k for k in KNOBS if k.name == name), None)
+    """The knob whose Cell attribute is ``name`` (the index by name is made again whenever
+    ``KNOBS`` is another tuple: a test's registry)."""
+    if not _BY_NAME or _BY_NAME[0][0] is not KNOBS:
+        _BY_NAME[:] = [(KNOBS, {k.name: k for k in reversed(KNOBS)})]
+    found = _BY_NAME[0][1].get(name)
     if found is None:
         raise KeyError(f"no knob {name} in harness.knobs.KNOBS")
     return found

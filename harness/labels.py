@@ -18,9 +18,12 @@ import math
 import numbers
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import knobs
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Row = Mapping[str, Any]
 
@@ -166,6 +169,25 @@ def config_label(row: Row) -> str:
     ``tiny Q4_K_M ctx512 kv=q8_0 t4 fa=auto p32/g16 b256/ub128 no-mmap``."""
     parts = [(knob, knob.text(row)) for knob in _all()]
     return _join([(k, t) for k, t in parts if t != k.quiet])
+
+
+def config_labels(frame: pd.DataFrame, rows: Sequence[Row]) -> list[str]:
+    """``config_label`` of each of ``rows`` (``frame``'s rows, as dicts), made once for each
+    distinct configuration: ``frame``'s ``CONFIG_COLUMNS`` (all a label reads), a missing value
+    equal to any other (a label reads None, NaN and NA alike). A farm's candidates, or its
+    cells with invalid trials, are tens of thousands of rows over a few hundred configs."""
+    present = [c for c in CONFIG_COLUMNS if c in frame]
+    if not present or frame.empty:
+        return [config_label(r) for r in rows]
+    codes = frame.groupby(present, dropna=False, sort=False, observed=True).ngroup().tolist()
+    made: dict[int, str] = {}
+    out = []
+    for code, row in zip(codes, rows, strict=True):
+        label = made.get(code)
+        if label is None:
+            label = made[code] = config_label(row)
+        out.append(label)
+    return out
 
 
 def distinct_labels(rows: Mapping[Hashable, Row]) -> dict[Hashable, str]:

@@ -210,6 +210,10 @@ def throttled(frame: pd.DataFrame) -> pd.Series:
     return frame["throttled"].astype(object).where(frame["throttled"].notna(), False).astype(bool)
 
 
+#: The columns ``usable_mask`` reads.
+USABLE_COLUMNS = ("outcome", "config_not_applied", "valid", "throttled")
+
+
 def usable_mask(frame: pd.DataFrame, include_throttled: bool = False) -> pd.Series:
     """The rule of which trials count, as a mask: ``ok``, valid (not failed by a validity gate),
     applied as asked and (by default) not throttled. Every command and the report select trials

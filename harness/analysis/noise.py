@@ -60,6 +60,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from harness.analysis.candidates import records
 from harness.analysis.compare import Policy
 from harness.analysis.frames import (
     engine_column,
@@ -68,7 +69,7 @@ from harness.analysis.frames import (
     usable_mask,
 )
 from harness.errors import ConfigError
-from harness.labels import config_label
+from harness.labels import config_labels
 from harness.metrics import DEFAULT_METRICS, METRIC_COLUMNS
 
 DEFAULT_NIGHTS = 7
@@ -200,11 +201,11 @@ def cell_samples(frame: pd.DataFrame, metrics: Sequence[str] = DEFAULT_METRICS, 
     columns = {m: kept[METRIC_COLUMNS[m]].to_numpy(dtype=np.float64, na_value=np.nan)
                for m in names}
     grouped = narrow.groupby(by, sort=True, observed=True)
+    firsts: dict[tuple[str, str, str], int] = {}
     for (device, config, engine, night, build), pos in grouped.indices.items():
         pos = np.sort(pos)
         cell = (str(device), str(config), str(engine))
-        if cell not in labels:
-            labels[cell] = config_label(kept.iloc[int(pos[0])].to_dict())
+        firsts.setdefault(cell, int(pos[0]))
         for metric in names:
             x = columns[metric][pos]
             x = x[np.isfinite(x) & (x > 0)]
@@ -214,6 +215,8 @@ def cell_samples(frame: pd.DataFrame, metrics: Sequence[str] = DEFAULT_METRICS, 
             ss = float(np.sum((logs - logs.mean()) ** 2))
             samples.setdefault((*cell, metric), []).append(
                 Sample(str(night), str(build), int(x.size), robust_cv(x), ss))
+    rows = kept.iloc[list(firsts.values())]  # each cell's label from its first trial
+    labels.update(zip(firsts, config_labels(rows, records(rows)), strict=True))
     return samples, labels
 
 

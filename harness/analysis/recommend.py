@@ -72,7 +72,7 @@ from harness.analysis.sustained import SustainedFigures, column, figures, sustai
 from harness.budget import fit
 from harness.knobs import CPU_DEVICE, gpu_layers_text, offload_of
 from harness.knobs import default as knob_default
-from harness.labels import config_label
+from harness.labels import config_labels
 from harness.metrics import objective as metric_of
 from harness.paging_predict import PagingPrediction
 from harness.run.paging_measure import file_reads
@@ -183,6 +183,12 @@ class Recommendation:
     suggestion: Suggestion | None
     notes: tuple[str, ...] = ()
     unranked: tuple[Unranked, ...] = ()  # eligible, but without the objective's figure
+    count: int | None = None  # picks before ``recommend(limit=...)`` kept the best (None: all)
+
+    @property
+    def fitting(self) -> int:
+        """How many picks there are, whether or not ``picks`` holds them all."""
+        return len(self.picks) if self.count is None else self.count
 
     @property
     def best(self) -> Pick | None:
@@ -434,6 +440,18 @@ def _device_rows(trials: pd.DataFrame, device: str, builds: Sequence[str],
     return rows
 
 
+def device_frames(trials: pd.DataFrame, names: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """Each name's trials as ``_device_rows`` selects them (serial or device model), the
+    columns compared once as codes: what ``recommend`` of one name reads of ``trials``."""
+    found: dict[str, np.ndarray] = {name: np.zeros(len(trials), dtype=bool) for name in names}
+    for name_column in ("device_serial", "device_model"):
+        codes, values = pd.factorize(trials[name_column])
+        for at, value in enumerate(values):
+            if value in found:
+                found[value] |= codes == at
+    return {name: trials[mask] for name, mask in found.items()}
+
+
 def _scope_note(device: str, builds: Sequence[str], engines: Sequence[str]) -> str:
     which = "".join(f" and {what} {', '.join(names)}" for what, names in
                     (("build", builds), ("engine", engines)) if names)
@@ -516,6 +534,7 @@ class _Bulk:
     outputs: Outputs
     sustained: np.ndarray  # has a counted sustained trial
     energy: np.ndarray  # has a counted trial whose energy was measured
+    labels: list[str]  # each candidate's config_label
 
 
 def _bulk(rows: pd.DataFrame) -> _Bulk:
@@ -531,12 +550,14 @@ def _bulk(rows: pd.DataFrame) -> _Bulk:
                           t.applied, "max") if "peak_pss_anon_bytes" in rows
             else np.full(len(groups), np.nan))
     pages = t.applied & paging[np.maximum(groups.codes, 0)] & (groups.codes >= 0)
-    records = candidate_records(rows.iloc[groups.order[groups.starts[:-1]]])
+    firsts = rows.iloc[groups.order[groups.starts[:-1]]]
+    records = candidate_records(firsts)
     return _Bulk(rows, groups, t, records, counts, worst, states, paging, anon,
                  medians(rows, groups, t.counted, ("tg_tps", "pp_tps", "ttft_ms")),
                  medians(rows, groups, pages, PAGING), outputs(rows, groups, t.counted),
                  groups.count(t.counted & sustained_mask(rows).to_numpy()) > 0,
-                 has_column_values(rows, groups, t.counted, "energy_valid"))
+                 has_column_values(rows, groups, t.counted, "energy_valid"),
+                 config_labels(firsts, records))
 
 
 def _number(values: np.ndarray | None, g: int) -> float | None:
@@ -626,7 +647,7 @@ def _assess(b: _Bulk, g: int, bounds: _Bounds,
     for memory)."""
     key = b.groups.keys[g]
     row = dict(b.records[g])
-    row.update(config_id=key[0], build_id=key[1], engine=key[2], label=config_label(row))
+    row.update(config_id=key[0], build_id=key[1], engine=key[2], label=b.labels[g])
     unhealthy = _bulk_health(b, g, row, bounds.max_throttled)
     if unhealthy is not None:
         return None, unhealthy, None
@@ -685,8 +706,9 @@ def _pareto(points: Sequence[tuple[CandidateKey, float, int]]) -> set[CandidateK
 
 def _measured_picks(measured: Sequence[_Measured], objective: str, available: int | None,
                     reserve: int, scores: Mapping[tuple[str, str], QualityScore],
-                    kv: KvEvidence) -> list[Pick]:
-    """The ranked measured candidates as picks, each marked if on the speed/memory front."""
+                    kv: KvEvidence, limit: int | None = None) -> list[Pick]:
+    """The ranked measured candidates as picks (the best ``limit``), each marked if on the
+    speed/memory front of them all."""
     ranked_by = metric_of(objective)
     key_name = ranked_by.column
     sign = -1.0 if ranked_by.higher_is_better else 1.0
@@ -694,7 +716,7 @@ def _measured_picks(measured: Sequence[_Measured], objective: str, available: in
                      for m in measured if m.speeds.get(key_name) is not None
                      and m.peak is not None])
     picks: list[Pick] = []
-    for m in measured:
+    for m in measured[:limit]:
         picks.append(_pick(len(picks) + 1, m.row, m, m.peak, available, reserve, scores,
                            objective, m.key in front, kv))
     return picks
@@ -716,8 +738,12 @@ def recommend(
     allow_paging: bool = False,
     kv_quality: KvEvidence | None = None,
     require_output_check: bool = False,
+    limit: int | None = None,
 ) -> Recommendation:
     """Rank the (config, build, engine) candidates of ``device`` (a serial or a ``device_model``).
+
+    ``limit`` makes only the best ``limit`` picks (the report shows a few of a farm phone's
+    ten thousand; ``count`` says how many there are); the ranking is the same.
 
     ``require_output_check`` keeps only candidates whose counted trials all passed the output
     check: the others are rejected (``output_unchecked``), planned cells are left out.
@@ -747,7 +773,8 @@ def recommend(
         notes.append(f"{pages} of {len(measured)} configs run by paging their weights from "
                      "storage: ranked after those that fit (--allow-paging ranks them by speed "
                      "with the others)")
-    picks = _measured_picks(measured, objective, available_bytes, reserve_bytes, scores, kv)
+    picks = _measured_picks(measured, objective, available_bytes, reserve_bytes, scores, kv,
+                            limit)
     planned = [p for p in predictions or () if (not builds or p.cell.build in builds)
                and (not engines or p.cell.engine in engines) and _plannable(p, objective)]
     if require_output_check and planned:
@@ -756,16 +783,20 @@ def recommend(
         planned = []
     predicted_picks = _predicted(planned, seen, available_bytes, reserve_bytes, scores,
                                  max_quality_loss, rejected, kv)
-    for row, peak in sorted(predicted_picks, key=_predicted_order):
+    count = len(measured) + len(predicted_picks)
+    for row, peak in sorted(predicted_picks, key=_predicted_order)[
+            :None if limit is None else max(0, limit - len(picks))]:
         picks.append(_pick(len(picks) + 1, row, None, peak, available_bytes, reserve_bytes,
                            scores, objective, False, kv))
-    fitting = [{**m.row, "peak_bytes": m.peak} for m in measured if m.peak is not None]
-    suggestion = None if picks or unranked else suggest(
-        found.memory_rejects, fitting, available=available_bytes, reserve=reserve_bytes)
+    suggestion = None if count or unranked else suggest(
+        found.memory_rejects, [{**m.row, "peak_bytes": m.peak} for m in measured
+                               if m.peak is not None],
+        available=available_bytes, reserve=reserve_bytes)
     notes.extend(_unranked_notes(objective, measured, unranked))
     return Recommendation(device, objective, available_bytes, reserve_bytes, max_quality_loss,
                           tuple(picks), tuple(p.candidate for p in picks if p.pareto),
-                          tuple(rejected), suggestion, tuple(notes), tuple(unranked))
+                          tuple(rejected), suggestion, tuple(notes), tuple(unranked),
+                          None if limit is None else count)
 
 
 def _predicted_order(entry: tuple[dict[str, Any], int]) -> tuple[bool, float, int]:

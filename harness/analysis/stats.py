@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy import special
 from scipy import stats as sps
 
 DEFAULT_RESAMPLES = 2000
@@ -281,4 +282,10 @@ def welch_t_p(left: ArrayLike, right: ArrayLike) -> float:
         return float("nan")
     if a.var() == 0 and b.var() == 0:
         return 1.0 if a[0] == b[0] else 0.0
-    return float(sps.ttest_ind(a, b, equal_var=False).pvalue)
+    # scipy.stats.ttest_ind(equal_var=False)'s arithmetic without its wrapper, which cost
+    # 0.7 ms a call (the change points of a farm's year ask thousands); the same p-value to
+    # about 1e-13 relative (tests/analysis/test_stats.py)
+    left, right = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    df = (left + right) ** 2 / (left ** 2 / (a.size - 1) + right ** 2 / (b.size - 1))
+    t = (a.mean() - b.mean()) / np.sqrt(left + right)
+    return float(2 * special.stdtr(df, -abs(t)))

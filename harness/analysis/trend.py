@@ -14,27 +14,27 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
+from harness.analysis.candidates import records
 from harness.analysis.changepoints import detect_change_points
 from harness.analysis.frames import (
     engine_column,
     metric_name,
     nights,
-    usable,
+    usable_mask,
 )
 from harness.cell import DEFAULT_ENGINE
-from harness.labels import config_label
+from harness.labels import CONFIG_COLUMNS, config_labels
 from harness.metrics import METRIC_COLUMNS
 
 SCHEMA_VERSION = 1
 
 
-@dataclass(frozen=True)
-class NightPoint:
+class NightPoint(NamedTuple):  # a tuple: a farm's year makes 700,000 of them
     night: str
     median: float
     n: int
@@ -113,19 +113,17 @@ def _series_points(rows: pd.DataFrame, column: str) -> dict[tuple[str, str, str]
     stats = valued.groupby([*_KEYS, "night"], observed=True, sort=True)[column].agg(
         ["median", "size"])
     builds = _night_builds(rows).reindex(stats.index)
-    out: dict[tuple[str, str, str], list[NightPoint]] = {}
     flat = stats.reset_index()  # plain columns: no MultiIndex tuple per point (a farm's year
     # is 700,000 of them)
     texts = [flat[k].astype(str).tolist() for k in (*_KEYS, "night")]
-    medians = flat["median"].astype(float).tolist()
-    sizes = flat["size"].astype(int).tolist()
-    for serial, config, engine, night, median, n, build in zip(
-            *texts, medians, sizes, builds.astype(str).tolist(), strict=True):
-        key = (serial, config, engine)
-        points = out.get(key)
-        if points is None:
-            points = out[key] = []
-        points.append(NightPoint(night, median, n, build))
+    points = list(map(NightPoint, texts[3], flat["median"].astype(float).tolist(),
+                      flat["size"].astype(int).tolist(), builds.astype(str).tolist()))
+    out: dict[tuple[str, str, str], list[NightPoint]] = {}
+    for key, at in zip(zip(*texts[:3], strict=True), range(len(points)), strict=True):
+        series = out.get(key)
+        if series is None:
+            series = out[key] = []
+        series.append(points[at])
     return out
 
 
@@ -177,20 +175,28 @@ def nightly_history(
     """
     name = metric_name(metric)
     column = METRIC_COLUMNS[name]
+    # the usable trials, and only the columns read here (a farm's year is 2 million rows of
+    # 160 columns: every copy of the whole frame cost seconds)
+    wanted = [c for c in dict.fromkeys((*_KEYS, "night", "build_id", "device_model", column,
+                                        *CONFIG_COLUMNS)) if c in trials]
+    rows = trials[wanted]
     if "night" not in trials:  # each run's night from all its trials, before any filter
-        trials = trials.assign(night=nights(trials).to_numpy())
-    rows = _selected(usable(trials, include_throttled), device, config_id, builds,
-                     exclude_builds, engines)
+        rows = rows.assign(night=nights(trials).to_numpy())
+    rows = _selected(rows[usable_mask(trials, include_throttled).to_numpy()], device,
+                     config_id, builds, exclude_builds, engines)
     if rows.empty:
         return []
     rows = rows.assign(engine=engine_column(rows).to_numpy())
-    firsts = rows.drop_duplicates(_KEYS).set_index(_KEYS)
+    firsts = rows.drop_duplicates(_KEYS)
+    found = records(firsts)
+    label_of = {tuple(str(r[k]) for k in _KEYS): label
+                for r, label in zip(found, config_labels(firsts, found), strict=True)}
     out = []
     for key, points in sorted(_series_points(rows, column).items()):
         changes = list(find_changes(points)) if find_changes is not None \
             else _changes(points, p_value, min_magnitude, min_size)
-        label = config_label(firsts.loc[key].to_dict())
-        out.append(Series(key[0], key[1], label, name, tuple(points), tuple(changes), key[2]))
+        out.append(Series(key[0], key[1], label_of[key], name, tuple(points), tuple(changes),
+                          key[2]))
     return out
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from harness.analysis.candidates import records
 from harness.analysis.sustained import GROUP, column, narrow
-from harness.labels import CONFIG_COLUMNS, config_label
+from harness.labels import config_labels
 
 
 @dataclass(frozen=True)
@@ -144,14 +144,11 @@ def _invalid_rows(scope: pd.DataFrame) -> list[ValidityRow]:
     pp = _medians(column(worst, "pp_tps"), codes[bad], n)
     wanted = np.flatnonzero(invalid)
     _, first = np.unique(codes, return_index=True)  # each group's first row
-    labels: dict[tuple[object, ...], str] = {}
+    firsts = scope.iloc[first[wanted]]
+    found = records(firsts)
     rows = []
-    for g, row in zip(wanted.tolist(), records(scope.iloc[first[wanted]]), strict=True):
-        config = tuple(v if isinstance(v, str | int) else repr(v)
-                       for v in (row.get(c) for c in CONFIG_COLUMNS))
-        if config not in labels:
-            labels[config] = config_label(row)
+    for g, row, label in zip(wanted.tolist(), found, config_labels(firsts, found), strict=True):
         device, config_id, build_id, engine = (str(row[k]) for k in GROUP)
-        rows.append(ValidityRow(device, config_id, build_id, engine, labels[config],
+        rows.append(ValidityRow(device, config_id, build_id, engine, label,
                                 int(checked[g]), int(invalid[g]), reasons[g], tg[g], pp[g]))
     return rows

@@ -19,6 +19,7 @@ import pandas as pd
 
 from harness.analysis.compare import Policy
 from harness.analysis.frames import (
+    USABLE_COLUMNS,
     metric_name,
     usable_mask,
 )
@@ -33,6 +34,7 @@ from harness.analysis.noise import (
     noise_floors,
     recent_trials,
 )
+from harness.labels import CONFIG_COLUMNS
 from harness.metrics import DEFAULT_METRICS, METRIC_COLUMNS
 from harness.report.model import (
     CellFloor,
@@ -45,6 +47,9 @@ from harness.report.trends import Labels
 
 Floors = Mapping[tuple[str, str, str, str], NoiseFloor]  # (serial, config_id, engine, metric)
 ROWS_PER_PHONE = 40
+#: What places a trial in a cell's history (``noise.night_keys``: its night from its run)
+KEYS = ("device_serial", "device_model", "config_id", "build_id", "engine", "run_id",
+        "started_at")
 BAND = Policy(higher_is_better=True).noise
 
 
@@ -53,16 +58,26 @@ def floors(trials: pd.DataFrame, metrics: Sequence[str] = DEFAULT_METRICS,
     """``noise_floors`` of the trials (usable, throttled excluded), by cell and metric; read
     from each cell's recent nights only (``noise.recent_trials``), so a farm store's history
     costs a few samples per cell."""
-    recent = recent_trials(trials, nights_back)
+    recent = recent_trials(_narrow(trials, metrics), nights_back)
     if recent.empty:
         return {}
     found = noise_floors(recent, metrics, nights_back=nights_back)
     return {(f.device, f.config_id, f.engine, f.metric): f for f in found}
 
 
+def _narrow(trials: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
+    """Only the columns the noise floors read: a cell's keys, its night, the usable rule, the
+    metrics and the configuration (its label); a farm's year is 160 columns of 2 million
+    trials, and each selection of usable rows copied them all."""
+    wanted = (*KEYS, *USABLE_COLUMNS, *(METRIC_COLUMNS[metric_name(m)] for m in metrics),
+              *CONFIG_COLUMNS)
+    return trials[[c for c in dict.fromkeys(wanted) if c in trials]]
+
+
 def _cells(trials: pd.DataFrame, metrics: Sequence[str]) -> pd.DataFrame:
     """Per (serial, config_id, engine) with usable trials: the median trials a (night, build)
     and, per metric, the number of usable trials carrying it."""
+    trials = _narrow(trials, metrics)
     kept = trials[usable_mask(trials).to_numpy()]
     columns = [METRIC_COLUMNS[metric_name(m)] for m in metrics]
     keys = night_keys(kept).assign(**{c: kept[c].to_numpy() for c in columns if c in kept})

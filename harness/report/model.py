@@ -358,6 +358,11 @@ class DeviceRecommendations:
     suggestion: str | None = None
     notes: tuple[str, ...] = ()
     shown: int = 5
+    fitting: int | None = None  # picks in all (``items`` may hold only the best); None: items
+
+    @property
+    def count(self) -> int:
+        return len(self.items) if self.fitting is None else self.fitting
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,12 @@ from harness.analysis.ab import BuildComparison, compare_builds
 from harness.analysis.changes import Changes, MetricChange
 from harness.analysis.engines import EngineTable, engine_table
 from harness.analysis.frames import Side, resolve_side, sides
-from harness.analysis.recommend import cached_kv_evidence, cached_scores, recommend_device
+from harness.analysis.recommend import (
+    cached_kv_evidence,
+    cached_scores,
+    device_frames,
+    recommend_device,
+)
 from harness.analysis.trend import Series, by_largest_change, nightly_history
 from harness.budget import DEFAULT_RESERVE_BYTES
 from harness.metrics import DEFAULT_METRICS
@@ -169,13 +174,16 @@ def recommendations(trials: pd.DataFrame, labels: Labels, per_device: int = PICK
     kv = cached_kv_evidence()
     reserve = DEFAULT_RESERVE_BYTES
     out = []
-    for serial in sorted(labels.devices, key=labels.device):
-        rec, memory = recommend_device(trials, serial, reserve_bytes=reserve, quality=scores,
-                                       kv_quality=kv)
+    serials = sorted(labels.devices, key=labels.device)
+    frames = device_frames(trials, serials)  # one pass over a farm's frame, not one a phone
+    for serial in serials:
+        rec, memory = recommend_device(frames[serial], serial, reserve_bytes=reserve,
+                                       quality=scores, kv_quality=kv, limit=per_device)
         items = tuple(Recommendation(labels.config(p.config_id), p) for p in rec.picks)
         suggestion = rec.suggestion.text if rec.suggestion else None
         out.append(DeviceRecommendations(labels.device(serial), items, serial, memory.source,
-                                         len(rec.rejected), suggestion, rec.notes, per_device))
+                                         len(rec.rejected), suggestion, rec.notes, per_device,
+                                         rec.fitting))
     return tuple(out)
 
 

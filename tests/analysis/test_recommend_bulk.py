@@ -234,3 +234,22 @@ def test_the_sorted_pareto_front_is_the_pairwise_one(seed: int) -> None:
     points = [(("c", str(i), "e"), float(rng.integers(0, 8)) / 2, int(rng.integers(0, 6)))
               for i in range(int(rng.integers(0, 60)))]
     assert _pareto(points) == reference._pareto(points)
+
+
+def test_a_limit_makes_only_the_best_picks_and_counts_them_all(tmp_path: Path) -> None:
+    """The report asks for the few picks it shows (``limit``): the same first picks, the same
+    rejections, notes and suggestion, and the count of every pick."""
+    frame = _store(tmp_path, 3)
+    seen = 0
+    for device in ("SER1", "Pixel Test", "SER3"):
+        for objective in OBJECTIVES:
+            args = {"reserve_bytes": GIB // 2, "available_bytes": 3 * GIB,
+                    "objective": objective, "quality": QUALITY, "kv_quality": KV}
+            whole = recommend(frame, device, **args)
+            best = recommend(frame, device, limit=2, **args)
+            assert best.picks == whole.picks[:2]
+            assert best.fitting == whole.fitting == len(whole.picks)
+            assert (best.rejected, best.unranked, best.notes, best.suggestion) == (
+                whole.rejected, whole.unranked, whole.notes, whole.suggestion)
+            seen += len(whole.picks) > 2
+    assert seen >= 3  # phones with more picks than the limit
