@@ -43,7 +43,7 @@ from harness.farm.artifacts import (
 )
 from harness.farm.phonestate import PhoneState, StateLedger, revalidate
 from harness.records import AdaptiveRecord, SampleRecord, TrialRecord
-from harness.run.events import Kind
+from harness.run.events import FORWARDED, Kind
 from harness.run.order import TrialSpec
 from harness.run.session import Prepared, RunOptions
 from harness.run.worker import DeviceWorker
@@ -130,6 +130,8 @@ class _Emitter:
         if kind == Kind.DONE:
             for phase, seconds in (details.get("timings") or {}).items():
                 self.laps[phase] = self.laps.get(phase, 0.0) + seconds
+        if kind not in FORWARDED:  # the driver takes only those; the rest comes with the result
+            return
         if kind == "push":
             now = time.monotonic()
             if now - self.last_push < _PUSH_EVERY_S and details.get("done") != details.get(
