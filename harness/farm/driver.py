@@ -4,8 +4,10 @@ The driver plans as the local backend does, then hands each phone's jobs to Dask
 in order, each with the phone's ``device:`` resource so it runs only on that phone's worker (and
 the resource keeps any other run off the phone meanwhile). A job's key is ``<run_id>/<job_id>``.
 The driver is the only writer of the results store: it writes a job's trials as soon as its
-result arrives, skipping trial ids already stored (so a trial that ran twice keeps its first
+result arrives (after handing the phone its next job, when the job ended well: the phone does not
+wait for the store), skipping trial ids already stored (so a trial that ran twice keeps its first
 result), and then releases the future, so Dask never recomputes a finished job after a worker dies.
+The driver sleeps until a job ends (each future wakes it) or its next look at the workers.
 
 Failures:
 - A worker killed mid-job: Dask puts the job back in the queue; it waits for a worker with the
@@ -63,7 +65,6 @@ from harness.run.runner import (
 from harness.run.session import RunSession
 
 DEFAULT_GRACE_S = 120.0
-_TICK_S = 0.05  # how often the driver looks for finished jobs
 _FORWARDED = FORWARDED
 
 
@@ -86,6 +87,7 @@ class JobRecord:
     corrupt_replaced: tuple[str, ...] = ()  # cached files found corrupt and fetched again
     lease_s: float = 0.0  # of setup_s: taking the phone's lease (waiting out a dead host's)
     phone_state: str = ""  # "kept" from an earlier run, "new", "" (an earlier job's): JobReport
+    laps: tuple[tuple[str, float], ...] = ()  # the trials' phases, summed: JobReport.laps
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "serial": self.serial, "worker": self.worker, "pid": self.pid,
@@ -94,7 +96,8 @@ class JobRecord:
                 "setup_s": round(self.setup_s, 3), "trials_s": round(self.trials_s, 3),
                 "lease_s": round(self.lease_s, 3), "phone_state": self.phone_state,
                 "bytes_fetched": self.bytes_fetched, "busy": self.busy,
-                "corrupt_replaced": list(self.corrupt_replaced)}
+                "corrupt_replaced": list(self.corrupt_replaced),
+                "laps": {phase: round(seconds, 4) for phase, seconds in self.laps}}
 
 
 @dataclass(frozen=True)
@@ -232,7 +235,7 @@ class _FarmRun:
         self.duplicates = 0
         self.busy: dict[str, str] = {}  # serial -> the refusal naming the lease holder
         self.lock = threading.Lock()
-        self.completed: Any = None  # distributed.as_completed, made in run()
+        self.wake = threading.Event()  # set by each job's future as it ends
         for serial in serials:
             cells = adaptive.planned_cells(prepared.cells, prepared.matrix.adaptive)
             todo = [t for t in interleave(cells, run_id, serial)
@@ -261,20 +264,18 @@ class _FarmRun:
     # -- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
         self.client.subscribe_topic(self.topic, self._on_worker_event)
-        self.completed = self.distributed.as_completed(loop=self.client.loop,
-                                                       raise_errors=False)
         try:
             last_check = 0.0
             while True:
                 self._submit_next()
                 if not self.inflight:
                     break
-                finished = [f for f in self.completed.next_batch(block=False)
-                            if f in self.inflight]  # a future given up on may still come by
+                finished = [f for f in list(self.inflight) if f.done()]
                 for future in finished:
                     self._collect(future)
-                if not finished:
-                    time.sleep(_TICK_S)
+                if not finished:  # until a job ends (its future wakes us) or the next look
+                    self.wake.wait(max(0.0, last_check + self.poll_s - time.monotonic()))
+                    self.wake.clear()
                 if time.monotonic() - last_check >= self.poll_s:
                     last_check = time.monotonic()
                     self._check_presence()
@@ -297,14 +298,17 @@ class _FarmRun:
             future = self.client.submit(run_job, request, key=job.key,
                                         resources={self.resources[serial]: 1}, retries=1)
             self.inflight[future] = job
-            self.completed.add(future)
+            future.add_done_callback(lambda _: self.wake.set())
 
     def _collect(self, future: Any) -> None:
         job = self.inflight.pop(future)
         self.absent_since.pop(job.serial, None)
         try:
             if future.status == "finished":
-                self._write_report(job, future.result())
+                report: JobReport = future.result()
+                if not (report.busy or report.lost or report.failed):
+                    self._submit_next()  # its next job first: the phone need not wait for the store
+                self._write_report(job, report)
             elif future.status == "error":
                 error = future.exception()
                 if isinstance(error, self.distributed.KilledWorker):
@@ -373,7 +377,7 @@ class _FarmRun:
                                    report.started, report.finished, len(report.trials), written,
                                    report.setup_s, report.trials_s, report.bytes_fetched,
                                    report.busy, report.corrupt_replaced, report.lease_s,
-                                   report.phone_state))
+                                   report.phone_state, report.laps))
         returned = {trial.trial_id for trial, _ in report.trials}
         summary.not_run += sum(1 for s in job.specs if s.trial_id not in returned)
         if report.busy:

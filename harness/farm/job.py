@@ -43,7 +43,7 @@ from harness.farm.artifacts import (
 )
 from harness.farm.phonestate import PhoneState, StateLedger, revalidate
 from harness.records import AdaptiveRecord, SampleRecord, TrialRecord
-from harness.run.events import Kind
+from harness.run.events import FORWARDED, Kind
 from harness.run.order import TrialSpec
 from harness.run.session import Prepared, RunOptions
 from harness.run.worker import DeviceWorker
@@ -108,6 +108,9 @@ class JobReport:
     # round trip), "new" (first run on this worker, or the phone rebooted), "" (an earlier job
     # of this run prepared it)
     phone_state: str = ""
+    # where the trials' time went, summed over the job's trials (``harness.run.laps``: the
+    # engine's own run apart from the harness's phases around it)
+    laps: tuple[tuple[str, float], ...] = ()
 
     @property
     def setup_s(self) -> float:
@@ -121,8 +124,14 @@ class _Emitter:
         self.worker = worker
         self.request = request
         self.last_push = 0.0
+        self.laps: dict[str, float] = {}  # the job's trials' laps (``done`` events), summed
 
     def __call__(self, kind: str, serial: str, details: dict[str, Any]) -> None:
+        if kind == Kind.DONE:
+            for phase, seconds in (details.get("timings") or {}).items():
+                self.laps[phase] = self.laps.get(phase, 0.0) + seconds
+        if kind not in FORWARDED:  # the driver takes only those; the rest comes with the result
+            return
         if kind == "push":
             now = time.monotonic()
             if now - self.last_push < _PUSH_EVERY_S and details.get("done") != details.get(
@@ -277,7 +286,7 @@ def run_job(request: JobRequest) -> JobReport:
         fetch_s=timing.fetch_s, lease_s=timing.lease_s, prepare_s=timing.prepare_s,
         trials_s=timing.trials_s, bytes_fetched=timing.fetched.bytes,
         corrupt_replaced=timing.fetched.corrupt, adaptive=timing.adaptive,
-        phone_state=timing.phone_state,
+        phone_state=timing.phone_state, laps=tuple(sorted(emit.laps.items())),
     )
 
 

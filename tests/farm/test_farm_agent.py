@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from harness.errors import DeviceError
-from harness.farm.agent import Agent, AgentConfig, worker_argv
+from harness.farm.agent import Agent, AgentConfig, worker_argv, worker_env
 
 
 def test_worker_command_is_one_thread_named_after_the_phone_with_its_resources() -> None:
@@ -82,6 +82,16 @@ def agent(tmp_path: Path) -> Iterator[tuple[Agent, Phones, list[tuple[str, dict[
 
 def kinds(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return [kind for kind, _ in events]
+
+
+def test_a_worker_runs_without_dasks_statistical_profiler(tmp_path: Path) -> None:
+    import dask.config
+
+    env = worker_env(AgentConfig(scheduler="tcp://10.0.0.1:8786", host="lab",
+                                 cache_dir=tmp_path))
+    found = dask.config.collect_env(env)  # what the worker's Dask reads from its environment
+    assert found["distributed"]["worker"]["profile"]["enabled"] is False
+    assert env["HARNESS_FARM_CACHE"] == str(tmp_path)
 
 
 def test_a_plugged_phone_gets_a_worker_and_an_unplugged_one_loses_it(agent: Any) -> None:

@@ -280,3 +280,11 @@ def test_another_roles_certificate_is_refused_with_a_403_and_one_log_line(
             f"workers (the agent's certificate), not the {role}'s" in line, line
     assert service.bytes_served == 0
     assert worker(tmp_path / "agent", service).ensure(ref_of(blob), service.url)[1] == BIG
+
+
+def test_the_service_stops_at_once_at_the_end_of_a_run(blob: Path) -> None:
+    service = ArtifactService({ref_of(blob).sha256: blob}).start()
+    time.sleep(0.05)  # its loop is waiting for a request
+    clock = time.monotonic()
+    service.close()
+    assert time.monotonic() - clock < 0.2  # socketserver's default poll waited up to 0.5 s

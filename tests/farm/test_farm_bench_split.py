@@ -36,16 +36,23 @@ def test_farm_efficiency_is_reported_by_makespan_and_by_engine_time() -> None:
     share = figures["3 farm (dask): set-up share of job time, 2 phones"]
     assert share.value == pytest.approx(10.0) and share.met is True
     assert "rest 4.00 s" in figures["3 farm (dask): efficiency, 2 phones"].note
+    assert "the engines' own runs 0.00 s -> 0.00 s" in \
+        figures["3 farm (dask): engine-only efficiency, 2 phones"].note
     assert "2 on 2 cores" in figures["3 farm (dask): engine-only efficiency, 2 phones"].note
 
 
 def test_a_runs_makespan_splits_into_its_busiest_phones_setup_trials_and_the_rest() -> None:
-    jobs = [{"serial": "a", "setup_s": 0.5, "trials_s": 2.0},
-            {"serial": "a", "setup_s": 0.1, "trials_s": 2.0},
-            {"serial": "b", "setup_s": 1.5, "trials_s": 2.5}]
-    assert breakdown(jobs, 6.0) == pytest.approx({"setup_s": 0.6, "trials_s": 4.0,
-                                                  "rest_s": 1.4})
-    assert breakdown([], 1.0) == {"setup_s": 0.0, "trials_s": 0.0, "rest_s": 1.0}
+    jobs = [{"serial": "a", "setup_s": 0.5, "trials_s": 2.0,
+             "laps": {"engine": 1.5, "evidence": 0.25}},
+            {"serial": "a", "setup_s": 0.1, "trials_s": 2.0, "laps": {"engine": 1.25}},
+            {"serial": "b", "setup_s": 1.5, "trials_s": 2.5, "laps": {"engine": 2.25}}]
+    found = breakdown(jobs, 6.0)
+    assert {k: found[k] for k in ("setup_s", "trials_s", "rest_s")} == pytest.approx(
+        {"setup_s": 0.6, "trials_s": 4.0, "rest_s": 1.4})
+    # the busiest phone's trials by their laps: its engines' own runs apart
+    assert found["engine_s"] == 2.75 and found["phases"] == {"engine": 2.75, "evidence": 0.25}
+    assert breakdown([], 1.0) == {"setup_s": 0.0, "trials_s": 0.0, "rest_s": 1.0,
+                                  "engine_s": 0.0, "phases": {}}
 
 
 def test_the_two_host_rows_compare_one_phone_on_h1_with_one_phone_per_host() -> None:
