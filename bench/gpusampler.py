@@ -25,6 +25,7 @@ sampler's cost, both stated in the figure's data:
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from bench import interleave
@@ -87,15 +88,19 @@ def measure(lab: Lab, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
     from harness.profiles import find_profile
     from harness.virtual.control import start_phones, stop_phones
 
+    seconds: dict[str, float] = {}
+    start = time.monotonic()
     ensure_host_build("host-vulkan", lab.builds)
     stock = find_profile(str(PROFILE))
     profile = dataclasses.replace(stock, thermal={**stock.thermal, **COOLED})
     (phone,) = start_phones(profile, 1, home=lab.sim_home, abi="x86_64")
+    seconds["build_and_phone"] = time.monotonic() - start
     try:
         device = AdbDevice(phone.serial)
         results = lab.work / "gpu-sampler-results"
         with interleave.capture() as launch:
             lab.run(MATRIX, [device], results, reserve_bytes=0)
+        seconds["capturing_run"] = time.monotonic() - start - sum(seconds.values())
         readings = gpu_readings(store.read_table(results, "trials"),
                                 store.read_table(results, "samples"))
         if readings["outcome"] != "ok":
@@ -103,8 +108,9 @@ def measure(lab: Lab, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
         launch.env.update(LAVAPIPE)
         n_gen = N_GEN_QUICK if quick else N_GEN
         blocks, one_launch = interleave.run(device, launch, 10 if quick else 30, BLOCK, n_gen)
+        seconds["interleaved_launch"] = time.monotonic() - start - sum(seconds.values())
     finally:
         stop_phones([phone.serial], home=lab.sim_home)
     return [figure(blocks, readings, n_gen)], {
         "readings": readings, "one_launch": one_launch, "matrix": str(MATRIX.relative_to(ROOT)),
-        "lavapipe_env": LAVAPIPE, "thermal": COOLED, "n_gen": n_gen}
+        "lavapipe_env": LAVAPIPE, "thermal": COOLED, "n_gen": n_gen, "seconds": seconds}

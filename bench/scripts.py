@@ -112,13 +112,14 @@ def detector(quick: bool) -> tuple[list[Figure], dict[str, Any]]:
                      "load_average": os.getloadavg()}
 
 
-def script(name: str, quick: bool) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
-    """Run ``scripts/NAME.py`` (``--quick`` as asked); the JSON it wrote to
+def script(name: str, quick: bool, *quick_only: str
+           ) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
+    """Run ``scripts/NAME.py`` (``--quick`` and ``quick_only`` as asked); the JSON it wrote to
     ``bench/results/`` and its process."""
     out = RESULTS / f"{name.removeprefix('bench_')}.json"
     argv = [sys.executable, f"scripts/{name}.py", "--out", str(out)]
     if quick:
-        argv.append("--quick")
+        argv += ["--quick", *quick_only]
     _, done = run_child(argv)
     if done.returncode != 0:
         raise RuntimeError(f"{name}.py failed: {done.stderr[-2000:]}")
@@ -126,8 +127,12 @@ def script(name: str, quick: bool) -> tuple[dict[str, Any], subprocess.Completed
 
 
 def site(work: Path, quick: bool) -> tuple[list[Figure], dict[str, Any]]:
-    """Item 4 of issue 39: scripts/bench_site.py's synthetic year (``--quick``: 30 nights)."""
-    r, done = script("bench_site", quick)
+    """Item 4 of issue 39: scripts/bench_site.py's synthetic year (``--quick``: 30 nights).
+
+    A quick run leaves out what no row of this figure shows: the report beside the site (the
+    report has figures 5 and 14; about 20 s here) and the browser walk with its link check
+    (tests/site walk a site in Chromium; about 15 s)."""
+    r, done = script("bench_site", quick, "--no-report", "--no-walk")
     scale = f"{r['trials']:,} trials, {r['spec']['nights']} nights"
     full, inc, sizes, load = r["full"], r["incremental"], r["sizes"], r["index_load"]
     report = r.get("report")

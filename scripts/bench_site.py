@@ -10,6 +10,7 @@ current report on the same store (``harness report --json``). Prints each figure
 target and writes ``bench/results/site.json``.
 
 Usage: .venv/bin/python scripts/bench_site.py [--quick] [--store DIR] [--keep] [--no-report]
+                                           [--no-walk]
 """
 
 from __future__ import annotations
@@ -127,6 +128,8 @@ def main() -> None:
     parser.add_argument("--store", type=Path, help="store folder to write (or reuse)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     parser.add_argument("--no-report", action="store_true", help="skip the report beside it")
+    parser.add_argument("--no-walk", action="store_true",
+                        help="skip the browser walk and link check (no figure of their own)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "site.json")
     args = parser.parse_args()
     spec = QUICK if args.quick else YEAR
@@ -162,7 +165,7 @@ def main() -> None:
         if load:
             print(f"index load in Chromium: {load['seconds']} s beyond an empty page "
                   f"(index {load['index_s']}, empty {load['blank_s']})")
-        walked = browser_walk(site, work)
+        walked = None if args.no_walk else browser_walk(site, work)
         if walked:
             print(f"browser walk: {' -> '.join(walked['pages'])}; "
                   f"{walked['console_messages']} console messages, "
