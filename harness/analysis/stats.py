@@ -9,6 +9,7 @@ closed-form standard error at the small repetition counts (5-20) a phone farm ca
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -285,7 +286,7 @@ def welch_t_p(left: ArrayLike, right: ArrayLike) -> float:
     # scipy.stats.ttest_ind(equal_var=False)'s arithmetic without its wrapper, which cost
     # 0.7 ms a call (the change points of a farm's year ask thousands); the same p-value to
     # about 1e-13 relative (tests/analysis/test_stats.py)
-    left, right = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    left, right = float(a.var(ddof=1)) / a.size, float(b.var(ddof=1)) / b.size
     df = (left + right) ** 2 / (left ** 2 / (a.size - 1) + right ** 2 / (b.size - 1))
-    t = (a.mean() - b.mean()) / np.sqrt(left + right)
+    t = (float(a.mean()) - float(b.mean())) / math.sqrt(left + right)
     return float(2 * special.stdtr(df, -abs(t)))
