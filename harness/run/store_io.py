@@ -21,7 +21,8 @@ def append(root: Path, run_id: str, trial: TrialRecord, samples: Sequence[Sample
 
 
 def finished_trials(root: Path, run_id: str) -> set[str]:
-    table = store.read_arrow(root, "trials", store.run_files(root, "trials", run_id))
+    table = store.read_arrow(root, "trials", store.run_files(root, "trials", run_id),
+                             columns=["trial_id"])  # a farm night's resume reads 800 parts
     return set(table.column("trial_id").to_pylist())
 
 
