@@ -257,13 +257,16 @@ def test_a_busy_phone_draws_more_and_its_gauge_agrees_with_the_truth_log(
         assert wait_for(lambda: _logged(virtual_phone)[-1][0] >= end_up, 10)
     finally:
         device.shell(f"kill {pid}")
-    # the truth log: the mean power over the window is what the loop's CPU share costs at
-    # the big cluster's 2.4 GHz, 0.9 W per core per GHz (the loop is nearly all the phone runs)
+    # the truth log: the mean power over the window is what the loop's demand costs at the
+    # big cluster's 2.4 GHz, 0.9 W per core per GHz (the loop is nearly all the phone runs).
+    # The loop is runnable throughout, so it asks for one core whatever share of one a loaded
+    # host grants it (phone.py: heat and power follow the demand, not the grant); a loaded
+    # fresh-machine run granted it 0.74 of a core and the log rightly said 2.76 W, one core's.
     entries = _logged(virtual_phone)
     mean_w = power.truth_energy_j(entries, start_up, end_up) / (end_up - start_up)
     share = (end_cpu - start_cpu) / (end_up - start_up)
     assert share > 0.1
-    assert mean_w == pytest.approx(0.6 + 0.9 * 2.4 * share, abs=0.3, rel=0.15)
+    assert mean_w == pytest.approx(0.6 + 0.9 * 2.4 * 1.0, abs=0.3, rel=0.15)
     # on /proc/uptime's clock
     uptime = float(device.shell("cat /proc/uptime").split()[0])
     assert 0 <= uptime - entries[-1][0] < 2.0 and not entries[-1][2]
