@@ -38,7 +38,7 @@ def _recorded(rows: pd.DataFrame, column: str, how: str) -> int | None:
 
 def resolve_device(trials: pd.DataFrame, name: str, memory_bytes: int | None = None,
                    devices_dir: Path | None = None) -> PhoneMemory:
-    serials = set(trials["device_serial"].dropna())
+    serials = set(trials["device_serial"].dropna().unique())  # not one value at a time
     if name in serials:
         rows = trials[trials["device_serial"] == name]
         models = rows["device_model"].dropna()
