@@ -15,6 +15,7 @@ through it, the report only the columns and rows it needs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -234,6 +235,9 @@ def _read_one(path: Path, name: str, columns: Sequence[str],
     table = _migrated(path, name, table, part_version(stored))
     arrays = []
     fields = []
+    target = _target(name, tuple(columns))
+    if table.schema.equals(target):  # a part of the current schema: nothing to cast or fill
+        return table.replace_schema_metadata(None)
     have = set(table.column_names)
     for wanted_name in columns:
         field = schema.field(wanted_name)
@@ -253,6 +257,12 @@ def _read_one(path: Path, name: str, columns: Sequence[str],
             return None
         fields.append(field)
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+@functools.lru_cache(maxsize=64)
+def _target(name: str, columns: tuple[str, ...]) -> pa.Schema:
+    """The schema a read of ``columns`` of table ``name`` gives."""
+    return pa.schema([SCHEMAS[name].field(c) for c in columns])
 
 
 def _filtered(part: pq.ParquetFile, wanted: list[str],
@@ -366,7 +376,9 @@ def read_table(root: Path, name: str, columns: Sequence[str] | None = None,
                filters: list[tuple[str, str, object]] | None = None) -> pd.DataFrame:
     """A table's rows as a DataFrame (older files' missing columns are null); ``columns`` and
     ``filters`` as ``read_arrow``."""
-    return read_arrow(root, name, columns=columns, filters=filters).to_pandas()
+    # a block a column: pandas' consolidation into 2-D blocks copied every column again
+    # (0.8 s of a farm phone's 218,400 trials, 0.17 s without; selections got faster too)
+    return read_arrow(root, name, columns=columns, filters=filters).to_pandas(split_blocks=True)
 
 
 def run_files(root: Path, name: str, run_id: str) -> list[Path]:
