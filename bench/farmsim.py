@@ -404,7 +404,7 @@ def _rows(results: Path, files: Sequence[Path]) -> dict[str, list[str]]:
 def _timed_reads(results: Path, run_id: str,
                  files: Sequence[Path]) -> tuple[dict[str, list[str]], dict[str, float]]:
     """The first session's trials (two columns), and how long that read and a resume's first
-    read (``store_io.finished_trials``: every column of every part of the run) take."""
+    read (``store_io.finished_trials``: the trial ids of every part of the run) take."""
     from harness.run import store_io
 
     clock = time.monotonic()
@@ -535,7 +535,7 @@ def figures(data: dict[str, Any]) -> list[Figure]:
                "files", ", ".join(f"{k} {v}" for k, v in data["night_parts"].items()), "-",
                None, "one night = one date= folder of the store"),
         Figure(f"{head}: a resume's first read of the run's trials", data["reads"]["resume_read_s"],
-               "s", f"{data['parts_first']['trials']} parts, every column "
+               "s", f"{data['parts_first']['trials']} parts, their trial ids "
                "(store_io.finished_trials)", "-", None,
                f"trial_id and outcome only: {data['reads']['two_columns_s']:.1f} s"),
     ]
