@@ -233,11 +233,10 @@ def _read_one(path: Path, name: str, columns: Sequence[str],
     current = {v: k for k, v in old.items()}
     table = table.rename_columns([current.get(n, n) for n in table.column_names])
     table = _migrated(path, name, table, part_version(stored))
+    if table.schema.equals(_target(name, tuple(columns))):  # current schema: nothing to cast
+        return table.replace_schema_metadata(None)
     arrays = []
     fields = []
-    target = _target(name, tuple(columns))
-    if table.schema.equals(target):  # a part of the current schema: nothing to cast or fill
-        return table.replace_schema_metadata(None)
     have = set(table.column_names)
     for wanted_name in columns:
         field = schema.field(wanted_name)

@@ -59,12 +59,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.analysis.candidates import records
 from harness.analysis.compare import Policy
 from harness.analysis.frames import (
     engine_column,
     metric_name,
     nights,
+    records,
     usable_mask,
 )
 from harness.errors import ConfigError

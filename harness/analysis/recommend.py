@@ -60,9 +60,8 @@ from harness.analysis.candidates import (
     peaks,
     trial_masks,
 )
-from harness.analysis.candidates import records as candidate_records
 from harness.analysis.energy_table import EnergyFigures, energy_of
-from harness.analysis.frames import engine_column, invalid, not_applied
+from harness.analysis.frames import engine_column, invalid, not_applied, records
 from harness.analysis.knobs import Suggestion, suggest
 from harness.analysis.kv_loss import KvEvidence, KvLoss, KvType, combined_kl
 from harness.analysis.offload_peak import WorstPeak
@@ -551,13 +550,13 @@ def _bulk(rows: pd.DataFrame) -> _Bulk:
             else np.full(len(groups), np.nan))
     pages = t.applied & paging[np.maximum(groups.codes, 0)] & (groups.codes >= 0)
     firsts = rows.iloc[groups.order[groups.starts[:-1]]]
-    records = candidate_records(firsts)
-    return _Bulk(rows, groups, t, records, counts, worst, states, paging, anon,
+    first_rows = records(firsts)
+    return _Bulk(rows, groups, t, first_rows, counts, worst, states, paging, anon,
                  medians(rows, groups, t.counted, ("tg_tps", "pp_tps", "ttft_ms")),
                  medians(rows, groups, pages, PAGING), outputs(rows, groups, t.counted),
                  groups.count(t.counted & sustained_mask(rows).to_numpy()) > 0,
                  has_column_values(rows, groups, t.counted, "energy_valid"),
-                 config_labels(firsts, records))
+                 config_labels(firsts, first_rows))
 
 
 def _number(values: np.ndarray | None, g: int) -> float | None:

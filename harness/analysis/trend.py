@@ -19,12 +19,12 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from harness.analysis.candidates import records
 from harness.analysis.changepoints import detect_change_points
 from harness.analysis.frames import (
     engine_column,
     metric_name,
     nights,
+    records,
     usable_mask,
 )
 from harness.cell import DEFAULT_ENGINE
@@ -119,11 +119,8 @@ def _series_points(rows: pd.DataFrame, column: str) -> dict[tuple[str, str, str]
     points = list(map(NightPoint, texts[3], flat["median"].astype(float).tolist(),
                       flat["size"].astype(int).tolist(), builds.astype(str).tolist()))
     out: dict[tuple[str, str, str], list[NightPoint]] = {}
-    for key, at in zip(zip(*texts[:3], strict=True), range(len(points)), strict=True):
-        series = out.get(key)
-        if series is None:
-            series = out[key] = []
-        series.append(points[at])
+    for key, point in zip(zip(*texts[:3], strict=True), points, strict=True):
+        out.setdefault(key, []).append(point)
     return out
 
 

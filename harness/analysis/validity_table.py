@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from harness.analysis.candidates import records
+from harness.analysis.frames import records
 from harness.analysis.sustained import GROUP, column, narrow
 from harness.labels import config_labels
 
@@ -130,8 +130,7 @@ def validity(trials: pd.DataFrame) -> Validity:
 
 def _invalid_rows(scope: pd.DataFrame) -> list[ValidityRow]:
     """The candidates of ``scope`` (checked trials) with an invalid trial, in key order."""
-    keys = scope[list(GROUP)]
-    scope = scope[keys.notna().all(axis=1).to_numpy()]  # groupby leaves null keys out
+    scope = scope[scope[list(GROUP)].notna().all(axis=1).to_numpy()]  # as groupby: no null key
     codes, uniques = pd.MultiIndex.from_frame(scope[list(GROUP)].astype(str)).factorize(
         sort=True)
     bad = (scope["valid"].astype(object) == False).to_numpy()  # noqa: E712 - nullable

@@ -17,11 +17,6 @@ from harness import __version__
 from harness.errors import HarnessError
 from harness.interrupt import Interrupted, interruptible
 
-# Sub-modules of harness.cli whose COMMANDS are registered.
-COMMAND_MODULES = [
-    "plan", "run", "analysis", "report", "energy", "models", "sim", "devices", "doctor", "build",
-    "demo", "farm", "bisect", "store", "site",
-]
 #: Each command's module: a command imports its own module only when it is run (importing them
 #: all took 1.5 s before any command started; tests/test_cli.py holds this to their COMMANDS).
 COMMAND_MODULE = {
